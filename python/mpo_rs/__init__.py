@@ -1,0 +1,42 @@
+"""mpo_rs: Rust-accelerated multiscale advantage estimation (MPO) for LLM-agent RL.
+
+The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
+``group_advantages``) need only numpy. ``mpo_rs.losses`` and ``mpo_rs.learner`` need the
+``torch`` extra and are imported on demand.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ._native import InvalidBatchError, get_num_threads, set_num_threads
+from .estimators import (
+    GAEResult,
+    MAEResult,
+    Turns,
+    broadcast_to_tokens,
+    gae_advantages,
+    group_advantages,
+    mae_advantages,
+    segment_turns,
+)
+
+try:
+    __version__ = version("mpo-rs")
+except PackageNotFoundError:  # running from a source tree without metadata
+    __version__ = "0+unknown"
+
+__all__ = [
+    "GAEResult",
+    "InvalidBatchError",
+    "MAEResult",
+    "Turns",
+    "__version__",
+    "broadcast_to_tokens",
+    "gae_advantages",
+    "get_num_threads",
+    "group_advantages",
+    "mae_advantages",
+    "segment_turns",
+    "set_num_threads",
+]

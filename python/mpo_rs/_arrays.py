@@ -1,0 +1,78 @@
+"""Coercion of user arrays to what the Rust core reads.
+
+Contiguous arrays of the right dtype pass through untouched (no copy); anything numpy can
+view -- float64, strided slices, torch CPU tensors, Arrow arrays -- is converted. The
+wrong *kind* of input raises TypeError, the wrong shape ValueError; both name the argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+
+def as_numpy(x: Any, name: str) -> np.ndarray:
+    """A numpy view of ``x`` (a copy only where numpy must make one)."""
+    if isinstance(x, np.ndarray):
+        return x
+    device = getattr(x, "device", None)
+    if device is not None and hasattr(x, "detach"):  # a torch tensor
+        if getattr(device, "type", "cpu") != "cpu":
+            raise TypeError(
+                f"`{name}` is a tensor on {device}; the estimators read host memory, "
+                "pass `{name}.cpu()`".replace("{name}", name)
+            )
+        x = x.detach()
+        if not x.dtype.is_floating_point or x.dtype.itemsize >= 4:
+            return x.numpy()
+        return x.float().numpy()  # float16 / bfloat16 have no numpy view
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"`{name}` cannot be read as an array: {e}") from None
+
+
+def _one_dim(arr: np.ndarray, name: str) -> None:
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
+
+
+def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
+    arr = as_numpy(x, name)
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
+    _one_dim(arr, name)
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
+    arr = as_numpy(x, name)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"`{name}` must be an integer array, got dtype {arr.dtype}")
+    _one_dim(arr, name)
+    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"`{name}` holds values beyond int64")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def mask_u8(x: Any, name: str = "mask") -> npt.NDArray[np.uint8]:
+    """bool and uint8 masks are viewed as bytes without a copy; integer or float masks must
+    hold only 0 and 1 and are converted."""
+    arr = as_numpy(x, name)
+    _one_dim(arr, name)
+    if arr.dtype == np.bool_:
+        return np.ascontiguousarray(arr).view(np.uint8)
+    if arr.dtype == np.uint8:
+        return np.ascontiguousarray(arr)  # the core checks for values other than 0/1
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"`{name}` must be a bool or 0/1 integer array, got dtype {arr.dtype}")
+    bad = np.flatnonzero((arr != 0) & (arr != 1))
+    if bad.size:
+        raise ValueError(f"`{name}` must hold 0 or 1, found {arr[bad[0]]!r} at token {bad[0]}")
+    return arr.astype(np.uint8)
+
+
+def optional_float32(x: Any, name: str) -> npt.NDArray[np.float32] | None:
+    return None if x is None else float32(x, name)

@@ -1,0 +1,51 @@
+# Hand-written stubs of the Rust extension module (checked by mypy.stubtest).
+import numpy as np
+import numpy.typing as npt
+
+class InvalidBatchError(ValueError): ...
+
+_TurnArrays = tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]
+]
+
+def segment_turns(mask: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> _TurnArrays: ...
+def mae_advantages(
+    values: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float32] | None,
+    scores: npt.NDArray[np.float32] | None,
+    lam: float,
+    lam_intra: float,
+    beta: float,
+    gamma: float,
+    lam_critic: float,
+) -> tuple[
+    npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays
+]: ...
+def gae_advantages(
+    values: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float32] | None,
+    scores: npt.NDArray[np.float32] | None,
+    gamma: float,
+    lam: float,
+    lam_critic: float,
+    length_adaptive_alpha: float | None,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+def group_advantages(
+    scores: npt.NDArray[np.float32],
+    group_index: npt.NDArray[np.int64],
+    n_groups: int,
+    norm_std: bool,
+    eps: float,
+    leave_one_out: bool,
+) -> npt.NDArray[np.float32]: ...
+def broadcast_to_tokens(
+    per_trajectory: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+) -> npt.NDArray[np.float32]: ...
+def set_num_threads(threads: int) -> None: ...
+def get_num_threads() -> int: ...

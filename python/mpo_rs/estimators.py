@@ -1,0 +1,209 @@
+"""Advantage estimators over ragged batches (spec sections 1, 2 and 7).
+
+A batch is N trajectories flattened token by token: ``offsets`` (int64, N+1) cuts the
+flat arrays, ``mask`` marks the tokens the policy generated. Every function here coerces
+its inputs (see ``_arrays``), releases the GIL and runs the Rust core in parallel over
+trajectories; results are float32 numpy arrays owned by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._arrays import float32, int64, mask_u8, optional_float32
+
+__all__ = [
+    "Turns",
+    "MAEResult",
+    "GAEResult",
+    "segment_turns",
+    "mae_advantages",
+    "gae_advantages",
+    "group_advantages",
+    "broadcast_to_tokens",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class Turns:
+    """Turn segmentation of a batch; a turn is a maximal run of policy tokens."""
+
+    starts: npt.NDArray[np.int64]
+    """Flat index of each turn's first token."""
+    ends: npt.NDArray[np.int64]
+    """Flat index one past each turn's last token."""
+    traj_offsets: npt.NDArray[np.int64]
+    """Turns of trajectory j are ``traj_offsets[j]:traj_offsets[j+1]``."""
+    token_turn: npt.NDArray[np.int32]
+    """Global turn index of each token, -1 off-policy."""
+
+    @property
+    def n_turns(self) -> int:
+        return int(self.starts.shape[0])
+
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Number of tokens of each turn."""
+        return self.ends - self.starts
+
+
+@dataclass(frozen=True, eq=False)
+class MAEResult:
+    advantages: npt.NDArray[np.float32]
+    """Per token: A_turn + beta * (centred intra-turn GAE); 0 off-policy."""
+    returns: npt.NDArray[np.float32]
+    """Per token: critic value targets with lam_critic; 0 off-policy."""
+    turn_advantages: npt.NDArray[np.float32]
+    """Per turn: the turn-level GAE A_t^turn."""
+    turns: Turns
+
+
+@dataclass(frozen=True, eq=False)
+class GAEResult:
+    advantages: npt.NDArray[np.float32]
+    """Per token GAE over policy tokens; 0 off-policy."""
+    returns: npt.NDArray[np.float32]
+    """Per token value targets with lam_critic; 0 off-policy."""
+
+
+def _reward_source(
+    rewards: Any, scores: Any
+) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
+    if (rewards is None) == (scores is None):
+        raise _native.InvalidBatchError(
+            "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)"
+        )
+    return optional_float32(rewards, "rewards"), optional_float32(scores, "scores")
+
+
+def segment_turns(mask: Any, offsets: Any) -> Turns:
+    """Splits every trajectory into turns (maximal runs of ``mask == 1``)."""
+    return Turns(*_native.segment_turns(mask_u8(mask), int64(offsets, "offsets")))
+
+
+def mae_advantages(
+    values: Any,
+    mask: Any,
+    offsets: Any,
+    *,
+    rewards: Any = None,
+    scores: Any = None,
+    lam: float = 0.8,
+    lam_intra: float = 0.95,
+    beta: float = 1.0,
+    gamma: float = 1.0,
+    lam_critic: float = 1.0,
+) -> MAEResult:
+    """Multiscale advantage estimation (MPO, spec 2.1).
+
+    A GAE over turns (``lam``, discount ``gamma`` once per interaction) gives each turn
+    A_t^turn; a token GAE inside the turn (``lam_intra``), centred on its turn mean and
+    scaled by ``beta``, refines it per token, so the turn mean of the advantages is
+    exactly A_t^turn. ``returns`` are the critic's targets with ``lam_critic``
+    (1 = discounted Monte-Carlo return). Exactly one of ``rewards`` (per token, zero off
+    policy) and ``scores`` (per trajectory, placed on its last policy token) is given.
+    """
+    r, s = _reward_source(rewards, scores)
+    adv, ret, turn_adv, turns = _native.mae_advantages(
+        float32(values, "values"),
+        mask_u8(mask),
+        int64(offsets, "offsets"),
+        r,
+        s,
+        float(lam),
+        float(lam_intra),
+        float(beta),
+        float(gamma),
+        float(lam_critic),
+    )
+    return MAEResult(adv, ret, turn_adv, Turns(*turns))
+
+
+def gae_advantages(
+    values: Any,
+    mask: Any,
+    offsets: Any,
+    *,
+    rewards: Any = None,
+    scores: Any = None,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    lam_critic: float = 1.0,
+    length_adaptive_alpha: float | None = None,
+) -> GAEResult:
+    """Token-level GAE over policy tokens, observation tokens skipped (verl's multi-turn
+    convention, spec 2.2). No whitening. ``returns`` use their own ``lam_critic``; verl's
+    ``returns = advantages + values`` is ``lam_critic=lam``. ``length_adaptive_alpha``
+    enables VAPO's per-trajectory lambda = 1 - 1/(alpha * l), l = policy tokens.
+    """
+    r, s = _reward_source(rewards, scores)
+    adv, ret = _native.gae_advantages(
+        float32(values, "values"),
+        mask_u8(mask),
+        int64(offsets, "offsets"),
+        r,
+        s,
+        float(gamma),
+        float(lam),
+        float(lam_critic),
+        None if length_adaptive_alpha is None else float(length_adaptive_alpha),
+    )
+    return GAEResult(adv, ret)
+
+
+def group_advantages(
+    scores: Any,
+    group_ids: Any,
+    *,
+    norm_std: bool = True,
+    eps: float = 1e-6,
+    leave_one_out: bool = False,
+) -> npt.NDArray[np.float32]:
+    """Critic-free group baselines, one advantage per trajectory (spec 2.3).
+
+    GRPO: (s - mean_g) / (std_g + eps), unbiased std. ``norm_std=False``: Dr. GRPO
+    (s - mean_g). ``leave_one_out=True``: RLOO, s - mean of the other members of the group
+    (as verl and TRL define it; ``norm_std`` does not apply). A group of one gets 0.
+    ``group_ids`` may be of any kind numpy can factorize: ints, strings, objects.
+    """
+    s = float32(scores, "scores")
+    ids = as_group_ids(group_ids)
+    if ids.shape[0] != s.shape[0]:
+        raise _native.InvalidBatchError(
+            f"`group_ids` has length {ids.shape[0]}, expected {s.shape[0]} (one per score)"
+        )
+    uniques, codes = np.unique(ids, return_inverse=True)
+    return _native.group_advantages(
+        s,
+        np.ascontiguousarray(codes.reshape(-1), dtype=np.int64),
+        int(uniques.shape[0]),
+        bool(norm_std),
+        float(eps),
+        bool(leave_one_out),
+    )
+
+
+def as_group_ids(group_ids: Any) -> np.ndarray:
+    from ._arrays import as_numpy
+
+    ids = as_numpy(group_ids, "group_ids")
+    if ids.ndim != 1:
+        raise ValueError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
+    if ids.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(ids))
+        if bad.size:
+            raise _native.InvalidBatchError(f"`group_ids` is {ids[bad[0]]} at trajectory {bad[0]}")
+    return ids
+
+
+def broadcast_to_tokens(per_trajectory: Any, mask: Any, offsets: Any) -> npt.NDArray[np.float32]:
+    """Writes each trajectory's value on its policy tokens (0 elsewhere), e.g. to turn
+    ``group_advantages`` into per-token advantages."""
+    return _native.broadcast_to_tokens(
+        float32(per_trajectory, "per_trajectory"), mask_u8(mask), int64(offsets, "offsets")
+    )

@@ -1,0 +1,76 @@
+//! Errors of the core. Every variant says what is wrong and where (argument,
+//! trajectory, token), so the binding can hand it to Python as one readable line.
+
+use thiserror::Error;
+
+/// Where a bad token sits: its flat index, its trajectory and its position in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenAt {
+    pub token: usize,
+    pub trajectory: usize,
+    pub position: usize,
+}
+
+impl std::fmt::Display for TokenAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "token {} (trajectory {}, position {})",
+            self.token, self.trajectory, self.position
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum MpoError {
+    /// An argument's length disagrees with the batch layout.
+    #[error("`{arg}` has length {got}, expected {expected} ({why})")]
+    Length {
+        arg: &'static str,
+        got: usize,
+        expected: usize,
+        why: &'static str,
+    },
+    /// `offsets` is not a valid ragged layout.
+    #[error("`offsets` {0}")]
+    Offsets(String),
+    /// A mask entry other than 0 or 1.
+    #[error("`mask` must hold 0 or 1, found {value} at {at}")]
+    MaskValue { value: u8, at: TokenAt },
+    /// NaN or ±Inf where a finite number is read.
+    #[error("`{arg}` is not finite ({value}) at {at}")]
+    NonFiniteToken {
+        arg: &'static str,
+        value: f32,
+        at: TokenAt,
+    },
+    /// NaN or ±Inf in a per-trajectory array.
+    #[error("`{arg}` is not finite ({value}) at trajectory {trajectory}")]
+    NonFiniteTrajectory {
+        arg: &'static str,
+        value: f32,
+        trajectory: usize,
+    },
+    /// A reward on a token the policy did not generate.
+    #[error("`rewards` is {value} at observation {at}; rewards must be 0 where mask is 0")]
+    ObservationReward { value: f32, at: TokenAt },
+    /// A group index outside `[0, n_groups)`.
+    #[error("`group_index` holds {value} at trajectory {trajectory}, outside [0, {n_groups})")]
+    GroupIndex {
+        value: i64,
+        trajectory: usize,
+        n_groups: usize,
+    },
+    /// A batch larger than the output index types can address.
+    #[error("{0}")]
+    Capacity(String),
+    /// A hyper-parameter outside its domain.
+    #[error("`{name}` = {value} is out of range: it must be in {domain}")]
+    Parameter {
+        name: &'static str,
+        value: f64,
+        domain: &'static str,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, MpoError>;

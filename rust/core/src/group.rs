@@ -1,0 +1,111 @@
+//! Critic-free group baselines (spec §2.3): GRPO, Dr. GRPO and RLOO over trajectories
+//! that share a prompt, and broadcasting per-trajectory values to their policy tokens.
+
+use rayon::prelude::*;
+
+use crate::error::{MpoError, Result};
+use crate::layout::{check_mask, expect_len, Layout};
+use crate::params::GroupParams;
+use crate::parallel::try_for_each_trajectory;
+
+/// `group_index[j]` in `0..n_groups` is trajectory `j`'s group (dense codes, e.g. from
+/// `numpy.unique(..., return_inverse=True)`). Sums run in trajectory order, so results do
+/// not depend on threads. A group of one gets 0.
+pub fn group_advantages(
+    scores: &[f32],
+    group_index: &[i64],
+    n_groups: usize,
+    params: &GroupParams,
+) -> Result<Vec<f32>> {
+    params.validate()?;
+    expect_len("group_index", group_index.len(), scores.len(), "one per score")?;
+    let mut count = vec![0u64; n_groups];
+    let mut sum = vec![0f64; n_groups];
+    for (j, (&s, &g)) in scores.iter().zip(group_index).enumerate() {
+        if !s.is_finite() {
+            return Err(MpoError::NonFiniteTrajectory { arg: "scores", value: s, trajectory: j });
+        }
+        if g < 0 || g as u64 >= n_groups as u64 {
+            return Err(MpoError::GroupIndex { value: g, trajectory: j, n_groups });
+        }
+        count[g as usize] += 1;
+        sum[g as usize] += s as f64;
+    }
+    let mean: Vec<f64> = sum.iter().zip(&count).map(|(&s, &n)| s / n.max(1) as f64).collect();
+    // Two-pass variance: exact enough for scores of any offset.
+    let mut sq_dev = vec![0f64; n_groups];
+    for (&s, &g) in scores.iter().zip(group_index) {
+        let d = s as f64 - mean[g as usize];
+        sq_dev[g as usize] += d * d;
+    }
+    Ok(scores
+        .iter()
+        .zip(group_index)
+        .map(|(&s, &g)| {
+            let g = g as usize;
+            let n = count[g];
+            if n < 2 {
+                return 0.0;
+            }
+            let s = s as f64;
+            let a = if params.leave_one_out {
+                s - (sum[g] - s) / (n - 1) as f64
+            } else if params.norm_std {
+                (s - mean[g]) / ((sq_dev[g] / (n - 1) as f64).sqrt() + params.eps)
+            } else {
+                s - mean[g]
+            };
+            a as f32
+        })
+        .collect())
+}
+
+/// Writes `per_trajectory[j]` on every policy token of trajectory `j`, 0 elsewhere.
+pub fn broadcast_to_tokens(per_trajectory: &[f32], mask: &[u8], offsets: &[i64]) -> Result<Vec<f32>> {
+    let layout = Layout::new(offsets, mask.len())?;
+    layout.expect_trajectories("per_trajectory", per_trajectory.len())?;
+    let mut out = vec![0f32; layout.n_tokens()];
+    let parts = layout.split_tokens(&mut out).into_par_iter();
+    try_for_each_trajectory(parts, |j, out| {
+        check_mask(&layout, mask, j)?;
+        let range = layout.range(j);
+        let value = per_trajectory[j];
+        for (o, &m) in out.iter_mut().zip(&mask[range]) {
+            *o = if m != 0 { value } else { 0.0 };
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpo_drgrpo_rloo() {
+        let scores = [1.0, 0.0, 0.0, 1.0, 5.0];
+        let groups = [0, 0, 0, 0, 1];
+        let grpo = group_advantages(&scores, &groups, 2, &GroupParams::default()).unwrap();
+        let std = (1.0f64 / 3.0).sqrt(); // unbiased std of [1, 0, 0, 1]
+        assert!((grpo[0] as f64 - 0.5 / (std + 1e-6)).abs() < 1e-6);
+        assert_eq!(grpo[4], 0.0, "a group of one gets 0");
+        let dr = group_advantages(&scores, &groups, 2, &GroupParams { norm_std: false, ..Default::default() }).unwrap();
+        assert_eq!(dr[..4], [0.5, -0.5, -0.5, 0.5]);
+        let rloo = group_advantages(&scores, &groups, 2, &GroupParams { leave_one_out: true, ..Default::default() }).unwrap();
+        assert!((rloo[0] as f64 - (1.0 - 1.0 / 3.0)).abs() < 1e-6);
+        assert!((rloo[1] as f64 - (0.0 - 2.0 / 3.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bad_group_index() {
+        let e = group_advantages(&[1.0, 2.0], &[0, 3], 2, &GroupParams::default()).unwrap_err();
+        assert!(e.to_string().contains("trajectory 1"), "{e}");
+    }
+
+    #[test]
+    fn broadcast() {
+        let out = broadcast_to_tokens(&[2.0, 3.0], &[0, 1, 1, 1, 0], &[0, 3, 5]).unwrap();
+        assert_eq!(out, vec![0.0, 2.0, 2.0, 3.0, 0.0]);
+    }
+}

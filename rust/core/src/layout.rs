@@ -1,0 +1,248 @@
+//! The ragged batch: flat token arrays cut into trajectories by `offsets`, and the
+//! checks every estimator shares.
+
+use std::ops::Range;
+
+use crate::error::{MpoError, Result, TokenAt};
+
+/// Validated trajectory boundaries: `offsets[j]..offsets[j+1]` is trajectory `j`.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    offsets: &'a [i64],
+}
+
+impl<'a> Layout<'a> {
+    /// Checks that `offsets` starts at 0, never decreases and ends at `n_tokens`.
+    pub fn new(offsets: &'a [i64], n_tokens: usize) -> Result<Self> {
+        let Some(&first) = offsets.first() else {
+            return Err(MpoError::Offsets(
+                "is empty; a batch of N trajectories needs N+1 offsets (an empty batch is [0])"
+                    .into(),
+            ));
+        };
+        if first != 0 {
+            return Err(MpoError::Offsets(format!("must start at 0, starts at {first}")));
+        }
+        for (j, w) in offsets.windows(2).enumerate() {
+            if w[1] < w[0] {
+                return Err(MpoError::Offsets(format!(
+                    "decreases at trajectory {j}: offsets[{j}] = {} > offsets[{}] = {}",
+                    w[0],
+                    j + 1,
+                    w[1]
+                )));
+            }
+        }
+        let last = *offsets.last().unwrap_or(&0);
+        if last != n_tokens as i64 {
+            let verb = if last > n_tokens as i64 { "overruns" } else { "stops short of" };
+            return Err(MpoError::Offsets(format!(
+                "{verb} the tokens: offsets[{}] = {last} but there are {n_tokens} tokens",
+                offsets.len() - 1
+            )));
+        }
+        Ok(Self { offsets })
+    }
+
+    pub fn n_trajectories(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        *self.offsets.last().unwrap_or(&0) as usize
+    }
+
+    pub fn offsets(&self) -> &'a [i64] {
+        self.offsets
+    }
+
+    /// Flat token range of trajectory `j`.
+    #[inline]
+    pub fn range(&self, j: usize) -> Range<usize> {
+        self.offsets[j] as usize..self.offsets[j + 1] as usize
+    }
+
+    #[inline]
+    pub fn at(&self, j: usize, token: usize) -> TokenAt {
+        TokenAt { token, trajectory: j, position: token - self.offsets[j] as usize }
+    }
+
+    /// Checks that a per-token array has one entry per token.
+    pub fn expect_tokens(&self, arg: &'static str, len: usize) -> Result<()> {
+        expect_len(arg, len, self.n_tokens(), "one per token, as offsets[-1]")
+    }
+
+    /// Checks that a per-trajectory array has one entry per trajectory.
+    pub fn expect_trajectories(&self, arg: &'static str, len: usize) -> Result<()> {
+        expect_len(arg, len, self.n_trajectories(), "one per trajectory, len(offsets) - 1")
+    }
+
+    /// Cuts a flat per-token buffer into one mutable slice per trajectory.
+    pub fn split_tokens<'b, T>(&self, buf: &'b mut [T]) -> Vec<&'b mut [T]> {
+        split_by(buf, self.offsets)
+    }
+}
+
+pub(crate) fn expect_len(
+    arg: &'static str,
+    got: usize,
+    expected: usize,
+    why: &'static str,
+) -> Result<()> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(MpoError::Length { arg, got, expected, why })
+    }
+}
+
+/// Cuts `buf` at the (validated, non-decreasing, ending at `buf.len()`) `offsets`.
+pub(crate) fn split_by<'b, T, O: Copy + TryInto<usize>>(
+    mut buf: &'b mut [T],
+    offsets: &[O],
+) -> Vec<&'b mut [T]> {
+    let mut parts = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for w in offsets.windows(2) {
+        let lo: usize = w[0].try_into().unwrap_or(0);
+        let hi: usize = w[1].try_into().unwrap_or(0);
+        let (head, tail) = std::mem::take(&mut buf).split_at_mut(hi - lo);
+        parts.push(head);
+        buf = tail;
+    }
+    parts
+}
+
+/// Where the reward signal comes from (exactly one of the two, spec §1).
+#[derive(Debug, Clone, Copy)]
+pub enum Rewards<'a> {
+    /// Token-level rewards, one per token; only policy tokens may be nonzero.
+    Token(&'a [f32]),
+    /// One outcome per trajectory, placed on its last policy token.
+    Score(&'a [f32]),
+}
+
+impl<'a> Rewards<'a> {
+    pub(crate) fn check_shape(&self, layout: &Layout<'_>) -> Result<()> {
+        match self {
+            Rewards::Token(r) => layout.expect_tokens("rewards", r.len()),
+            Rewards::Score(s) => layout.expect_trajectories("scores", s.len()),
+        }
+    }
+
+    /// The reward reader of trajectory `j`, whose last policy token is `last_policy`.
+    #[inline]
+    pub(crate) fn of_trajectory(&self, j: usize, last_policy: Option<usize>) -> TrajRewards<'a> {
+        match *self {
+            Rewards::Token(r) => TrajRewards::Token(r),
+            Rewards::Score(s) => TrajRewards::Score { at: last_policy.unwrap_or(usize::MAX), score: s[j] as f64 },
+        }
+    }
+}
+
+/// Rewards of one trajectory, read token by token.
+#[derive(Clone, Copy)]
+pub(crate) enum TrajRewards<'a> {
+    Token(&'a [f32]),
+    Score { at: usize, score: f64 },
+}
+
+impl TrajRewards<'_> {
+    #[inline(always)]
+    pub(crate) fn get(&self, q: usize) -> f64 {
+        match *self {
+            TrajRewards::Token(r) => r[q] as f64,
+            TrajRewards::Score { at, score } => {
+                if q == at {
+                    score
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
+#[inline]
+pub(crate) fn check_mask(layout: &Layout<'_>, mask: &[u8], j: usize) -> Result<()> {
+    for q in layout.range(j) {
+        if mask[q] > 1 {
+            return Err(MpoError::MaskValue { value: mask[q], at: layout.at(j, q) });
+        }
+    }
+    Ok(())
+}
+
+/// Checks trajectory `j` before any estimator reads it, in token order so the first
+/// problem is the one reported: finite values and rewards on policy tokens, zero rewards
+/// elsewhere, a finite score. Values off-policy are never read. Returns the number of
+/// policy tokens and the last one.
+pub(crate) fn check_trajectory(
+    layout: &Layout<'_>,
+    mask: &[u8],
+    values: &[f32],
+    rewards: Rewards<'_>,
+    j: usize,
+) -> Result<(usize, Option<usize>)> {
+    let mut n_policy = 0usize;
+    let mut last = None;
+    for q in layout.range(j) {
+        match mask[q] {
+            0 => {
+                if let Rewards::Token(r) = rewards {
+                    if r[q] != 0.0 {
+                        if !r[q].is_finite() {
+                            return Err(MpoError::NonFiniteToken { arg: "rewards", value: r[q], at: layout.at(j, q) });
+                        }
+                        return Err(MpoError::ObservationReward { value: r[q], at: layout.at(j, q) });
+                    }
+                }
+            }
+            1 => {
+                if !values[q].is_finite() {
+                    return Err(MpoError::NonFiniteToken { arg: "values", value: values[q], at: layout.at(j, q) });
+                }
+                if let Rewards::Token(r) = rewards {
+                    if !r[q].is_finite() {
+                        return Err(MpoError::NonFiniteToken { arg: "rewards", value: r[q], at: layout.at(j, q) });
+                    }
+                }
+                n_policy += 1;
+                last = Some(q);
+            }
+            m => return Err(MpoError::MaskValue { value: m, at: layout.at(j, q) }),
+        }
+    }
+    if let Rewards::Score(s) = rewards {
+        if !s[j].is_finite() {
+            return Err(MpoError::NonFiniteTrajectory { arg: "scores", value: s[j], trajectory: j });
+        }
+    }
+    Ok((n_policy, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_must_start_at_zero_grow_and_cover_the_tokens() {
+        assert!(Layout::new(&[0, 2, 5], 5).is_ok());
+        assert!(Layout::new(&[0], 0).is_ok());
+        assert!(matches!(Layout::new(&[], 0), Err(MpoError::Offsets(_))));
+        assert!(matches!(Layout::new(&[1, 5], 5), Err(MpoError::Offsets(_))));
+        let e = Layout::new(&[0, 3, 2, 5], 5).unwrap_err().to_string();
+        assert!(e.contains("decreases at trajectory 1"), "{e}");
+        let e = Layout::new(&[0, 6], 5).unwrap_err().to_string();
+        assert!(e.contains("overruns"), "{e}");
+        let e = Layout::new(&[0, 4], 5).unwrap_err().to_string();
+        assert!(e.contains("stops short"), "{e}");
+    }
+
+    #[test]
+    fn split_gives_one_slice_per_trajectory() {
+        let mut buf = [0u8; 6];
+        let l = Layout::new(&[0, 2, 2, 6], 6).unwrap();
+        let parts = l.split_tokens(&mut buf);
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![2, 0, 4]);
+    }
+}

@@ -1,0 +1,26 @@
+//! mpo-core: turn segmentation and advantage estimators for multi-turn LLM-agent
+//! trajectories (MPO, spec `mpo-spec.md`), over ragged batches (flat token arrays plus
+//! trajectory offsets).
+//!
+//! Every estimator runs in parallel over trajectories on the *current* rayon pool (call it
+//! inside `ThreadPool::install` to choose one), accumulates in f64 and writes f32. Each
+//! trajectory is computed by one thread in a fixed order, so results are bitwise
+//! identical for any thread count. No function panics on bad input: it returns an
+//! [`MpoError`] that names the argument and the trajectory/token.
+
+mod error;
+mod gae;
+mod group;
+mod layout;
+mod mae;
+mod parallel;
+mod params;
+mod turns;
+
+pub use error::{MpoError, Result, TokenAt};
+pub use gae::{gae_advantages, GaeOutput};
+pub use group::{broadcast_to_tokens, group_advantages};
+pub use layout::{Layout, Rewards};
+pub use mae::{mae_advantages, MaeOutput};
+pub use params::{GaeParams, GroupParams, MaeParams};
+pub use turns::{segment_turns, Turns};

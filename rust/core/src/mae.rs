@@ -1,0 +1,228 @@
+//! Multiscale advantage estimation (spec §2.1): a GAE over turns, refined inside each
+//! turn by a centred token-level GAE, plus the critic's value targets.
+
+use rayon::prelude::*;
+
+use crate::error::Result;
+use crate::layout::{check_trajectory, split_by, Layout, Rewards, TrajRewards};
+use crate::params::MaeParams;
+use crate::parallel::try_for_each_trajectory;
+use crate::turns::{segment, Turns};
+
+/// Per-token advantages and value targets (0 off-policy), per-turn advantages, and the
+/// segmentation they were computed on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaeOutput {
+    pub advantages: Vec<f32>,
+    pub returns: Vec<f32>,
+    pub turn_advantages: Vec<f32>,
+    pub turns: Turns,
+}
+
+pub fn mae_advantages(
+    values: &[f32],
+    mask: &[u8],
+    offsets: &[i64],
+    rewards: Rewards<'_>,
+    params: &MaeParams,
+) -> Result<MaeOutput> {
+    params.validate()?;
+    let layout = Layout::new(offsets, mask.len())?;
+    layout.expect_tokens("values", values.len())?;
+    rewards.check_shape(&layout)?;
+    let turns = segment(&layout, mask)?;
+
+    let n_tokens = layout.n_tokens();
+    let mut advantages = vec![0f32; n_tokens];
+    let mut returns = vec![0f32; n_tokens];
+    let mut turn_advantages = vec![0f32; turns.n_turns()];
+    let parts = layout
+        .split_tokens(&mut advantages)
+        .into_par_iter()
+        .zip(layout.split_tokens(&mut returns))
+        .zip(split_by(&mut turn_advantages, &turns.traj_offsets));
+    try_for_each_trajectory(parts, |j, ((adv, ret), turn_adv)| {
+        let (_, last_policy) = check_trajectory(&layout, mask, values, rewards, j)?;
+        let traj = Trajectory {
+            base: layout.range(j).start,
+            values,
+            rewards: rewards.of_trajectory(j, last_policy),
+        };
+        let turn_range = turns.of_trajectory(j);
+        traj.estimate(
+            &turns.starts[turn_range.clone()],
+            &turns.ends[turn_range],
+            params,
+            adv,
+            ret,
+            turn_adv,
+        );
+        Ok(())
+    })?;
+    Ok(MaeOutput { advantages, returns, turn_advantages, turns })
+}
+
+/// One trajectory's inputs; `base` is its first flat token (output slices are local).
+struct Trajectory<'a> {
+    base: usize,
+    values: &'a [f32],
+    rewards: TrajRewards<'a>,
+}
+
+impl Trajectory<'_> {
+    #[inline(always)]
+    fn v(&self, q: usize) -> f64 {
+        self.values[q] as f64
+    }
+
+    /// Token residual of flat token `q` in the turn ending (exclusively) at `end`:
+    /// bootstraps from the next policy token inside the turn, else from γ·V of the next turn.
+    #[inline(always)]
+    fn delta(&self, q: usize, end: usize, next_turn_v: f64, gamma: f64) -> f64 {
+        let next = if q + 1 == end { gamma * next_turn_v } else { self.v(q + 1) };
+        self.rewards.get(q) + next - self.v(q)
+    }
+
+    /// Turns are visited last to first; inside a turn, pass 1 accumulates the turn reward,
+    /// the mean intra-turn advantage and the critic targets, pass 2 recomputes the intra
+    /// advantages (cheaper than a per-token buffer) and writes the combination.
+    fn estimate(
+        &self,
+        starts: &[i64],
+        ends: &[i64],
+        p: &MaeParams,
+        adv: &mut [f32],
+        ret: &mut [f32],
+        turn_adv: &mut [f32],
+    ) {
+        let gamma = p.gamma;
+        let mut next_turn_v = 0.0f64; // V_{t+1,1}, 0 past the last turn
+        let mut next_turn_adv = 0.0f64; // A^turn_{t+1}
+        let mut carry = 0.0f64; // C at the first token of turn t+1
+        for t in (0..starts.len()).rev() {
+            let (s, e) = (starts[t] as usize, ends[t] as usize);
+
+            let mut intra = 0.0f64;
+            let mut intra_sum = 0.0f64;
+            let mut turn_reward = 0.0f64;
+            for q in (s..e).rev() {
+                let delta = self.delta(q, e, next_turn_v, gamma);
+                intra = delta + p.lam_intra * intra;
+                intra_sum += intra;
+                turn_reward += self.rewards.get(q);
+                let g = if q + 1 == e { gamma } else { 1.0 };
+                carry = delta + g * p.lam_critic * carry;
+                ret[q - self.base] = (self.v(q) + carry) as f32;
+            }
+
+            let first_v = self.v(s);
+            let a_turn = turn_reward + gamma * next_turn_v - first_v + gamma * p.lam * next_turn_adv;
+            turn_adv[t] = a_turn as f32;
+
+            let out = &mut adv[s - self.base..e - self.base];
+            if p.beta == 0.0 {
+                out.fill(a_turn as f32);
+            } else {
+                let mean = intra_sum / (e - s) as f64;
+                let mut intra = 0.0f64;
+                for q in (s..e).rev() {
+                    intra = self.delta(q, e, next_turn_v, gamma) + p.lam_intra * intra;
+                    out[q - s] = (a_turn + p.beta * (intra - mean)) as f32;
+                }
+            }
+
+            next_turn_v = first_v;
+            next_turn_adv = a_turn;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f32, b: f64) -> bool {
+        (a as f64 - b).abs() < 1e-5
+    }
+
+    /// Two turns [v=1,2] and [v=3,4,5] separated by an observation, reward 1 at the end.
+    fn two_turn_batch() -> (Vec<f32>, Vec<u8>, Vec<f32>) {
+        let values = vec![1.0, 2.0, f32::NAN, 3.0, 4.0, 5.0];
+        let mask = vec![1, 1, 0, 1, 1, 1];
+        let rewards = vec![0.0, 0.0, 0.0, 0.0, 0.0, 1.0];
+        (values, mask, rewards)
+    }
+
+    #[test]
+    fn hand_computed_two_turns() {
+        let (values, mask, rewards) = two_turn_batch();
+        let p = MaeParams { lam: 0.5, lam_intra: 0.5, beta: 1.0, gamma: 0.9, lam_critic: 1.0 };
+        let out = mae_advantages(&values, &mask, &[0, 6], Rewards::Token(&rewards), &p).unwrap();
+        // turn 1: δ_turn = 1 + 0 − 3 = −2 = A^turn_1.
+        // turn 0: δ_turn = 0 + 0.9·3 − 1 = 1.7; A^turn_0 = 1.7 + 0.9·0.5·(−2) = 0.8.
+        assert!(close(out.turn_advantages[1], -2.0));
+        assert!(close(out.turn_advantages[0], 0.8));
+        // turn 1 token residuals: δ = (4−3, 5−4, 1−5) = (1, 1, −4);
+        // intra = (1 + 0.5·(−1), 1 + 0.5·(−4), −4) = (0.5, −1, −4), mean −1.5.
+        let expect1 = [-2.0 + 2.0, -2.0 + 0.5, -2.0 - 2.5];
+        for (k, e) in expect1.iter().enumerate() {
+            assert!(close(out.advantages[3 + k], *e), "{k}: {}", out.advantages[3 + k]);
+        }
+        // turn 0: δ = (2−1, 0.9·3 − 2) = (1, 0.7); intra = (1.35, 0.7), mean 1.025.
+        assert!(close(out.advantages[0], 0.8 + 0.325));
+        assert!(close(out.advantages[1], 0.8 - 0.325));
+        assert_eq!(out.advantages[2], 0.0);
+        assert_eq!(out.returns[2], 0.0);
+        // λ_critic = 1: discounted Monte-Carlo return, γ once per turn boundary.
+        assert!(close(out.returns[5], 1.0));
+        assert!(close(out.returns[3], 1.0));
+        assert!(close(out.returns[1], 0.9));
+        assert!(close(out.returns[0], 0.9));
+        assert_eq!(out.turns.token_turn, vec![0, 0, -1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn turn_mean_is_preserved_and_beta_zero_broadcasts() {
+        let (values, mask, rewards) = two_turn_batch();
+        for beta in [0.0, 0.3, 1.0, 2.5] {
+            let p = MaeParams { beta, ..Default::default() };
+            let out = mae_advantages(&values, &mask, &[0, 6], Rewards::Token(&rewards), &p).unwrap();
+            for t in 0..2 {
+                let (s, e) = (out.turns.starts[t] as usize, out.turns.ends[t] as usize);
+                let mean: f64 = out.advantages[s..e].iter().map(|&a| a as f64).sum::<f64>() / (e - s) as f64;
+                assert!(close(out.turn_advantages[t], mean));
+                if beta == 0.0 {
+                    assert!(out.advantages[s..e].iter().all(|&a| a == out.turn_advantages[t]));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn score_lands_on_the_last_policy_token() {
+        let values = vec![0.5, 0.5, 0.0, 0.0];
+        let mask = vec![1, 1, 0, 0];
+        let by_score = mae_advantages(&values, &mask, &[0, 4], Rewards::Score(&[2.0]), &MaeParams::default()).unwrap();
+        let rewards = vec![0.0, 2.0, 0.0, 0.0];
+        let by_reward = mae_advantages(&values, &mask, &[0, 4], Rewards::Token(&rewards), &MaeParams::default()).unwrap();
+        assert_eq!(by_score, by_reward);
+    }
+
+    #[test]
+    fn bad_inputs_name_the_place() {
+        let (mut values, mask, mut rewards) = two_turn_batch();
+        let p = MaeParams::default();
+        rewards[2] = 0.5;
+        let e = mae_advantages(&values, &mask, &[0, 6], Rewards::Token(&rewards), &p).unwrap_err();
+        assert!(e.to_string().contains("observation token 2"), "{e}");
+        rewards[2] = 0.0;
+        values[4] = f32::INFINITY;
+        let e = mae_advantages(&values, &mask, &[0, 6], Rewards::Token(&rewards), &p).unwrap_err();
+        assert!(e.to_string().starts_with("`values` is not finite (inf) at token 4"), "{e}");
+        let e = mae_advantages(&values[..5], &mask, &[0, 6], Rewards::Token(&rewards), &p).unwrap_err();
+        assert!(e.to_string().starts_with("`values` has length 5, expected 6"), "{e}");
+        let bad = MaeParams { lam_intra: 1.5, ..p };
+        let e = mae_advantages(&values, &mask, &[0, 6], Rewards::Token(&rewards), &bad).unwrap_err();
+        assert!(e.to_string().contains("lam_intra"), "{e}");
+    }
+}

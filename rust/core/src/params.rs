@@ -1,0 +1,110 @@
+//! Estimator hyper-parameters and their domains.
+
+use crate::error::{MpoError, Result};
+
+fn check(name: &'static str, value: f64, ok: bool, domain: &'static str) -> Result<()> {
+    if ok && value.is_finite() {
+        Ok(())
+    } else {
+        Err(MpoError::Parameter { name, value, domain })
+    }
+}
+
+fn unit_interval(name: &'static str, value: f64) -> Result<()> {
+    check(name, value, (0.0..=1.0).contains(&value), "[0, 1]")
+}
+
+fn discount(value: f64) -> Result<()> {
+    check("gamma", value, value > 0.0 && value <= 1.0, "(0, 1]")
+}
+
+/// Multiscale advantage estimation (spec §2.1). Defaults are the paper's (0.80, 0.95, 1.00).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MaeParams {
+    /// Turn-scale GAE λ.
+    pub lam: f64,
+    /// Token-scale λ inside a turn.
+    pub lam_intra: f64,
+    /// Weight of the centred intra-turn refinement.
+    pub beta: f64,
+    /// Discount applied once per interaction (at turn boundaries).
+    pub gamma: f64,
+    /// λ of the critic's value targets (1 = Monte-Carlo returns).
+    pub lam_critic: f64,
+}
+
+impl Default for MaeParams {
+    fn default() -> Self {
+        Self { lam: 0.8, lam_intra: 0.95, beta: 1.0, gamma: 1.0, lam_critic: 1.0 }
+    }
+}
+
+impl MaeParams {
+    pub fn validate(&self) -> Result<()> {
+        unit_interval("lam", self.lam)?;
+        unit_interval("lam_intra", self.lam_intra)?;
+        unit_interval("lam_critic", self.lam_critic)?;
+        discount(self.gamma)?;
+        check("beta", self.beta, self.beta >= 0.0, "[0, inf)")
+    }
+}
+
+/// Token-level GAE over policy tokens (spec §2.2).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GaeParams {
+    pub gamma: f64,
+    pub lam: f64,
+    pub lam_critic: f64,
+    /// VAPO length-adaptive λ: when set, λ = 1 − 1/(α·l) per trajectory of l policy tokens
+    /// (clamped to [0, 1]) replaces `lam` for the advantages.
+    pub length_adaptive_alpha: Option<f64>,
+}
+
+impl Default for GaeParams {
+    fn default() -> Self {
+        Self { gamma: 1.0, lam: 0.95, lam_critic: 1.0, length_adaptive_alpha: None }
+    }
+}
+
+impl GaeParams {
+    pub fn validate(&self) -> Result<()> {
+        discount(self.gamma)?;
+        unit_interval("lam", self.lam)?;
+        unit_interval("lam_critic", self.lam_critic)?;
+        if let Some(alpha) = self.length_adaptive_alpha {
+            check("length_adaptive_alpha", alpha, alpha > 0.0, "(0, inf)")?;
+        }
+        Ok(())
+    }
+
+    /// The advantage λ of a trajectory with `n_policy` policy tokens.
+    pub fn lam_for(&self, n_policy: usize) -> f64 {
+        match self.length_adaptive_alpha {
+            None => self.lam,
+            Some(alpha) => (1.0 - 1.0 / (alpha * n_policy.max(1) as f64)).clamp(0.0, 1.0),
+        }
+    }
+}
+
+/// Which group baseline (spec §2.3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupParams {
+    /// Divide by the group's unbiased std (GRPO); `false` is Dr. GRPO.
+    pub norm_std: bool,
+    /// Added to the std before dividing.
+    pub eps: f64,
+    /// RLOO: the baseline is the mean of the *other* members, with no std division.
+    pub leave_one_out: bool,
+}
+
+impl Default for GroupParams {
+    fn default() -> Self {
+        Self { norm_std: true, eps: 1e-6, leave_one_out: false }
+    }
+}
+
+impl GroupParams {
+    pub fn validate(&self) -> Result<()> {
+        check("eps", self.eps, self.eps >= 0.0, "[0, inf)")
+    }
+}

@@ -1,0 +1,155 @@
+//! Turn segmentation: a turn is a maximal run of policy tokens (mask = 1) inside one
+//! trajectory (spec §1).
+
+use rayon::prelude::*;
+
+use crate::error::{MpoError, Result};
+use crate::layout::{check_mask, split_by, Layout};
+use crate::parallel::{try_for_each_trajectory, try_map_trajectories};
+
+/// The turns of a batch, as flat ranges plus a per-token index.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Turns {
+    /// Flat index of each turn's first token.
+    pub starts: Vec<i64>,
+    /// Flat index one past each turn's last token.
+    pub ends: Vec<i64>,
+    /// Turns of trajectory `j` are `traj_offsets[j]..traj_offsets[j+1]`.
+    pub traj_offsets: Vec<i64>,
+    /// Global turn index of each token, −1 off-policy.
+    pub token_turn: Vec<i32>,
+}
+
+impl Turns {
+    pub fn n_turns(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Global turn range of trajectory `j`.
+    #[inline]
+    pub fn of_trajectory(&self, j: usize) -> std::ops::Range<usize> {
+        self.traj_offsets[j] as usize..self.traj_offsets[j + 1] as usize
+    }
+}
+
+/// Segments every trajectory of the batch into turns.
+pub fn segment_turns(mask: &[u8], offsets: &[i64]) -> Result<Turns> {
+    let layout = Layout::new(offsets, mask.len())?;
+    segment(&layout, mask)
+}
+
+pub(crate) fn segment(layout: &Layout<'_>, mask: &[u8]) -> Result<Turns> {
+    let n = layout.n_trajectories();
+    let counts = try_map_trajectories(n, |j| {
+        check_mask(layout, mask, j)?;
+        Ok(count_turns(&mask[layout.range(j)]))
+    })?;
+
+    let mut traj_offsets = Vec::with_capacity(n + 1);
+    traj_offsets.push(0i64);
+    let mut total = 0i64;
+    for c in counts {
+        total += c as i64;
+        traj_offsets.push(total);
+    }
+    if total > i32::MAX as i64 {
+        return Err(MpoError::Capacity(format!(
+            "the batch has {total} turns; turn indices are int32, split the batch"
+        )));
+    }
+
+    let n_turns = total as usize;
+    let mut starts = vec![0i64; n_turns];
+    let mut ends = vec![0i64; n_turns];
+    let mut token_turn = vec![0i32; layout.n_tokens()];
+    let parts = split_by(&mut starts, &traj_offsets)
+        .into_par_iter()
+        .zip(split_by(&mut ends, &traj_offsets))
+        .zip(layout.split_tokens(&mut token_turn));
+    try_for_each_trajectory(parts, |j, ((starts, ends), token_turn)| {
+        let range = layout.range(j);
+        fill_turns(&mask[range.clone()], range.start, traj_offsets[j] as i32, starts, ends, token_turn);
+        Ok(())
+    })?;
+    Ok(Turns { starts, ends, traj_offsets, token_turn })
+}
+
+#[inline]
+fn count_turns(mask: &[u8]) -> usize {
+    let mut prev = 0u8;
+    let mut count = 0usize;
+    for &m in mask {
+        count += (m > prev) as usize;
+        prev = m;
+    }
+    count
+}
+
+/// Writes one trajectory's turns. `base` is its first flat token, `first_turn` the global
+/// index of its first turn.
+fn fill_turns(
+    mask: &[u8],
+    base: usize,
+    first_turn: i32,
+    starts: &mut [i64],
+    ends: &mut [i64],
+    token_turn: &mut [i32],
+) {
+    let mut t = 0usize;
+    let mut in_turn = false;
+    for (k, &m) in mask.iter().enumerate() {
+        if m != 0 {
+            if !in_turn {
+                starts[t] = (base + k) as i64;
+                in_turn = true;
+            }
+            token_turn[k] = first_turn + t as i32;
+        } else {
+            if in_turn {
+                ends[t] = (base + k) as i64;
+                t += 1;
+                in_turn = false;
+            }
+            token_turn[k] = -1;
+        }
+    }
+    if in_turn {
+        ends[t] = (base + mask.len()) as i64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_are_maximal_policy_runs_within_a_trajectory() {
+        // traj 0: [0 1 1 0 1]  traj 1: [1 1]  traj 2: []  traj 3: [0 0]
+        let mask = [0, 1, 1, 0, 1, 1, 1, 0, 0];
+        let t = segment_turns(&mask, &[0, 5, 7, 7, 9]).unwrap();
+        assert_eq!(t.starts, vec![1, 4, 5]);
+        assert_eq!(t.ends, vec![3, 5, 7]);
+        assert_eq!(t.traj_offsets, vec![0, 2, 3, 3, 3]);
+        assert_eq!(t.token_turn, vec![-1, 0, 0, -1, 1, 2, 2, -1, -1]);
+    }
+
+    #[test]
+    fn a_turn_does_not_cross_a_trajectory_boundary() {
+        let t = segment_turns(&[1, 1, 1, 1], &[0, 2, 4]).unwrap();
+        assert_eq!(t.starts, vec![0, 2]);
+        assert_eq!(t.ends, vec![2, 4]);
+    }
+
+    #[test]
+    fn mask_values_other_than_0_1_are_rejected_with_their_place() {
+        let e = segment_turns(&[1, 0, 0, 2], &[0, 2, 4]).unwrap_err();
+        assert_eq!(e.to_string(), "`mask` must hold 0 or 1, found 2 at token 3 (trajectory 1, position 1)");
+    }
+
+    #[test]
+    fn empty_batch() {
+        let t = segment_turns(&[], &[0]).unwrap();
+        assert_eq!(t.n_turns(), 0);
+        assert_eq!(t.traj_offsets, vec![0]);
+    }
+}
