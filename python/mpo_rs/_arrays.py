@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._native import InvalidBatchError
+
 
 def as_numpy(x: Any, name: str) -> np.ndarray:
     """A numpy view of ``x`` (a copy only where numpy must make one)."""
@@ -36,7 +38,7 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
 
 def _one_dim(arr: np.ndarray, name: str) -> None:
     if arr.ndim != 1:
-        raise ValueError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
+        raise InvalidBatchError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
 
 
 def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
@@ -53,7 +55,7 @@ def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
         raise TypeError(f"`{name}` must be an integer array, got dtype {arr.dtype}")
     _one_dim(arr, name)
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"`{name}` holds values beyond int64")
+        raise InvalidBatchError(f"`{name}` holds values beyond int64")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -70,7 +72,7 @@ def mask_u8(x: Any, name: str = "mask") -> npt.NDArray[np.uint8]:
         raise TypeError(f"`{name}` must be a bool or 0/1 integer array, got dtype {arr.dtype}")
     bad = np.flatnonzero((arr != 0) & (arr != 1))
     if bad.size:
-        raise ValueError(f"`{name}` must hold 0 or 1, found {arr[bad[0]]!r} at token {bad[0]}")
+        raise InvalidBatchError(f"`{name}` must hold 0 or 1, found {arr[bad[0]].item()!r} at token {bad[0]}")
     return arr.astype(np.uint8)
 
 

@@ -2,6 +2,17 @@
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "InvalidBatchError",
+    "broadcast_to_tokens",
+    "gae_advantages",
+    "get_num_threads",
+    "group_advantages",
+    "mae_advantages",
+    "segment_turns",
+    "set_num_threads",
+]
+
 class InvalidBatchError(ValueError): ...
 
 _TurnArrays = tuple[

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._arrays import float32, int64, mask_u8, optional_float32
+from ._arrays import as_numpy, float32, int64, mask_u8, optional_float32
 
 __all__ = [
     "Turns",
@@ -189,11 +189,10 @@ def group_advantages(
 
 
 def as_group_ids(group_ids: Any) -> np.ndarray:
-    from ._arrays import as_numpy
-
+    """A 1-D numpy view of group ids of any kind numpy can factorize (no NaN)."""
     ids = as_numpy(group_ids, "group_ids")
     if ids.ndim != 1:
-        raise ValueError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
+        raise _native.InvalidBatchError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
     if ids.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(ids))
         if bad.size:

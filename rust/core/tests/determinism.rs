@@ -1,0 +1,48 @@
+//! Results are bitwise identical whatever the number of threads (spec §4).
+
+use mpo_core::{gae_advantages, mae_advantages, segment_turns, GaeParams, MaeParams, Rewards};
+
+/// A reproducible multi-turn batch from a tiny LCG (no dev-dependency needed).
+fn batch(n_traj: usize) -> (Vec<f32>, Vec<u8>, Vec<i64>, Vec<f32>) {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |m: u64| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) % m
+    };
+    let (mut mask, mut offsets) = (Vec::new(), vec![0i64]);
+    for _ in 0..n_traj {
+        for _ in 0..1 + next(6) {
+            mask.extend(std::iter::repeat(0u8).take(next(20) as usize));
+            mask.extend(std::iter::repeat(1u8).take(1 + next(30) as usize));
+        }
+        offsets.push(mask.len() as i64);
+    }
+    let values = (0..mask.len()).map(|_| next(1000) as f32 / 500.0 - 1.0).collect();
+    let scores = (0..n_traj).map(|_| next(2) as f32).collect();
+    (values, mask, offsets, scores)
+}
+
+fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(f)
+}
+
+#[test]
+fn estimators_are_bitwise_identical_for_1_2_and_7_threads() {
+    let (values, mask, offsets, scores) = batch(3000);
+    let run = || {
+        let mae = mae_advantages(&values, &mask, &offsets, Rewards::Score(&scores), &MaeParams::default()).unwrap();
+        let gae = gae_advantages(&values, &mask, &offsets, Rewards::Score(&scores), &GaeParams::default()).unwrap();
+        let turns = segment_turns(&mask, &offsets).unwrap();
+        (mae, gae, turns)
+    };
+    let one = in_pool(1, run);
+    for threads in [2, 7] {
+        let other = in_pool(threads, run);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&one.0.advantages), bits(&other.0.advantages));
+        assert_eq!(bits(&one.0.returns), bits(&other.0.returns));
+        assert_eq!(bits(&one.0.turn_advantages), bits(&other.0.turn_advantages));
+        assert_eq!(bits(&one.1.advantages), bits(&other.1.advantages));
+        assert_eq!(one.2, other.2);
+    }
+}

@@ -1,0 +1,145 @@
+"""Slow, independent reference estimators written from the formulas of the spec (§1-§2).
+
+Plain Python floats (f64) and explicit sums instead of the recurrences the Rust core uses,
+so that the two implementations share nothing but the spec.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass
+class RefTurns:
+    starts: list[int]
+    ends: list[int]
+    traj_offsets: list[int]
+    token_turn: list[int]
+
+
+def segment(mask: list[int], offsets: list[int]) -> RefTurns:
+    starts: list[int] = []
+    ends: list[int] = []
+    traj_offsets = [0]
+    token_turn = [-1] * len(mask)
+    for j in range(len(offsets) - 1):
+        lo, hi = offsets[j], offsets[j + 1]
+        q = lo
+        while q < hi:
+            if mask[q]:
+                s = q
+                while q < hi and mask[q]:
+                    token_turn[q] = len(starts)
+                    q += 1
+                starts.append(s)
+                ends.append(q)
+            else:
+                q += 1
+        traj_offsets.append(len(starts))
+    return RefTurns(starts, ends, traj_offsets, token_turn)
+
+
+def token_rewards(mask, offsets, rewards, scores) -> list[float]:
+    """Token-level rewards; a score goes on its trajectory's last policy token."""
+    if rewards is not None:
+        return [float(r) for r in rewards]
+    out = [0.0] * len(mask)
+    for j in range(len(offsets) - 1):
+        policy = [q for q in range(offsets[j], offsets[j + 1]) if mask[q]]
+        if policy:
+            out[policy[-1]] = float(scores[j])
+    return out
+
+
+def mae(values, mask, offsets, *, rewards=None, scores=None, lam=0.8, lam_intra=0.95,
+        beta=1.0, gamma=1.0, lam_critic=1.0):
+    """Returns (advantages, returns, turn_advantages) as lists of floats."""
+    r = token_rewards(mask, offsets, rewards, scores)
+    v = [float(x) for x in values]
+    turns = segment(mask, offsets)
+    n_tok = len(mask)
+    adv = [0.0] * n_tok
+    ret = [0.0] * n_tok
+    turn_adv = [0.0] * len(turns.starts)
+    for j in range(len(offsets) - 1):
+        tids = list(range(turns.traj_offsets[j], turns.traj_offsets[j + 1]))
+        toks = [list(range(turns.starts[t], turns.ends[t])) for t in tids]
+        n = len(tids)
+
+        def first_v(k: int) -> float:  # V_{k,1}; V_{T+1,1} = 0
+            return v[toks[k][0]] if k < n else 0.0
+
+        # token residuals δ_{t,i}
+        deltas = []
+        for k in range(n):
+            d = []
+            for i, q in enumerate(toks[k]):
+                if i + 1 < len(toks[k]):
+                    d.append(r[q] + v[toks[k][i + 1]] - v[q])
+                else:
+                    d.append(r[q] + gamma * first_v(k + 1) - v[q])
+            deltas.append(d)
+        # stage 1: δ^turn = R_t + γ V_{t+1,1} − V_{t,1};  A^turn_t = Σ_l (γλ)^l δ^turn_{t+l}
+        d_turn = [sum(r[q] for q in toks[k]) + gamma * first_v(k + 1) - first_v(k) for k in range(n)]
+        a_turn = [sum((gamma * lam) ** l * d_turn[k + l] for l in range(n - k)) for k in range(n)]
+        for k in range(n):
+            turn_adv[tids[k]] = a_turn[k]
+            L = len(toks[k])
+            intra = [sum(lam_intra ** m * deltas[k][i + m] for m in range(L - i)) for i in range(L)]
+            mean = sum(intra) / L
+            for i, q in enumerate(toks[k]):
+                adv[q] = a_turn[k] + beta * (intra[i] - mean)
+        # critic targets: C_q = δ_q + g_q λc C_{q+1} over the trajectory's policy tokens
+        flat = [(q, deltas[k][i], i + 1 == len(toks[k])) for k in range(n) for i, q in enumerate(toks[k])]
+        c = 0.0
+        for q, d, last in reversed(flat):
+            c = d + (gamma if last else 1.0) * lam_critic * c
+            ret[q] = v[q] + c
+    return adv, ret, turn_adv
+
+
+def gae(values, mask, offsets, *, rewards=None, scores=None, gamma=1.0, lam=0.95,
+        lam_critic=1.0, length_adaptive_alpha=None):
+    """Token GAE over policy tokens as explicit sums: A_q = Σ_k (γλ)^k δ_{q+k}."""
+    r = token_rewards(mask, offsets, rewards, scores)
+    v = [float(x) for x in values]
+    adv = [0.0] * len(mask)
+    ret = [0.0] * len(mask)
+    for j in range(len(offsets) - 1):
+        pol = [q for q in range(offsets[j], offsets[j + 1]) if mask[q]]
+        n = len(pol)
+        lam_j = lam
+        if length_adaptive_alpha is not None:
+            lam_j = min(1.0, max(0.0, 1.0 - 1.0 / (length_adaptive_alpha * max(n, 1))))
+        deltas = [r[pol[i]] + gamma * (v[pol[i + 1]] if i + 1 < n else 0.0) - v[pol[i]] for i in range(n)]
+        for i in range(n):
+            adv[pol[i]] = sum((gamma * lam_j) ** k * deltas[i + k] for k in range(n - i))
+            ret[pol[i]] = v[pol[i]] + sum((gamma * lam_critic) ** k * deltas[i + k] for k in range(n - i))
+    return adv, ret
+
+
+def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) -> list[float]:
+    members: dict[object, list[int]] = {}
+    for j, g in enumerate(group_ids):
+        members.setdefault(g, []).append(j)
+    out = [0.0] * len(scores)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        s = [float(scores[j]) for j in idx]
+        mean = statistics.fmean(s)
+        std = statistics.stdev(s)
+        for j, x in zip(idx, s):
+            if leave_one_out:
+                out[j] = x - (sum(s) - x) / (len(s) - 1)
+            elif norm_std:
+                out[j] = (x - mean) / (std + eps)
+            else:
+                out[j] = x - mean
+    return out
+
+
+def is_close_list(a, b, rtol=1e-5, atol=1e-4) -> bool:
+    return all(math.isclose(x, y, rel_tol=rtol, abs_tol=atol) for x, y in zip(a, b))

@@ -1,0 +1,149 @@
+"""Every bad input of spec §1 and issue 2 raises a typed exception naming what and where."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mpo_rs
+
+MASK = np.array([1, 1, 0, 1, 1, 1], bool)
+VALUES = np.array([1, 2, np.nan, 3, 4, 5], np.float32)
+REWARDS = np.array([0, 0, 0, 0, 0, 1], np.float32)
+OFFSETS = np.array([0, 3, 6], np.int64)
+ESTIMATORS = [mpo_rs.mae_advantages, mpo_rs.gae_advantages]
+
+
+def call(fn, values=VALUES, mask=MASK, offsets=OFFSETS, **kw):
+    if "scores" not in kw and "rewards" not in kw:
+        kw["rewards"] = REWARDS
+    return fn(values, mask, offsets, **kw)
+
+
+def test_invalid_batch_error_is_a_value_error():
+    assert issubclass(mpo_rs.InvalidBatchError, ValueError)
+
+
+@pytest.mark.parametrize("fn", ESTIMATORS)
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        (dict(values=VALUES[:5]), r"`values` has length 5, expected 6"),
+        (dict(rewards=REWARDS[:4]), r"`rewards` has length 4, expected 6"),
+        (dict(offsets=np.array([0, 4, 3, 6])), r"`offsets` decreases at trajectory 1"),
+        (dict(offsets=np.array([0, 3, 7])), r"`offsets` overruns the tokens: offsets\[2\] = 7"),
+        (dict(offsets=np.array([0, 3, 5])), r"`offsets` stops short"),
+        (dict(offsets=np.array([1, 3, 6])), r"`offsets` must start at 0"),
+        (dict(offsets=np.array([], np.int64)), r"`offsets` is empty"),
+        (dict(values=np.where(np.arange(6) == 4, np.inf, VALUES)), r"`values` is not finite \(inf\) at token 4 \(trajectory 1, position 1\)"),
+        (dict(rewards=np.where(np.arange(6) == 1, np.nan, REWARDS)), r"`rewards` is not finite \(NaN\) at token 1 \(trajectory 0, position 1\)"),
+        (dict(rewards=np.where(np.arange(6) == 2, 0.5, REWARDS)), r"`rewards` is 0.5 at observation token 2 \(trajectory 0, position 2\)"),
+        (dict(rewards=REWARDS, scores=np.ones(2, np.float32)), r"exactly one of `rewards`"),
+        (dict(scores=np.array([1.0, np.nan], np.float32)), r"`scores` is not finite \(NaN\) at trajectory 1"),
+        (dict(scores=np.ones(3, np.float32)), r"`scores` has length 3, expected 2"),
+        (dict(mask=np.array([1, 1, 0, 2, 1, 1], np.uint8)), r"`mask` must hold 0 or 1, found 2 at token 3"),
+        (dict(mask=np.array([1, 1, 0, 5, 1, 1], np.int64)), r"`mask` must hold 0 or 1, found 5 at token 3"),
+        (dict(lam=1.5), r"`lam` = 1.5 is out of range: it must be in \[0, 1\]"),
+        (dict(lam=-0.1), r"`lam` = -0.1 is out of range"),
+        (dict(gamma=0.0), r"`gamma` = 0 is out of range: it must be in \(0, 1\]"),
+        (dict(gamma=1.01), r"`gamma` = 1.01 is out of range"),
+        (dict(lam_critic=2.0), r"`lam_critic` = 2 is out of range"),
+        (dict(lam=float("nan")), r"`lam` = NaN is out of range"),
+    ],
+)
+def test_bad_batches_raise_value_errors_naming_the_place(fn, kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call(fn, **kw)
+
+
+def test_neither_rewards_nor_scores():
+    with pytest.raises(ValueError, match="exactly one of `rewards`"):
+        mpo_rs.mae_advantages(VALUES, MASK, OFFSETS)
+
+
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        (dict(lam_intra=1.2), r"`lam_intra` = 1.2"),
+        (dict(beta=-0.5), r"`beta` = -0.5 is out of range: it must be in \[0, inf\)"),
+        (dict(beta=float("inf")), r"`beta` = inf"),
+    ],
+)
+def test_mae_only_parameters(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call(mpo_rs.mae_advantages, **kw)
+
+
+def test_length_adaptive_alpha_must_be_positive():
+    with pytest.raises(ValueError, match="length_adaptive_alpha"):
+        call(mpo_rs.gae_advantages, length_adaptive_alpha=0.0)
+
+
+@pytest.mark.parametrize("fn", ESTIMATORS)
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        (dict(values=np.array(["a"] * 6)), r"`values` must be a real numeric array"),
+        (dict(values=VALUES.astype(np.complex64)), r"`values` must be a real numeric array"),
+        (dict(offsets=OFFSETS.astype(np.float64)), r"`offsets` must be an integer array"),
+        (dict(mask=np.array(["x"] * 6)), r"`mask` must be a bool or 0/1 integer array"),
+        (dict(values=object()), r"`values`"),
+    ],
+)
+def test_wrong_kind_of_array_is_a_type_error(fn, kw, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        call(fn, **kw)
+
+
+@pytest.mark.parametrize("fn", ESTIMATORS)
+def test_two_dimensional_input_is_rejected(fn):
+    with pytest.raises(ValueError, match=r"`values` must be 1-D"):
+        call(fn, values=np.zeros((2, 3), np.float32))
+
+
+def test_nan_values_on_observation_tokens_are_never_read():
+    values = VALUES.copy()
+    values[2] = np.nan
+    a = call(mpo_rs.mae_advantages, values=values)
+    values[2] = 123.0
+    b = call(mpo_rs.mae_advantages, values=values)
+    assert np.array_equal(a.advantages, b.advantages) and np.array_equal(a.returns, b.returns)
+
+
+def test_the_first_bad_trajectory_is_reported_whatever_the_threads():
+    n = 2000
+    offsets = np.arange(n + 1, dtype=np.int64) * 4
+    mask = np.ones(4 * n, bool)
+    values = np.zeros(4 * n, np.float32)
+    values[[4 * 1500 + 1, 4 * 700 + 2, 4 * 1999]] = np.nan
+    with pytest.raises(ValueError, match=r"token 2802 \(trajectory 700, position 2\)"):
+        mpo_rs.mae_advantages(values, mask, offsets, scores=np.zeros(n, np.float32))
+
+
+def test_group_errors():
+    with pytest.raises(ValueError, match=r"`group_ids` has length 2, expected 3"):
+        mpo_rs.group_advantages(np.zeros(3), [1, 2])
+    with pytest.raises(ValueError, match=r"`scores` is not finite \(NaN\) at trajectory 1"):
+        mpo_rs.group_advantages([1.0, np.nan], [0, 0])
+    with pytest.raises(ValueError, match=r"`eps` = -1"):
+        mpo_rs.group_advantages([1.0, 2.0], [0, 0], eps=-1.0)
+    with pytest.raises(ValueError, match=r"`group_ids` must be 1-D"):
+        mpo_rs.group_advantages([1.0, 2.0], [[0, 0]])
+    with pytest.raises(ValueError, match=r"`group_ids` is nan at trajectory 0"):
+        mpo_rs.group_advantages([1.0, 2.0], [np.nan, 0.0])
+
+
+def test_segment_turns_errors():
+    with pytest.raises(ValueError, match=r"`offsets` overruns"):
+        mpo_rs.segment_turns(MASK, [0, 7])
+    with pytest.raises(TypeError, match=r"`offsets` must be an integer array"):
+        mpo_rs.segment_turns(MASK, [0.0, 6.0])
+
+
+def test_inputs_are_never_modified():
+    arrays = dict(values=VALUES.copy(), mask=MASK.copy(), offsets=OFFSETS.copy(), rewards=REWARDS.copy())
+    before = {k: v.copy() for k, v in arrays.items()}
+    mpo_rs.mae_advantages(**arrays)
+    mpo_rs.gae_advantages(**arrays)
+    for k in arrays:
+        np.testing.assert_array_equal(arrays[k], before[k])

@@ -1,0 +1,193 @@
+"""Spec §4 invariants, checked by hypothesis against the independent reference."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import mpo_rs
+from strategies import Batch, batches, gae_params, mae_params
+import reference as ref
+
+TOL = dict(rtol=1e-5, atol=1e-4)
+
+
+def _mae(b: Batch, **kw):
+    return mpo_rs.mae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards, **kw)
+
+
+@given(batches(), mae_params)
+def test_mae_matches_reference(b, p):
+    res = _mae(b, **p)
+    adv, ret, turn_adv = ref.mae(b.values, b.mask.tolist(), b.offsets.tolist(), rewards=b.rewards, **p)
+    np.testing.assert_allclose(res.advantages, adv, **TOL)
+    np.testing.assert_allclose(res.returns, ret, **TOL)
+    np.testing.assert_allclose(res.turn_advantages, turn_adv, **TOL)
+    assert res.advantages.dtype == res.returns.dtype == np.float32
+
+
+@given(batches(), mae_params)
+def test_mae_with_scores_matches_reference(b, p):
+    res = mpo_rs.mae_advantages(b.values, b.mask, b.offsets, scores=b.scores, **p)
+    adv, ret, turn_adv = ref.mae(b.values, b.mask.tolist(), b.offsets.tolist(), scores=b.scores, **p)
+    np.testing.assert_allclose(res.advantages, adv, **TOL)
+    np.testing.assert_allclose(res.returns, ret, **TOL)
+    np.testing.assert_allclose(res.turn_advantages, turn_adv, **TOL)
+
+
+@given(batches())
+def test_segmentation_matches_reference(b):
+    t = mpo_rs.segment_turns(b.mask, b.offsets)
+    r = ref.segment(b.mask.tolist(), b.offsets.tolist())
+    assert t.starts.tolist() == r.starts
+    assert t.ends.tolist() == r.ends
+    assert t.traj_offsets.tolist() == r.traj_offsets
+    assert t.token_turn.tolist() == r.token_turn
+    assert (t.starts.dtype, t.traj_offsets.dtype, t.token_turn.dtype) == (np.int64, np.int64, np.int32)
+
+
+@given(batches(), gae_params, st.none() | st.floats(0.001, 1.0))
+def test_gae_matches_reference(b, p, alpha):
+    res = mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards, length_adaptive_alpha=alpha, **p)
+    adv, ret = ref.gae(b.values, b.mask.tolist(), b.offsets.tolist(), rewards=b.rewards, length_adaptive_alpha=alpha, **p)
+    np.testing.assert_allclose(res.advantages, adv, **TOL)
+    np.testing.assert_allclose(res.returns, ret, **TOL)
+
+
+@given(batches(), mae_params)
+def test_turn_mean_is_preserved(b, p):
+    res = _mae(b, **p)
+    t = res.turns
+    for k in range(t.n_turns):
+        seg = res.advantages[t.starts[k] : t.ends[k]].astype(np.float64)
+        assert abs(seg.mean() - res.turn_advantages[k]) <= 1e-4 * (1 + abs(res.turn_advantages[k]))
+
+
+@given(batches(), mae_params)
+def test_beta_zero_broadcasts_the_turn_advantage(b, p):
+    res = _mae(b, **{**p, "beta": 0.0})
+    tt = res.turns.token_turn
+    on = tt >= 0
+    assert np.array_equal(res.advantages[on], res.turn_advantages[tt[on]])
+
+
+@given(batches(), mae_params, st.data())
+def test_turn_advantage_ignores_values_strictly_inside_a_turn(b, p, data):
+    res = _mae(b, **p)
+    t = res.turns
+    inner = np.concatenate([np.arange(s + 1, e) for s, e in zip(t.starts, t.ends)] + [np.array([], int)])
+    assume(inner.size > 0)
+    shifted = b.values.copy()
+    shifted[inner] += np.float32(data.draw(st.floats(-3, 3, allow_nan=False, width=32)))
+    res2 = mpo_rs.mae_advantages(shifted, b.mask, b.offsets, rewards=b.rewards, **p)
+    assert np.array_equal(res.turn_advantages, res2.turn_advantages)
+
+
+@given(batches(), st.floats(0.0, 1.0), st.floats(0.0, 2.0))
+def test_lambda_one_gamma_one_gives_return_minus_first_value(b, lam_intra, beta):
+    res = _mae(b, lam=1.0, lam_intra=lam_intra, beta=beta, gamma=1.0, lam_critic=1.0)
+    t = res.turns
+    expect = res.returns[t.starts].astype(np.float64) - b.values[t.starts]
+    np.testing.assert_allclose(res.turn_advantages, expect, **TOL)
+    g = mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards, lam=1.0, lam_critic=1.0)
+    np.testing.assert_allclose(g.advantages[b.mask], (g.returns - np.nan_to_num(b.values))[b.mask], **TOL)
+
+
+@given(batches(), mae_params)
+def test_observation_tokens_get_zero_and_minus_one(b, p):
+    res = _mae(b, **p)
+    g = mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards)
+    off = ~b.mask
+    for arr in (res.advantages, res.returns, g.advantages, g.returns):
+        assert np.all(arr[off] == 0)
+    assert np.all(res.turns.token_turn[off] == -1)
+    assert np.all(res.turns.token_turn[b.mask] >= 0)
+
+
+def _insert_observations(b: Batch, where: list[int], lengths: list[int]) -> tuple[Batch, np.ndarray]:
+    """Inserts observation runs before flat tokens `where` (at trajectory-internal points)
+    and returns the new batch plus the new position of every old token."""
+    new_pos = np.arange(len(b.mask))
+    for w, n in sorted(zip(where, lengths)):
+        new_pos[w:] += n
+    total = len(b.mask) + sum(lengths)
+    mask = np.zeros(total, bool)
+    values = np.full(total, np.nan, np.float32)
+    rewards = np.zeros(total, np.float32)
+    mask[new_pos], values[new_pos], rewards[new_pos] = b.mask, b.values, b.rewards
+    offsets = b.offsets.copy()
+    for w, n in zip(where, lengths):
+        offsets[np.searchsorted(b.offsets, w, side="right") :] += n
+    return Batch(values, mask, offsets, rewards, b.scores), new_pos
+
+
+@given(batches(), mae_params, st.data(), st.booleans())
+def test_inserting_observations_changes_no_policy_result(b, p, data, anywhere):
+    """Token GAE skips observations wherever they are. For MAE an observation run may grow
+    or appear anywhere that does not cut a turn in two (that would make two turns)."""
+    assume(len(b.mask) > 0)
+    starts = set(b.offsets[:-1].tolist())
+    m = b.mask
+    if anywhere:
+        allowed = list(range(len(m)))
+    else:
+        allowed = [q for q in range(len(m)) if q in starts or not m[q] or not m[q - 1]]
+    assume(allowed)
+    where = data.draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=3, unique=True))
+    lengths = data.draw(st.lists(st.integers(1, 5), min_size=len(where), max_size=len(where)))
+    b2, pos = _insert_observations(b, where, lengths)
+    pol = b.mask
+    g1 = mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards)
+    g2 = mpo_rs.gae_advantages(b2.values, b2.mask, b2.offsets, rewards=b2.rewards)
+    assert np.array_equal(g1.advantages[pol], g2.advantages[pos[pol]])
+    assert np.array_equal(g1.returns[pol], g2.returns[pos[pol]])
+    if not anywhere:
+        r1, r2 = _mae(b, **p), _mae(b2, **p)
+        assert np.array_equal(r1.advantages[pol], r2.advantages[pos[pol]])
+        assert np.array_equal(r1.returns[pol], r2.returns[pos[pol]])
+        assert np.array_equal(r1.turn_advantages, r2.turn_advantages)
+
+
+def _take(b: Batch, order: list[int]) -> Batch:
+    idx = [np.arange(b.offsets[j], b.offsets[j + 1]) for j in order]
+    flat = np.concatenate(idx + [np.array([], np.int64)]).astype(np.int64)
+    lengths = [len(i) for i in idx]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return Batch(b.values[flat], b.mask[flat], offsets, b.rewards[flat], b.scores[order])
+
+
+def _per_traj(arr: np.ndarray, offsets: np.ndarray) -> list[list[float]]:
+    return [arr[offsets[j] : offsets[j + 1]].tolist() for j in range(len(offsets) - 1)]
+
+
+@given(batches(), mae_params, st.randoms(use_true_random=False))
+def test_trajectories_are_independent(b, p, rnd):
+    order = list(range(b.n))
+    rnd.shuffle(order)
+    whole = _mae(b, **p)
+    perm = _mae(_take(b, order), **p)
+    per = _per_traj(whole.advantages, b.offsets)
+    assert _per_traj(perm.advantages, _take(b, order).offsets) == [per[j] for j in order]
+    # splitting the batch in two splits the results
+    cut = rnd.randint(0, b.n)
+    left, right = _take(b, list(range(cut))), _take(b, list(range(cut, b.n)))
+    joined = np.concatenate([_mae(left, **p).returns, _mae(right, **p).returns])
+    assert np.array_equal(joined, whole.returns)
+
+
+@given(
+    st.lists(st.floats(-10, 10, allow_nan=False, width=32), min_size=0, max_size=40),
+    st.data(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_group_baselines_match_reference(scores, data, norm_std, loo):
+    ids = data.draw(st.lists(st.integers(0, 5), min_size=len(scores), max_size=len(scores)))
+    s = np.array(scores, np.float32)
+    got = mpo_rs.group_advantages(s, np.array(ids, np.int64), norm_std=norm_std, leave_one_out=loo)
+    want = ref.group(s.tolist(), ids, norm_std=norm_std, leave_one_out=loo)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+    # same groups named by strings
+    names = np.array([f"prompt-{i}" for i in ids], dtype=object)
+    assert np.array_equal(got, mpo_rs.group_advantages(s, names, norm_std=norm_std, leave_one_out=loo))
