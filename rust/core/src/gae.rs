@@ -2,10 +2,14 @@
 //! observation tokens are skipped, so a policy token bootstraps from the next *policy*
 //! token's value, across observations.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::layout::{check_trajectory, Layout, Rewards};
+use crate::layout::{first_problem, run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
+use crate::output::{fill, OutBuf};
+use crate::runs::runs_rev;
 use crate::params::GaeParams;
 use crate::parallel::try_for_each_trajectory;
 
@@ -29,36 +33,78 @@ pub fn gae_advantages(
     rewards.check_shape(&layout)?;
 
     let n_tokens = layout.n_tokens();
-    let mut advantages = vec![0f32; n_tokens];
-    let mut returns = vec![0f32; n_tokens];
-    let parts = layout
-        .split_tokens(&mut advantages)
-        .into_par_iter()
-        .zip(layout.split_tokens(&mut returns));
+    let mut advantages = OutBuf::<f32>::new(n_tokens);
+    let mut returns = OutBuf::<f32>::new(n_tokens);
+    let parts = advantages.parts(offsets).into_par_iter().zip(returns.parts(offsets));
     try_for_each_trajectory(parts, |j, (adv, ret)| {
-        let (n_policy, last_policy) = check_trajectory(&layout, mask, values, rewards, j)?;
-        let rewards = rewards.of_trajectory(j, last_policy);
         let range = layout.range(j);
-        let base = range.start;
+        let traj_mask = &mask[range.clone()];
+        let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
+        let n_policy = match params.length_adaptive_alpha {
+            Some(_) => traj_mask.iter().map(|&m| (m != 0) as usize).sum(),
+            None => 0,
+        };
+        let traj = Trajectory {
+            base: range.start,
+            mask: traj_mask,
+            values,
+            source: rewards,
+            gamma_lam: params.gamma * params.lam_for(n_policy),
+            params,
+            adv,
+            ret,
+        };
+        if !rewards.with_trajectory(j, last_policy, traj) {
+            first_problem(&layout, mask, values, rewards, j)?;
+        }
+        score_ok(rewards, j)
+    })?;
+    // SAFETY: `Trajectory::visit` writes every token of its trajectory.
+    let (advantages, returns) = unsafe { (advantages.assume_written(), returns.assume_written()) };
+    Ok(GaeOutput { advantages, returns })
+}
+
+struct Trajectory<'a, 'o> {
+    base: usize,
+    mask: &'a [u8],
+    values: &'a [f32],
+    source: Rewards<'a>,
+    gamma_lam: f64,
+    params: &'a GaeParams,
+    adv: &'o mut [MaybeUninit<f32>],
+    ret: &'o mut [MaybeUninit<f32>],
+}
+
+impl RewardsVisitor<bool> for Trajectory<'_, '_> {
+    /// One backward sweep, run by run: observation runs get 0 and leave the recursion as
+    /// it was. Returns whether the fast input checks passed.
+    fn visit<R: RewardAt>(self, rewards: R) -> bool {
+        let Trajectory { base, mask, values, source, gamma_lam, params, adv, ret } = self;
         let gamma = params.gamma;
-        let gamma_lam = gamma * params.lam_for(n_policy);
         let gamma_lam_critic = gamma * params.lam_critic;
         let (mut next_v, mut a, mut c) = (0.0f64, 0.0f64, 0.0f64);
-        for q in range.rev() {
-            if mask[q] == 0 {
+        let mut ok = true;
+        for (run, m) in runs_rev(mask) {
+            let flat = base + run.start..base + run.end;
+            if m != 1 {
+                ok &= m == 0 && run_ok(values, source, flat, false);
+                fill(&mut adv[run.clone()], 0.0);
+                fill(&mut ret[run], 0.0);
                 continue;
             }
-            let v = values[q] as f64;
-            let delta = rewards.get(q) + gamma * next_v - v;
-            a = delta + gamma_lam * a;
-            c = delta + gamma_lam_critic * c;
-            adv[q - base] = a as f32;
-            ret[q - base] = (v + c) as f32;
-            next_v = v;
+            ok &= run_ok(values, source, flat.clone(), true);
+            for q in flat.rev() {
+                let v = values[q] as f64;
+                let delta = rewards.at(q) + gamma * next_v - v;
+                a = delta + gamma_lam * a;
+                c = delta + gamma_lam_critic * c;
+                adv[q - base].write(a as f32);
+                ret[q - base].write((v + c) as f32);
+                next_v = v;
+            }
         }
-        Ok(())
-    })?;
-    Ok(GaeOutput { advantages, returns })
+        ok
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use crate::error::{MpoError, Result};
 use crate::layout::{check_mask, expect_len, Layout};
+use crate::output::OutBuf;
 use crate::params::GroupParams;
 use crate::parallel::try_for_each_trajectory;
 
@@ -64,18 +65,18 @@ pub fn group_advantages(
 pub fn broadcast_to_tokens(per_trajectory: &[f32], mask: &[u8], offsets: &[i64]) -> Result<Vec<f32>> {
     let layout = Layout::new(offsets, mask.len())?;
     layout.expect_trajectories("per_trajectory", per_trajectory.len())?;
-    let mut out = vec![0f32; layout.n_tokens()];
-    let parts = layout.split_tokens(&mut out).into_par_iter();
+    let mut out = OutBuf::<f32>::new(layout.n_tokens());
+    let parts = out.parts(offsets).into_par_iter();
     try_for_each_trajectory(parts, |j, out| {
         check_mask(&layout, mask, j)?;
-        let range = layout.range(j);
         let value = per_trajectory[j];
-        for (o, &m) in out.iter_mut().zip(&mask[range]) {
-            *o = if m != 0 { value } else { 0.0 };
+        for (o, &m) in out.iter_mut().zip(&mask[layout.range(j)]) {
+            o.write(if m != 0 { value } else { 0.0 });
         }
         Ok(())
     })?;
-    Ok(out)
+    // SAFETY: every token of every trajectory was written above.
+    Ok(unsafe { out.assume_written() })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use crate::error::{MpoError, Result, TokenAt};
+use crate::runs::{all_finite, all_zero};
 
 /// Validated trajectory boundaries: `offsets[j]..offsets[j+1]` is trajectory `j`.
 #[derive(Debug, Clone, Copy)]
@@ -129,37 +130,53 @@ impl<'a> Rewards<'a> {
         }
     }
 
-    /// The reward reader of trajectory `j`, whose last policy token is `last_policy`.
+    /// Calls `f` with the reward reader of trajectory `j` (whose last policy token is
+    /// `last_policy`), monomorphised per reward kind so the inner loops do not branch on it.
     #[inline]
-    pub(crate) fn of_trajectory(&self, j: usize, last_policy: Option<usize>) -> TrajRewards<'a> {
+    pub(crate) fn with_trajectory<R>(&self, j: usize, last_policy: Option<usize>, f: impl RewardsVisitor<R>) -> R {
         match *self {
-            Rewards::Token(r) => TrajRewards::Token(r),
-            Rewards::Score(s) => TrajRewards::Score { at: last_policy.unwrap_or(usize::MAX), score: s[j] as f64 },
+            Rewards::Token(r) => f.visit(TokenRewards(r)),
+            Rewards::Score(s) => f.visit(ScoreReward { at: last_policy.unwrap_or(usize::MAX), score: s[j] as f64 }),
         }
     }
 }
 
-/// Rewards of one trajectory, read token by token.
+/// Reward of flat token `q` of one trajectory.
+pub(crate) trait RewardAt: Copy {
+    fn at(&self, q: usize) -> f64;
+}
+
 #[derive(Clone, Copy)]
-pub(crate) enum TrajRewards<'a> {
-    Token(&'a [f32]),
-    Score { at: usize, score: f64 },
+pub(crate) struct TokenRewards<'a>(&'a [f32]);
+
+impl RewardAt for TokenRewards<'_> {
+    #[inline(always)]
+    fn at(&self, q: usize) -> f64 {
+        self.0[q] as f64
+    }
 }
 
-impl TrajRewards<'_> {
+/// A trajectory's score, sitting on its last policy token.
+#[derive(Clone, Copy)]
+pub(crate) struct ScoreReward {
+    at: usize,
+    score: f64,
+}
+
+impl RewardAt for ScoreReward {
     #[inline(always)]
-    pub(crate) fn get(&self, q: usize) -> f64 {
-        match *self {
-            TrajRewards::Token(r) => r[q] as f64,
-            TrajRewards::Score { at, score } => {
-                if q == at {
-                    score
-                } else {
-                    0.0
-                }
-            }
+    fn at(&self, q: usize) -> f64 {
+        if q == self.at {
+            self.score
+        } else {
+            0.0
         }
     }
+}
+
+/// A computation generic over the reward reader (a closure cannot be generic).
+pub(crate) trait RewardsVisitor<R> {
+    fn visit<W: RewardAt>(self, rewards: W) -> R;
 }
 
 #[inline]
@@ -172,19 +189,30 @@ pub(crate) fn check_mask(layout: &Layout<'_>, mask: &[u8], j: usize) -> Result<(
     Ok(())
 }
 
-/// Checks trajectory `j` before any estimator reads it, in token order so the first
-/// problem is the one reported: finite values and rewards on policy tokens, zero rewards
-/// elsewhere, a finite score. Values off-policy are never read. Returns the number of
-/// policy tokens and the last one.
-pub(crate) fn check_trajectory(
+/// Fast check of one run of a trajectory (vectorised, no early exit): finite values and
+/// rewards on a policy run, zero rewards on an observation run. `false` means "look
+/// closer with [`first_problem`]".
+#[inline]
+pub(crate) fn run_ok(values: &[f32], rewards: Rewards<'_>, run: Range<usize>, policy: bool) -> bool {
+    match (rewards, policy) {
+        (Rewards::Token(r), true) => all_finite(&values[run.clone()]) & all_finite(&r[run]),
+        (Rewards::Score(_), true) => all_finite(&values[run]),
+        (Rewards::Token(r), false) => all_zero(&r[run]),
+        (Rewards::Score(_), false) => true,
+    }
+}
+
+/// Scans trajectory `j` token by token, in order, and reports its first problem: a mask
+/// entry other than 0/1, a non-finite value or reward on a policy token, a nonzero reward
+/// elsewhere, a non-finite score. Values off-policy are never read. The estimators call it
+/// only when their fast per-run checks failed, so the error named is always the first.
+pub(crate) fn first_problem(
     layout: &Layout<'_>,
     mask: &[u8],
     values: &[f32],
     rewards: Rewards<'_>,
     j: usize,
-) -> Result<(usize, Option<usize>)> {
-    let mut n_policy = 0usize;
-    let mut last = None;
+) -> Result<()> {
     for q in layout.range(j) {
         match mask[q] {
             0 => {
@@ -206,18 +234,22 @@ pub(crate) fn check_trajectory(
                         return Err(MpoError::NonFiniteToken { arg: "rewards", value: r[q], at: layout.at(j, q) });
                     }
                 }
-                n_policy += 1;
-                last = Some(q);
             }
             m => return Err(MpoError::MaskValue { value: m, at: layout.at(j, q) }),
         }
     }
-    if let Rewards::Score(s) = rewards {
-        if !s[j].is_finite() {
-            return Err(MpoError::NonFiniteTrajectory { arg: "scores", value: s[j], trajectory: j });
+    score_ok(rewards, j)
+}
+
+/// A trajectory's score, if scores are the reward source, must be finite.
+#[inline]
+pub(crate) fn score_ok(rewards: Rewards<'_>, j: usize) -> Result<()> {
+    match rewards {
+        Rewards::Score(s) if !s[j].is_finite() => {
+            Err(MpoError::NonFiniteTrajectory { arg: "scores", value: s[j], trajectory: j })
         }
+        _ => Ok(()),
     }
-    Ok((n_policy, last))
 }
 
 #[cfg(test)]

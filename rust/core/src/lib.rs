@@ -13,8 +13,10 @@ mod gae;
 mod group;
 mod layout;
 mod mae;
+mod output;
 mod parallel;
 mod params;
+mod runs;
 mod turns;
 
 pub use error::{MpoError, Result, TokenAt};

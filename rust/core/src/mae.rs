@@ -1,10 +1,14 @@
 //! Multiscale advantage estimation (spec §2.1): a GAE over turns, refined inside each
 //! turn by a centred token-level GAE, plus the critic's value targets.
 
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::layout::{check_trajectory, split_by, Layout, Rewards, TrajRewards};
+use crate::layout::{first_problem, run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
+use crate::output::{fill, OutBuf};
 use crate::params::MaeParams;
 use crate::parallel::try_for_each_trajectory;
 use crate::turns::{segment, Turns};
@@ -33,107 +37,123 @@ pub fn mae_advantages(
     let turns = segment(&layout, mask)?;
 
     let n_tokens = layout.n_tokens();
-    let mut advantages = vec![0f32; n_tokens];
-    let mut returns = vec![0f32; n_tokens];
-    let mut turn_advantages = vec![0f32; turns.n_turns()];
-    let parts = layout
-        .split_tokens(&mut advantages)
+    let mut advantages = OutBuf::<f32>::new(n_tokens);
+    let mut returns = OutBuf::<f32>::new(n_tokens);
+    let mut turn_advantages = OutBuf::<f32>::new(turns.n_turns());
+    let parts = advantages
+        .parts(offsets)
         .into_par_iter()
-        .zip(layout.split_tokens(&mut returns))
-        .zip(split_by(&mut turn_advantages, &turns.traj_offsets));
+        .zip(returns.parts(offsets))
+        .zip(turn_advantages.parts(&turns.traj_offsets));
     try_for_each_trajectory(parts, |j, ((adv, ret), turn_adv)| {
-        let (_, last_policy) = check_trajectory(&layout, mask, values, rewards, j)?;
-        let traj = Trajectory {
-            base: layout.range(j).start,
-            values,
-            rewards: rewards.of_trajectory(j, last_policy),
-        };
         let turn_range = turns.of_trajectory(j);
-        traj.estimate(
-            &turns.starts[turn_range.clone()],
-            &turns.ends[turn_range],
+        let ends = &turns.ends[turn_range.clone()];
+        let last_policy = ends.last().map(|&e| e as usize - 1);
+        let traj = Trajectory {
+            range: layout.range(j),
+            values,
+            source: rewards,
+            starts: &turns.starts[turn_range],
+            ends,
             params,
-            adv,
-            ret,
-            turn_adv,
-        );
-        Ok(())
+            out: Outputs { adv, ret, turn_adv },
+        };
+        if !rewards.with_trajectory(j, last_policy, traj) {
+            first_problem(&layout, mask, values, rewards, j)?;
+        }
+        score_ok(rewards, j)
     })?;
+    // SAFETY: `Trajectory::visit` writes every token of its trajectory (turn tokens in
+    // the passes, observation gaps with 0) and every one of its turns.
+    let (advantages, returns, turn_advantages) = unsafe {
+        (advantages.assume_written(), returns.assume_written(), turn_advantages.assume_written())
+    };
     Ok(MaeOutput { advantages, returns, turn_advantages, turns })
 }
 
-/// One trajectory's inputs; `base` is its first flat token (output slices are local).
-struct Trajectory<'a> {
-    base: usize,
-    values: &'a [f32],
-    rewards: TrajRewards<'a>,
+/// One trajectory's output slices (local indices).
+struct Outputs<'o> {
+    adv: &'o mut [MaybeUninit<f32>],
+    ret: &'o mut [MaybeUninit<f32>],
+    turn_adv: &'o mut [MaybeUninit<f32>],
 }
 
-impl Trajectory<'_> {
-    #[inline(always)]
-    fn v(&self, q: usize) -> f64 {
-        self.values[q] as f64
-    }
+/// One trajectory: its flat token range, its turns (flat ranges) and where to write.
+struct Trajectory<'a, 'o> {
+    range: Range<usize>,
+    values: &'a [f32],
+    source: Rewards<'a>,
+    starts: &'a [i64],
+    ends: &'a [i64],
+    params: &'a MaeParams,
+    out: Outputs<'o>,
+}
 
-    /// Token residual of flat token `q` in the turn ending (exclusively) at `end`:
-    /// bootstraps from the next policy token inside the turn, else from γ·V of the next turn.
-    #[inline(always)]
-    fn delta(&self, q: usize, end: usize, next_turn_v: f64, gamma: f64) -> f64 {
-        let next = if q + 1 == end { gamma * next_turn_v } else { self.v(q + 1) };
-        self.rewards.get(q) + next - self.v(q)
-    }
-
+impl RewardsVisitor<bool> for Trajectory<'_, '_> {
     /// Turns are visited last to first; inside a turn, pass 1 accumulates the turn reward,
     /// the mean intra-turn advantage and the critic targets, pass 2 recomputes the intra
     /// advantages (cheaper than a per-token buffer) and writes the combination.
-    fn estimate(
-        &self,
-        starts: &[i64],
-        ends: &[i64],
-        p: &MaeParams,
-        adv: &mut [f32],
-        ret: &mut [f32],
-        turn_adv: &mut [f32],
-    ) {
-        let gamma = p.gamma;
+    /// Observation gaps get 0. Returns whether the fast input checks passed.
+    fn visit<R: RewardAt>(self, rewards: R) -> bool {
+        let Trajectory { range, values, source, starts, ends, params: p, out } = self;
+        let Outputs { adv, ret, turn_adv } = out;
+        let base = range.start;
+        let v = |q: usize| values[q] as f64;
+        // Token residual of flat token q in a turn ending (exclusively) at `end`: it
+        // bootstraps from the next token inside the turn, else from γ·V of the next turn.
+        let delta = |q: usize, end: usize, next_turn_v: f64| {
+            let next = if q + 1 == end { p.gamma * next_turn_v } else { v(q + 1) };
+            rewards.at(q) + next - v(q)
+        };
+
         let mut next_turn_v = 0.0f64; // V_{t+1,1}, 0 past the last turn
         let mut next_turn_adv = 0.0f64; // A^turn_{t+1}
         let mut carry = 0.0f64; // C at the first token of turn t+1
+        let mut gap_end = range.end; // observation tokens after the current turn end here
+        let mut ok = true;
         for t in (0..starts.len()).rev() {
             let (s, e) = (starts[t] as usize, ends[t] as usize);
+            ok &= run_ok(values, source, e..gap_end, false) & run_ok(values, source, s..e, true);
+            fill(&mut adv[e - base..gap_end - base], 0.0);
+            fill(&mut ret[e - base..gap_end - base], 0.0);
 
             let mut intra = 0.0f64;
             let mut intra_sum = 0.0f64;
             let mut turn_reward = 0.0f64;
             for q in (s..e).rev() {
-                let delta = self.delta(q, e, next_turn_v, gamma);
-                intra = delta + p.lam_intra * intra;
+                let d = delta(q, e, next_turn_v);
+                intra = d + p.lam_intra * intra;
                 intra_sum += intra;
-                turn_reward += self.rewards.get(q);
-                let g = if q + 1 == e { gamma } else { 1.0 };
-                carry = delta + g * p.lam_critic * carry;
-                ret[q - self.base] = (self.v(q) + carry) as f32;
+                turn_reward += rewards.at(q);
+                let g = if q + 1 == e { p.gamma } else { 1.0 };
+                carry = d + g * p.lam_critic * carry;
+                ret[q - base].write((v(q) + carry) as f32);
             }
 
-            let first_v = self.v(s);
-            let a_turn = turn_reward + gamma * next_turn_v - first_v + gamma * p.lam * next_turn_adv;
-            turn_adv[t] = a_turn as f32;
+            let first_v = v(s);
+            let a_turn = turn_reward + p.gamma * next_turn_v - first_v + p.gamma * p.lam * next_turn_adv;
+            turn_adv[t].write(a_turn as f32);
 
-            let out = &mut adv[s - self.base..e - self.base];
+            let turn_out = &mut adv[s - base..e - base];
             if p.beta == 0.0 {
-                out.fill(a_turn as f32);
+                fill(turn_out, a_turn as f32);
             } else {
                 let mean = intra_sum / (e - s) as f64;
                 let mut intra = 0.0f64;
                 for q in (s..e).rev() {
-                    intra = self.delta(q, e, next_turn_v, gamma) + p.lam_intra * intra;
-                    out[q - s] = (a_turn + p.beta * (intra - mean)) as f32;
+                    intra = delta(q, e, next_turn_v) + p.lam_intra * intra;
+                    turn_out[q - s].write((a_turn + p.beta * (intra - mean)) as f32);
                 }
             }
 
             next_turn_v = first_v;
             next_turn_adv = a_turn;
+            gap_end = s;
         }
+        ok &= run_ok(values, source, base..gap_end, false);
+        fill(&mut adv[..gap_end - base], 0.0);
+        fill(&mut ret[..gap_end - base], 0.0);
+        ok
     }
 }
 

@@ -1,10 +1,14 @@
 //! Turn segmentation: a turn is a maximal run of policy tokens (mask = 1) inside one
 //! trajectory (spec §1).
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::error::{MpoError, Result};
-use crate::layout::{check_mask, split_by, Layout};
+use crate::layout::{check_mask, Layout};
+use crate::output::{fill, OutBuf};
+use crate::runs::{or_all, runs};
 use crate::parallel::{try_for_each_trajectory, try_map_trajectories};
 
 /// The turns of a batch, as flat ranges plus a per-token index.
@@ -41,8 +45,11 @@ pub fn segment_turns(mask: &[u8], offsets: &[i64]) -> Result<Turns> {
 pub(crate) fn segment(layout: &Layout<'_>, mask: &[u8]) -> Result<Turns> {
     let n = layout.n_trajectories();
     let counts = try_map_trajectories(n, |j| {
-        check_mask(layout, mask, j)?;
-        Ok(count_turns(&mask[layout.range(j)]))
+        let (count, max) = count_turns(&mask[layout.range(j)]);
+        if max > 1 {
+            check_mask(layout, mask, j)?; // reports the first bad entry
+        }
+        Ok(count)
     })?;
 
     let mut traj_offsets = Vec::with_capacity(n + 1);
@@ -59,30 +66,34 @@ pub(crate) fn segment(layout: &Layout<'_>, mask: &[u8]) -> Result<Turns> {
     }
 
     let n_turns = total as usize;
-    let mut starts = vec![0i64; n_turns];
-    let mut ends = vec![0i64; n_turns];
-    let mut token_turn = vec![0i32; layout.n_tokens()];
-    let parts = split_by(&mut starts, &traj_offsets)
+    let mut starts = OutBuf::<i64>::new(n_turns);
+    let mut ends = OutBuf::<i64>::new(n_turns);
+    let mut token_turn = OutBuf::<i32>::new(layout.n_tokens());
+    let parts = starts
+        .parts(&traj_offsets)
         .into_par_iter()
-        .zip(split_by(&mut ends, &traj_offsets))
-        .zip(layout.split_tokens(&mut token_turn));
+        .zip(ends.parts(&traj_offsets))
+        .zip(token_turn.parts(layout.offsets()));
     try_for_each_trajectory(parts, |j, ((starts, ends), token_turn)| {
         let range = layout.range(j);
         fill_turns(&mask[range.clone()], range.start, traj_offsets[j] as i32, starts, ends, token_turn);
         Ok(())
     })?;
+    // SAFETY: `fill_turns` writes every token of each trajectory, and a start and an end
+    // for each of the turns `count_turns` counted in it.
+    let (starts, ends, token_turn) =
+        unsafe { (starts.assume_written(), ends.assume_written(), token_turn.assume_written()) };
     Ok(Turns { starts, ends, traj_offsets, token_turn })
 }
 
+/// Number of turns (policy runs) and the OR of all mask bytes (> 1 iff one is not 0/1).
 #[inline]
-fn count_turns(mask: &[u8]) -> usize {
-    let mut prev = 0u8;
-    let mut count = 0usize;
-    for &m in mask {
-        count += (m > prev) as usize;
-        prev = m;
+fn count_turns(mask: &[u8]) -> (usize, u8) {
+    let bits = or_all(mask);
+    if bits > 1 {
+        return (0, bits);
     }
-    count
+    (runs(mask).filter(|&(_, m)| m == 1).count(), bits)
 }
 
 /// Writes one trajectory's turns. `base` is its first flat token, `first_turn` the global
@@ -91,30 +102,20 @@ fn fill_turns(
     mask: &[u8],
     base: usize,
     first_turn: i32,
-    starts: &mut [i64],
-    ends: &mut [i64],
-    token_turn: &mut [i32],
+    starts: &mut [MaybeUninit<i64>],
+    ends: &mut [MaybeUninit<i64>],
+    token_turn: &mut [MaybeUninit<i32>],
 ) {
     let mut t = 0usize;
-    let mut in_turn = false;
-    for (k, &m) in mask.iter().enumerate() {
-        if m != 0 {
-            if !in_turn {
-                starts[t] = (base + k) as i64;
-                in_turn = true;
-            }
-            token_turn[k] = first_turn + t as i32;
+    for (run, m) in runs(mask) {
+        if m == 0 {
+            fill(&mut token_turn[run], -1);
         } else {
-            if in_turn {
-                ends[t] = (base + k) as i64;
-                t += 1;
-                in_turn = false;
-            }
-            token_turn[k] = -1;
+            starts[t].write((base + run.start) as i64);
+            ends[t].write((base + run.end) as i64);
+            fill(&mut token_turn[run], first_turn + t as i32);
+            t += 1;
         }
-    }
-    if in_turn {
-        ends[t] = (base + mask.len()) as i64;
     }
 }
 

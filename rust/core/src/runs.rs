@@ -1,0 +1,126 @@
+//! Maximal runs of equal mask bytes. Turns (policy runs) are ~10²–10³ tokens and so are
+//! observations, so the estimators work run by run: finding a run's end eight bytes at a
+//! time, then filling or checking whole slices, instead of branching on every token.
+
+use std::ops::Range;
+
+#[inline(always)]
+fn word(mask: &[u8], i: usize) -> u64 {
+    let bytes: [u8; 8] = mask[i..i + 8].try_into().unwrap_or([0; 8]);
+    u64::from_ne_bytes(bytes)
+}
+
+/// First index `>= from` whose byte differs from `mask[from]` (or `mask.len()`).
+#[inline]
+pub(crate) fn run_end(mask: &[u8], from: usize) -> usize {
+    let v = mask[from];
+    let pattern = u64::from_ne_bytes([v; 8]);
+    let mut i = from + 1;
+    while i + 8 <= mask.len() && word(mask, i) == pattern {
+        i += 8;
+    }
+    while i < mask.len() && mask[i] == v {
+        i += 1;
+    }
+    i
+}
+
+/// Start of the run that ends (exclusively) at `to > 0`.
+#[inline]
+pub(crate) fn run_start(mask: &[u8], to: usize) -> usize {
+    let v = mask[to - 1];
+    let pattern = u64::from_ne_bytes([v; 8]);
+    let mut i = to - 1;
+    while i >= 8 && word(mask, i - 8) == pattern {
+        i -= 8;
+    }
+    while i > 0 && mask[i - 1] == v {
+        i -= 1;
+    }
+    i
+}
+
+/// The runs of `mask` in order, as (range, byte).
+pub(crate) fn runs(mask: &[u8]) -> impl Iterator<Item = (Range<usize>, u8)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= mask.len() {
+            return None;
+        }
+        let end = run_end(mask, at);
+        let run = (at..end, mask[at]);
+        at = end;
+        Some(run)
+    })
+}
+
+/// The runs of `mask`, last first.
+pub(crate) fn runs_rev(mask: &[u8]) -> impl Iterator<Item = (Range<usize>, u8)> + '_ {
+    let mut at = mask.len();
+    std::iter::from_fn(move || {
+        if at == 0 {
+            return None;
+        }
+        let start = run_start(mask, at);
+        let run = (start..at, mask[at - 1]);
+        at = start;
+        Some(run)
+    })
+}
+
+/// Bitwise OR of all bytes: > 1 iff some byte is neither 0 nor 1. Vectorises.
+#[inline]
+pub(crate) fn or_all(mask: &[u8]) -> u8 {
+    mask.iter().fold(0u8, |acc, &m| acc | m)
+}
+
+/// Whether every value is finite. Vectorises (no early exit).
+#[inline]
+pub(crate) fn all_finite(xs: &[f32]) -> bool {
+    xs.iter().fold(true, |acc, x| acc & x.is_finite())
+}
+
+/// Whether every value is exactly zero. Vectorises (no early exit).
+#[inline]
+pub(crate) fn all_zero(xs: &[f32]) -> bool {
+    xs.iter().fold(true, |acc, &x| acc & (x == 0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(mask: &[u8]) -> Vec<(Range<usize>, u8)> {
+        let mut out: Vec<(Range<usize>, u8)> = Vec::new();
+        for (i, &m) in mask.iter().enumerate() {
+            match out.last_mut() {
+                Some((r, v)) if *v == m => r.end = i + 1,
+                _ => out.push((i..i + 1, m)),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn runs_match_a_naive_scan_both_ways() {
+        let mut state = 12345u64;
+        for len in 0..200 {
+            let mask: Vec<u8> = (0..len)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    // long runs: flip with probability 1/16
+                    ((state >> 60) == 0) as u8
+                })
+                .scan(0u8, |cur, flip| {
+                    *cur ^= flip;
+                    Some(*cur)
+                })
+                .collect();
+            let expect = naive(&mask);
+            assert_eq!(runs(&mask).collect::<Vec<_>>(), expect);
+            let mut back: Vec<_> = runs_rev(&mask).collect();
+            back.reverse();
+            assert_eq!(back, expect);
+        }
+    }
+}
