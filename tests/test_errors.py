@@ -147,3 +147,33 @@ def test_inputs_are_never_modified():
     mpo_rs.gae_advantages(**arrays)
     for k in arrays:
         np.testing.assert_array_equal(arrays[k], before[k])
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+_any_f32 = hnp.arrays(np.float32, st.integers(0, 12), elements=st.floats(width=32))
+_any_u8 = hnp.arrays(np.uint8, st.integers(0, 12))
+_any_i64 = hnp.arrays(np.int64, st.integers(0, 6), elements=st.integers(-3, 15))
+
+
+@given(_any_f32, _any_u8, _any_i64, _any_f32, st.booleans(), st.floats(-1, 2), st.floats(-1, 2))
+def test_no_input_crashes_the_process(values, mask, offsets, rewards, as_scores, lam, gamma):
+    """Garbage in gives a result or a ValueError -- never a panic (pyo3's PanicException
+    is a BaseException, so it would escape the `except`)."""
+    kw = {"scores" if as_scores else "rewards": rewards}
+    for fn in (mpo_rs.mae_advantages, mpo_rs.gae_advantages):
+        try:
+            fn(values, mask, offsets, lam=lam, gamma=gamma, **kw)
+        except ValueError:
+            pass
+    for fn in (mpo_rs.segment_turns, lambda m, o: mpo_rs.broadcast_to_tokens(values, m, o)):
+        try:
+            fn(mask, offsets)
+        except ValueError:
+            pass
+    try:
+        mpo_rs.group_advantages(values, mask)
+    except ValueError:
+        pass
