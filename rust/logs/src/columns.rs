@@ -1,0 +1,713 @@
+//! Which columns of a rollout log hold what (spec §5), and reading them out of an Arrow
+//! `RecordBatch` as the flat slices mpo-core works on.
+//!
+//! One row is one trajectory; its token columns are lists. The mask column's list offsets
+//! are the trajectory offsets, rebased to start at 0 (a sliced batch's offsets do not).
+//! Float32 tokens and uint8 masks are borrowed from the Arrow buffers; other numeric types
+//! are converted, and bit-packed boolean masks are unpacked to one byte per token.
+
+use std::borrow::Cow;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, RecordBatch};
+use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{self as dt, DataType, Schema};
+
+use crate::error::{DataError, LogError};
+
+/// Column names as the user gave them; `None` means "choose by the default rule".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSpec {
+    pub mask: String,
+    pub values: String,
+    /// Token-level rewards (a list column).
+    pub rewards: Option<String>,
+    /// One outcome per trajectory (a numeric column).
+    pub score: Option<String>,
+    pub group: String,
+}
+
+impl Default for ColumnSpec {
+    fn default() -> Self {
+        Self {
+            mask: "loss_mask".into(),
+            values: "values".into(),
+            rewards: None,
+            score: None,
+            group: "group_id".into(),
+        }
+    }
+}
+
+/// Default names tried, in order, when neither a rewards nor a score column is named.
+pub const DEFAULT_REWARDS: &str = "rewards";
+pub const DEFAULT_SCORE: &str = "score";
+
+/// The names of the four columns the tool appends (spec §5).
+pub const OUTPUT_COLUMNS: [&str; 4] = ["advantages", "returns", "turn_index", "turn_advantages"];
+
+/// Where a batch's reward signal comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RewardColumn {
+    Token(String),
+    Score(String),
+}
+
+impl RewardColumn {
+    pub fn name(&self) -> &str {
+        match self {
+            RewardColumn::Token(n) | RewardColumn::Score(n) => n,
+        }
+    }
+}
+
+/// The columns one estimator reads, checked against a schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns {
+    pub mask: String,
+    /// Absent for the critic-free (group) estimators, which never read values.
+    pub values: Option<String>,
+    pub reward: RewardColumn,
+    /// Present only for the group estimators.
+    pub group: Option<String>,
+}
+
+/// What an estimator needs beyond the mask and the reward signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    pub values: bool,
+    pub groups: bool,
+}
+
+impl ColumnSpec {
+    /// Picks the reward source (a named `rewards` or `score` column, else `rewards` if the
+    /// schema has it, else `score`) and checks that every needed column exists with a
+    /// usable type and that no output column is already there.
+    pub fn resolve(&self, schema: &Schema, needs: Needs) -> Result<Columns, LogError> {
+        let reward = match (&self.rewards, &self.score) {
+            (Some(_), Some(_)) => {
+                return Err(LogError::Usage(
+                    "give a token-level rewards column or a per-trajectory score column, not both"
+                        .into(),
+                ))
+            }
+            (Some(r), None) => RewardColumn::Token(r.clone()),
+            (None, Some(s)) => RewardColumn::Score(s.clone()),
+            (None, None) if schema.column_with_name(DEFAULT_REWARDS).is_some() => {
+                RewardColumn::Token(DEFAULT_REWARDS.into())
+            }
+            (None, None) if schema.column_with_name(DEFAULT_SCORE).is_some() => {
+                RewardColumn::Score(DEFAULT_SCORE.into())
+            }
+            (None, None) => {
+                return Err(LogError::Batch(DataError::MissingColumn {
+                    column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}"),
+                    available: available(schema),
+                }))
+            }
+        };
+        let columns = Columns {
+            mask: self.mask.clone(),
+            values: needs.values.then(|| self.values.clone()),
+            reward,
+            group: needs.groups.then(|| self.group.clone()),
+        };
+        columns.check_schema(schema).map_err(LogError::Batch)?;
+        Ok(columns)
+    }
+}
+
+impl Columns {
+    /// Checks names and types against `schema` (before any row is read).
+    pub fn check_schema(&self, schema: &Schema) -> Result<(), DataError> {
+        let ty = |name: &str| -> Result<&DataType, DataError> {
+            schema.field_with_name(name).map(|f| f.data_type()).map_err(|_| DataError::MissingColumn {
+                column: name.to_string(),
+                available: available(schema),
+            })
+        };
+        check_list(&self.mask, ty(&self.mask)?, ElementKind::Mask)?;
+        if let Some(values) = &self.values {
+            check_list(values, ty(values)?, ElementKind::Number)?;
+        }
+        match &self.reward {
+            RewardColumn::Token(r) => check_list(r, ty(r)?, ElementKind::Number)?,
+            RewardColumn::Score(s) => check_number(s, ty(s)?)?,
+        }
+        if let Some(group) = &self.group {
+            crate::groups::check_group_type(group, ty(group)?)?;
+        }
+        for out in OUTPUT_COLUMNS {
+            if schema.column_with_name(out).is_some() {
+                return Err(DataError::OutputColumnExists { column: out.into() });
+            }
+        }
+        Ok(())
+    }
+
+    /// The list kind of the outputs: the mask column's (list → list, large_list →
+    /// large_list), so a batch keeps one offset width.
+    pub fn list_kind(&self, schema: &Schema) -> ListKind {
+        match schema.field_with_name(&self.mask).map(|f| f.data_type()) {
+            Ok(DataType::LargeList(_)) => ListKind::Large,
+            _ => ListKind::Small,
+        }
+    }
+
+    /// Names of the columns read in the group-statistics pass (rewards or score, group).
+    pub fn score_pass_columns(&self) -> Vec<&str> {
+        let mut cols = vec![self.reward.name()];
+        cols.extend(self.group.as_deref());
+        cols
+    }
+}
+
+fn available(schema: &Schema) -> String {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    if names.is_empty() {
+        "the input has no columns".into()
+    } else {
+        format!("columns are: {}", names.join(", "))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ElementKind {
+    Mask,
+    Number,
+}
+
+fn check_list(name: &str, ty: &DataType, kind: ElementKind) -> Result<(), DataError> {
+    let (expected, ok): (&'static str, fn(&DataType) -> bool) = match kind {
+        ElementKind::Mask => ("list<bool or integer>", |t| t == &DataType::Boolean || t.is_integer()),
+        ElementKind::Number => ("list<float or integer>", |t| t.is_floating() || t.is_integer()),
+    };
+    match ty {
+        DataType::List(f) | DataType::LargeList(f) if ok(f.data_type()) => Ok(()),
+        _ => Err(DataError::ColumnType { column: name.into(), found: ty.to_string(), expected }),
+    }
+}
+
+fn check_number(name: &str, ty: &DataType) -> Result<(), DataError> {
+    if ty.is_floating() || ty.is_integer() {
+        Ok(())
+    } else {
+        Err(DataError::ColumnType { column: name.into(), found: ty.to_string(), expected: "float or integer" })
+    }
+}
+
+/// Offset width of a list column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `list`, 32-bit offsets.
+    Small,
+    /// `large_list`, 64-bit offsets (polars' list type).
+    Large,
+}
+
+/// List offsets for the output columns, rebased to start at 0, in the input's width.
+#[derive(Debug, Clone)]
+pub enum ListOffsets {
+    Small(OffsetBuffer<i32>),
+    Large(OffsetBuffer<i64>),
+}
+
+/// A batch's token columns as flat slices, ready for mpo-core.
+#[derive(Debug)]
+pub struct Rollouts<'a> {
+    /// Trajectory offsets (rows + 1), starting at 0.
+    pub offsets: Cow<'a, [i64]>,
+    /// The same offsets in the mask column's list width, for building outputs.
+    pub list_offsets: ListOffsets,
+    pub mask: Cow<'a, [u8]>,
+    pub values: Option<Cow<'a, [f32]>>,
+    pub rewards: RewardData<'a>,
+}
+
+#[derive(Debug)]
+pub enum RewardData<'a> {
+    Token(Cow<'a, [f32]>),
+    Score(Cow<'a, [f32]>),
+}
+
+impl<'a> Rollouts<'a> {
+    /// Reads the columns of `batch`. Lists of every token column must have the mask's
+    /// length in each row; nulls are refused wherever they are.
+    pub fn read(batch: &'a RecordBatch, columns: &Columns) -> Result<Self, DataError> {
+        let mask_col = ListCol::get(batch, &columns.mask)?;
+        let mask = mask_col.mask()?;
+        let values = match &columns.values {
+            Some(name) => {
+                let col = ListCol::get(batch, name)?;
+                col.same_lengths_as(&mask_col)?;
+                Some(col.numbers()?)
+            }
+            None => None,
+        };
+        let rewards = match &columns.reward {
+            RewardColumn::Token(name) => {
+                let col = ListCol::get(batch, name)?;
+                col.same_lengths_as(&mask_col)?;
+                RewardData::Token(col.numbers()?)
+            }
+            RewardColumn::Score(name) => RewardData::Score(read_numbers(batch, name)?),
+        };
+        Ok(Self {
+            offsets: mask_col.offsets.rebased(),
+            list_offsets: mask_col.offsets.rebased_buffer(),
+            mask,
+            values,
+            rewards,
+        })
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.mask.len()
+    }
+}
+
+/// One score per row: the score column, or the sum of each row's token rewards. Reads
+/// only that column, so the group-statistics pass can project it alone.
+pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Result<Cow<'a, [f32]>, DataError> {
+    match reward {
+        RewardColumn::Score(name) => read_numbers(batch, name),
+        RewardColumn::Token(name) => {
+            let col = ListCol::get(batch, name)?;
+            let rewards = col.numbers()?;
+            let offsets = col.offsets.rebased();
+            let mut scores = Vec::with_capacity(offsets.len() - 1);
+            for (row, w) in offsets.windows(2).enumerate() {
+                let mut sum = 0f64;
+                for (k, &r) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
+                    if !r.is_finite() {
+                        return Err(DataError::NonFiniteToken { column: name.clone(), row: row as u64, token: k as u64, value: r });
+                    }
+                    sum += r as f64;
+                }
+                scores.push(sum as f32);
+            }
+            Ok(Cow::Owned(scores))
+        }
+    }
+}
+
+/// A numeric (non-list) column as f32, one value per row; NaN/Inf refused.
+pub fn read_numbers<'a>(batch: &'a RecordBatch, name: &str) -> Result<Cow<'a, [f32]>, DataError> {
+    let array = column(batch, name)?;
+    check_number(name, array.data_type())?;
+    if let Some(row) = first_null(array.nulls(), 0..array.len()) {
+        return Err(DataError::NullValue { column: name.into(), row: row as u64 });
+    }
+    let scores = to_f32(array, 0..array.len()).ok_or_else(|| DataError::ColumnType {
+        column: name.into(),
+        found: array.data_type().to_string(),
+        expected: "float or integer",
+    })?;
+    if let Some(row) = scores.iter().position(|s| !s.is_finite()) {
+        return Err(DataError::NonFiniteRow { column: name.into(), row: row as u64, value: scores[row] });
+    }
+    Ok(scores)
+}
+
+pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DataError> {
+    batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
+        column: name.into(),
+        available: available(batch.schema_ref()),
+    })
+}
+
+/// The list offsets of a column as given (not rebased), in either width.
+#[derive(Clone, Copy)]
+enum RawOffsets<'a> {
+    Small(&'a OffsetBuffer<i32>),
+    Large(&'a OffsetBuffer<i64>),
+}
+
+impl RawOffsets<'_> {
+    fn len(&self) -> usize {
+        match self {
+            RawOffsets::Small(o) => o.len(),
+            RawOffsets::Large(o) => o.len(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> i64 {
+        match self {
+            RawOffsets::Small(o) => o[i] as i64,
+            RawOffsets::Large(o) => o[i],
+        }
+    }
+
+    /// The child range the rows cover.
+    fn span(&self) -> std::ops::Range<usize> {
+        self.get(0) as usize..self.get(self.len() - 1) as usize
+    }
+
+    fn rebased(&self) -> Cow<'static, [i64]> {
+        let base = self.get(0);
+        Cow::Owned((0..self.len()).map(|i| self.get(i) - base).collect())
+    }
+
+    fn rebased_buffer(&self) -> ListOffsets {
+        fn rebase<O: OffsetSizeTrait>(o: &OffsetBuffer<O>) -> OffsetBuffer<O> {
+            let base = o[0];
+            if base == O::usize_as(0) {
+                o.clone() // shares the input's buffer
+            } else {
+                OffsetBuffer::new(ScalarBuffer::from(o.iter().map(|&x| x - base).collect::<Vec<O>>()))
+            }
+        }
+        match self {
+            RawOffsets::Small(o) => ListOffsets::Small(rebase(o)),
+            RawOffsets::Large(o) => ListOffsets::Large(rebase(o)),
+        }
+    }
+
+    /// (row, token within the row) of child element `k` (an index into the child array).
+    fn locate(&self, k: usize) -> (u64, u64) {
+        // The first row that ends after k; empty rows end where they start, so they are
+        // skipped.
+        let (mut lo, mut hi) = (0usize, self.len() - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.get(mid + 1) as usize <= k {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo as u64, (k - self.get(lo) as usize) as u64)
+    }
+}
+
+/// A list column of a batch: its name, offsets, list-level nulls and child values.
+struct ListCol<'a, 'n> {
+    name: &'n str,
+    offsets: RawOffsets<'a>,
+    child: &'a ArrayRef,
+}
+
+impl<'a, 'n> ListCol<'a, 'n> {
+    fn get(batch: &'a RecordBatch, name: &'n str) -> Result<Self, DataError> {
+        let array = column(batch, name)?;
+        let (offsets, child, nulls) = if let Some(l) = array.as_list_opt::<i32>() {
+            (RawOffsets::Small(l.offsets()), l.values(), l.nulls())
+        } else if let Some(l) = array.as_list_opt::<i64>() {
+            (RawOffsets::Large(l.offsets()), l.values(), l.nulls())
+        } else {
+            return Err(DataError::ColumnType {
+                column: name.into(),
+                found: array.data_type().to_string(),
+                expected: "a list or large_list column",
+            });
+        };
+        if let Some(row) = first_null(nulls, 0..array.len()) {
+            return Err(DataError::NullList { column: name.into(), row: row as u64 });
+        }
+        let col = Self { name, offsets, child };
+        if let Some(k) = first_null(child.nulls(), col.offsets.span()) {
+            let (row, token) = col.offsets.locate(k);
+            return Err(DataError::NullElement { column: name.into(), row, token });
+        }
+        Ok(col)
+    }
+
+    fn same_lengths_as(&self, reference: &ListCol<'_, '_>) -> Result<(), DataError> {
+        let (a, b) = (self.offsets, reference.offsets);
+        let (a0, b0) = (a.get(0), b.get(0));
+        for row in 0..a.len() - 1 {
+            // Equal rebased offsets at every row boundary <=> equal lengths in every row.
+            if a.get(row + 1) - a0 != b.get(row + 1) - b0 {
+                return Err(DataError::LengthMismatch {
+                    row: row as u64,
+                    column: self.name.into(),
+                    len: (a.get(row + 1) - a.get(row)) as u64,
+                    reference: reference.name.into(),
+                    reference_len: (b.get(row + 1) - b.get(row)) as u64,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn numbers(&self) -> Result<Cow<'a, [f32]>, DataError> {
+        to_f32(self.child, self.offsets.span()).ok_or_else(|| DataError::ColumnType {
+            column: self.name.into(),
+            found: format!("list<{}>", self.child.data_type()),
+            expected: "list<float or integer>",
+        })
+    }
+
+    fn mask(&self) -> Result<Cow<'a, [u8]>, DataError> {
+        let span = self.offsets.span();
+        let bad = |k: usize, value: i64| {
+            let (row, token) = self.offsets.locate(k);
+            DataError::MaskValue { column: self.name.into(), row, token, value }
+        };
+        let child = self.child;
+        if let Some(b) = child.as_boolean_opt() {
+            return Ok(Cow::Owned(unpack_bits(b, span)));
+        }
+        if let Some(p) = child.as_primitive_opt::<dt::UInt8Type>() {
+            let m = &p.values()[span.clone()];
+            return match m.iter().position(|&x| x > 1) {
+                None => Ok(Cow::Borrowed(m)),
+                Some(i) => Err(bad(span.start + i, m[i] as i64)),
+            };
+        }
+        macro_rules! ints {
+            ($($t:ty),*) => {$(
+                if let Some(p) = child.as_primitive_opt::<$t>() {
+                    let vals = &p.values()[span.clone()];
+                    let mut out = Vec::with_capacity(vals.len());
+                    for (i, &x) in vals.iter().enumerate() {
+                        if x != 0 && x != 1 {
+                            return Err(bad(span.start + i, x as i64));
+                        }
+                        out.push(x as u8);
+                    }
+                    return Ok(Cow::Owned(out));
+                }
+            )*};
+        }
+        ints!(dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type);
+        Err(DataError::ColumnType {
+            column: self.name.into(),
+            found: format!("list<{}>", child.data_type()),
+            expected: "list<bool or integer>",
+        })
+    }
+}
+
+/// One byte (0/1) per bit of `b[span]`, 64 bits at a time.
+fn unpack_bits(b: &BooleanArray, span: std::ops::Range<usize>) -> Vec<u8> {
+    let bits = b.values().slice(span.start, span.len());
+    let chunks = bits.bit_chunks();
+    let mut out = Vec::with_capacity(span.len());
+    for word in chunks.iter() {
+        out.extend((0..64).map(|i| ((word >> i) & 1) as u8));
+    }
+    let rem = chunks.remainder_bits();
+    out.extend((0..chunks.remainder_len()).map(|i| ((rem >> i) & 1) as u8));
+    out
+}
+
+/// `array[span]` as f32: borrowed for float32, converted for other numeric types; None
+/// for anything else.
+fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Cow<'_, [f32]>> {
+    if let Some(p) = array.as_primitive_opt::<dt::Float32Type>() {
+        return Some(Cow::Borrowed(&p.values()[span]));
+    }
+    if let Some(p) = array.as_primitive_opt::<dt::Float16Type>() {
+        return Some(Cow::Owned(p.values()[span].iter().map(|x| x.to_f32()).collect()));
+    }
+    macro_rules! convert {
+        ($($t:ty),*) => {$(
+            if let Some(p) = array.as_primitive_opt::<$t>() {
+                return Some(Cow::Owned(p.values()[span].iter().map(|&x| x as f32).collect()));
+            }
+        )*};
+    }
+    convert!(
+        dt::Float64Type, dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type,
+        dt::UInt8Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type
+    );
+    None
+}
+
+/// The first null index of `nulls` within `span`.
+fn first_null(nulls: Option<&NullBuffer>, span: std::ops::Range<usize>) -> Option<usize> {
+    let nulls = nulls?;
+    if nulls.null_count() == 0 || span.is_empty() {
+        return None;
+    }
+    // `set_slices` yields the runs of *valid* entries; the first null is where the first
+    // run stops, or the window's start if it does not begin with a valid entry.
+    let window = nulls.inner().slice(span.start, span.len());
+    let first = match window.set_slices().next() {
+        Some((0, end)) => end,
+        _ => 0,
+    };
+    (first < span.len()).then_some(span.start + first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{BooleanBuilder, Float64Array, Int64Array, LargeListArray, ListArray, ListBuilder, UInt8Array};
+    use arrow::datatypes::{Field, Float32Type};
+    use std::sync::Arc;
+
+    fn f32_list(rows: &[Option<Vec<Option<f32>>>]) -> ArrayRef {
+        Arc::new(ListArray::from_iter_primitive::<Float32Type, _, _>(rows.iter().cloned()))
+    }
+
+    fn bool_list(rows: &[Vec<bool>]) -> ArrayRef {
+        let mut b = ListBuilder::new(BooleanBuilder::new());
+        for r in rows {
+            for &x in r {
+                b.values().append_value(x);
+            }
+            b.append(true);
+        }
+        Arc::new(b.finish())
+    }
+
+    fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(cols).unwrap()
+    }
+
+    fn cols(reward: RewardColumn) -> Columns {
+        Columns { mask: "loss_mask".into(), values: Some("values".into()), reward, group: None }
+    }
+
+    #[test]
+    fn reads_bool_masks_f32_values_and_scores() {
+        let b = batch(vec![
+            ("loss_mask", bool_list(&[vec![false, true, true], vec![true]])),
+            ("values", f32_list(&[Some(vec![Some(0.0), Some(1.0), Some(2.0)]), Some(vec![Some(3.0)])])),
+            ("score", Arc::new(Float64Array::from(vec![1.0, 0.5])) as ArrayRef),
+        ]);
+        let r = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap();
+        assert_eq!(&*r.offsets, &[0, 3, 4]);
+        assert_eq!(&*r.mask, &[0, 1, 1, 1]);
+        assert!(matches!(r.values, Some(Cow::Borrowed(v)) if v == [0.0, 1.0, 2.0, 3.0]));
+        assert!(matches!(r.rewards, RewardData::Score(ref s) if **s == [1.0, 0.5]));
+    }
+
+    #[test]
+    fn sliced_batches_are_rebased() {
+        let mask = bool_list(&[vec![true; 2], vec![false, true], vec![true; 3]]);
+        let values = f32_list(&[Some(vec![Some(9.0); 2]), Some(vec![Some(1.0), Some(2.0)]), Some(vec![Some(3.0); 3])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![0.0, 1.0, 2.0]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]).slice(1, 2);
+        let r = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap();
+        assert_eq!(&*r.offsets, &[0, 2, 5]);
+        assert_eq!(&*r.mask, &[0, 1, 1, 1, 1]);
+        assert_eq!(&**r.values.as_ref().unwrap(), &[1.0, 2.0, 3.0, 3.0, 3.0]);
+        match r.list_offsets {
+            ListOffsets::Small(o) => assert_eq!(&o[..], &[0, 2, 5]),
+            _ => panic!("list in, list out"),
+        }
+    }
+
+    #[test]
+    fn large_lists_and_uint8_masks_are_borrowed() {
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(vec![0i64, 2, 3]));
+        let mask: ArrayRef = Arc::new(LargeListArray::new(
+            Arc::new(Field::new_list_field(DataType::UInt8, true)),
+            offsets.clone(),
+            Arc::new(UInt8Array::from(vec![1, 0, 1])),
+            None,
+        ));
+        let values: ArrayRef = Arc::new(LargeListArray::new(
+            Arc::new(Field::new_list_field(DataType::Float64, true)),
+            offsets,
+            Arc::new(Float64Array::from(vec![0.5, 1.5, 2.5])),
+            None,
+        ));
+        let rewards = values.clone();
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("rewards", rewards)]);
+        let r = Rollouts::read(&b, &cols(RewardColumn::Token("rewards".into()))).unwrap();
+        assert!(matches!(r.mask, Cow::Borrowed(m) if m == [1, 0, 1]));
+        assert_eq!(&**r.values.as_ref().unwrap(), &[0.5, 1.5, 2.5]);
+        assert!(matches!(r.list_offsets, ListOffsets::Large(_)));
+    }
+
+    #[test]
+    fn nulls_are_refused_with_row_and_token() {
+        let mask = bool_list(&[vec![true; 2], vec![true; 3]]);
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0), None, Some(1.0)])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![0.0, 1.0]));
+        let b = batch(vec![("loss_mask", mask.clone()), ("values", values), ("score", scores.clone())]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::NullElement { column: "values".into(), row: 1, token: 1 });
+
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), None]);
+        let b = batch(vec![("loss_mask", mask.clone()), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::NullList { column: "values".into(), row: 1 });
+
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0); 3])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![Some(0.0), None]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::NullValue { column: "score".into(), row: 1 });
+    }
+
+    #[test]
+    fn first_null_finds_leading_and_inner_nulls() {
+        let n = NullBuffer::from(vec![true, false, true, true]);
+        assert_eq!(first_null(Some(&n), 0..4), Some(1));
+        assert_eq!(first_null(Some(&n), 1..4), Some(1));
+        assert_eq!(first_null(Some(&n), 2..4), None);
+        let n = NullBuffer::from(vec![false, false, true]);
+        assert_eq!(first_null(Some(&n), 0..3), Some(0));
+        assert_eq!(first_null(Some(&n), 1..3), Some(1));
+    }
+
+    #[test]
+    fn lengths_must_agree_within_a_row() {
+        let mask = bool_list(&[vec![true; 2], vec![true; 3]]);
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0); 2])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![0.0, 1.0]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e.to_string(), "row 1: column `values` has 2 tokens but `loss_mask` has 3");
+    }
+
+    #[test]
+    fn integer_masks_must_be_zero_or_one() {
+        let mask: ArrayRef = Arc::new(ListArray::from_iter_primitive::<dt::Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(0)]),
+            Some(vec![Some(1), Some(2)]),
+        ]));
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0); 2])]);
+        let scores: ArrayRef = Arc::new(Int64Array::from(vec![0, 1]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::MaskValue { column: "loss_mask".into(), row: 1, token: 1, value: 2 });
+    }
+
+    #[test]
+    fn locate_skips_empty_rows() {
+        let o = OffsetBuffer::new(ScalarBuffer::from(vec![0i32, 2, 2, 2, 5]));
+        let raw = RawOffsets::Small(&o);
+        assert_eq!(raw.locate(0), (0, 0));
+        assert_eq!(raw.locate(1), (0, 1));
+        assert_eq!(raw.locate(2), (3, 0));
+        assert_eq!(raw.locate(4), (3, 2));
+    }
+
+    #[test]
+    fn bits_unpack_across_word_boundaries() {
+        let bits: Vec<bool> = (0..150).map(|i| i % 3 == 0).collect();
+        let b = BooleanArray::from(bits.clone());
+        let got = unpack_bits(&b, 5..140);
+        let want: Vec<u8> = bits[5..140].iter().map(|&x| x as u8).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn resolve_prefers_rewards_then_score() {
+        let mask = Field::new("loss_mask", DataType::new_list(DataType::Boolean, true), false);
+        let values = Field::new("values", DataType::new_list(DataType::Float32, true), false);
+        let rewards = Field::new("rewards", DataType::new_list(DataType::Float32, true), false);
+        let score = Field::new("score", DataType::Float32, false);
+        let needs = Needs { values: true, groups: false };
+        let spec = ColumnSpec::default();
+        let s = Schema::new(vec![mask.clone(), values.clone(), rewards, score.clone()]);
+        assert_eq!(spec.resolve(&s, needs).unwrap().reward, RewardColumn::Token("rewards".into()));
+        let s = Schema::new(vec![mask.clone(), values.clone(), score]);
+        assert_eq!(spec.resolve(&s, needs).unwrap().reward, RewardColumn::Score("score".into()));
+        let s = Schema::new(vec![mask, values]);
+        let e = spec.resolve(&s, needs).unwrap_err().to_string();
+        assert!(e.contains("missing column `rewards` or `score`"), "{e}");
+        let both = ColumnSpec { rewards: Some("r".into()), score: Some("s".into()), ..Default::default() };
+        assert!(both.resolve(&s, needs).unwrap_err().is_usage());
+    }
+}

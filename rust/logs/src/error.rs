@@ -1,0 +1,167 @@
+//! Errors, in two layers. [`DataError`] says what is wrong with a batch of rollouts and
+//! where inside it (row, column, token); [`LogError`] adds the file and row group for the
+//! Parquet tool, and covers I/O, corrupt files and unusable options. Every message is one
+//! line, meant to be shown to a user as is.
+
+use std::path::PathBuf;
+
+use mpo_core::MpoError;
+use thiserror::Error;
+
+/// A batch of rollouts the estimators cannot use. `row` is the row (trajectory) index in
+/// the batch, or in the file once the pipeline has placed it; `token` is the position
+/// inside that row's lists.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum DataError {
+    #[error("missing column `{column}` ({available})")]
+    MissingColumn { column: String, available: String },
+
+    #[error("column `{column}` has type {found}, expected {expected}")]
+    ColumnType { column: String, found: String, expected: &'static str },
+
+    #[error("row {row}, column `{column}`: null list (every row needs a list, possibly empty)")]
+    NullList { column: String, row: u64 },
+
+    #[error("row {row}, column `{column}`: null element at token {token}")]
+    NullElement { column: String, row: u64, token: u64 },
+
+    #[error("row {row}, column `{column}`: null value")]
+    NullValue { column: String, row: u64 },
+
+    #[error("row {row}: column `{column}` has {len} tokens but `{reference}` has {reference_len}")]
+    LengthMismatch { row: u64, column: String, len: u64, reference: String, reference_len: u64 },
+
+    #[error("row {row}, column `{column}`: the mask must hold 0 or 1, found {value} at token {token}")]
+    MaskValue { column: String, row: u64, token: u64, value: i64 },
+
+    #[error("row {row}, column `{column}`: {value} is not finite at token {token}")]
+    NonFiniteToken { column: String, row: u64, token: u64, value: f32 },
+
+    #[error("row {row}, column `{column}`: {value} is not finite")]
+    NonFiniteRow { column: String, row: u64, value: f32 },
+
+    #[error("row {row}, column `{column}`: reward {value} at observation token {token}; rewards must be 0 where the mask is 0")]
+    ObservationReward { column: String, row: u64, token: u64, value: f32 },
+
+    #[error("row {row}, column `{column}`: group id not seen by the statistics pass (did the input change during the run?)")]
+    UnknownGroup { column: String, row: u64 },
+
+    #[error("column `{column}` is already in the input; the tool appends it and will not overwrite it")]
+    OutputColumnExists { column: String },
+
+    #[error("{0}")]
+    Capacity(String),
+
+    /// Anything else the core refused (its message names the argument and trajectory).
+    #[error("{0}")]
+    Estimator(MpoError),
+}
+
+impl DataError {
+    /// Moves the row of this error by `base` rows: a batch's row 3 is the file's row
+    /// `base + 3`.
+    pub fn shift_rows(mut self, base: u64) -> Self {
+        match &mut self {
+            DataError::NullList { row, .. }
+            | DataError::NullElement { row, .. }
+            | DataError::NullValue { row, .. }
+            | DataError::LengthMismatch { row, .. }
+            | DataError::MaskValue { row, .. }
+            | DataError::NonFiniteToken { row, .. }
+            | DataError::NonFiniteRow { row, .. }
+            | DataError::ObservationReward { row, .. }
+            | DataError::UnknownGroup { row, .. } => *row += base,
+            _ => {}
+        }
+        self
+    }
+
+    /// The row this error is about, if it is about one.
+    pub fn row(&self) -> Option<u64> {
+        match self {
+            DataError::NullList { row, .. }
+            | DataError::NullElement { row, .. }
+            | DataError::NullValue { row, .. }
+            | DataError::LengthMismatch { row, .. }
+            | DataError::MaskValue { row, .. }
+            | DataError::NonFiniteToken { row, .. }
+            | DataError::NonFiniteRow { row, .. }
+            | DataError::ObservationReward { row, .. }
+            | DataError::UnknownGroup { row, .. } => Some(*row),
+            _ => None,
+        }
+    }
+}
+
+/// Where in a Parquet input an error was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAt {
+    pub path: PathBuf,
+    /// None when the problem is with the file as a whole (its footer or schema).
+    pub row_group: Option<usize>,
+}
+
+impl std::fmt::Display for FileAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some(g) = self.row_group {
+            write!(f, ": row group {g}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Errors of the Parquet tool and of the Arrow entry points.
+#[derive(Debug, Error)]
+pub enum LogError {
+    /// Bad rollout data (exit code 1).
+    #[error("{at}: {error}")]
+    Data { at: FileAt, error: DataError },
+
+    /// Bad rollout data in an in-memory table (no file).
+    #[error("{0}")]
+    Batch(DataError),
+
+    /// A file that is not Parquet, is truncated, or fails to decode (exit code 1).
+    #[error("{at}: cannot read Parquet: {message}")]
+    Corrupt { at: FileAt, message: String },
+
+    /// The operating system refused an operation (exit code 1).
+    #[error("{}: {action}: {source}", path.display())]
+    Io { path: PathBuf, action: &'static str, source: std::io::Error },
+
+    /// Encoding the output failed (exit code 1).
+    #[error("{}: cannot write Parquet: {message}", path.display())]
+    Write { path: PathBuf, message: String },
+
+    /// An option, estimator parameter or path combination the tool will not use
+    /// (a usage error, exit code 2).
+    #[error("{0}")]
+    Usage(String),
+
+    /// The progress callback asked to stop (e.g. Ctrl-C); nothing was written.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl LogError {
+    pub(crate) fn io(path: impl Into<PathBuf>, action: &'static str, source: std::io::Error) -> Self {
+        LogError::Io { path: path.into(), action, source }
+    }
+
+    /// True for errors that are the caller's choice of options rather than the data.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, LogError::Usage(_))
+    }
+}
+
+impl From<MpoError> for LogError {
+    /// Only parameter checks reach this conversion; data errors go through
+    /// [`DataError`] so they can name rows and columns.
+    fn from(e: MpoError) -> Self {
+        match e {
+            MpoError::Parameter { .. } => LogError::Usage(e.to_string()),
+            other => LogError::Batch(DataError::Estimator(other)),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! mpo-logs: rollout logs in Arrow and Parquet (spec §5).
+//!
+//! A rollout log has one row per trajectory and one list per token column (mask, values,
+//! rewards, ...). This crate reads those columns out of Arrow `RecordBatch`es without
+//! copying where the types allow ([`columns`]), computes the advantage columns with
+//! mpo-core ([`annotate`]), gathers group-baseline statistics over any number of batches
+//! ([`groups`]), and streams Parquet files through all of it with bounded memory and
+//! atomic output ([`pipeline`]). No Python here: the `mpo_rs._native` binding and the
+//! `mpo-rs` command line are thin layers over [`pipeline::run`] and [`annotate::annotate`].
+
+pub mod annotate;
+pub mod atomic;
+pub mod columns;
+pub mod error;
+pub mod estimator;
+pub mod groups;
+mod output;
+pub mod paths;
+pub mod pipeline;
+
+pub use annotate::{annotate, append, output_fields, output_schema, Annotation, BatchCounts};
+pub use columns::{ColumnSpec, Columns, ListKind, RewardColumn, OUTPUT_COLUMNS};
+pub use error::{DataError, FileAt, LogError};
+pub use estimator::{Estimator, EstimatorOptions, ESTIMATORS};
+pub use groups::GroupStats;
+pub use pipeline::{run, Job, Phase, Progress, Summary, Tuning};
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use std::path::PathBuf;
+
+    /// A fresh scratch directory for one test (std only; no tempfile crate).
+    pub(crate) fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("mpo-logs-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

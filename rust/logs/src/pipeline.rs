@@ -1,0 +1,477 @@
+//! The streaming Parquet → Parquet run behind `mpo-rs advantages`.
+//!
+//! Three stages connected by one-slot channels, so at most a few batches are alive
+//! whatever the input size:
+//!
+//! ```text
+//!   decode thread ──▶ compute (calling thread, rayon) ──▶ encode thread
+//!   Parquet pages      mpo-core over the batch's rows      ArrowWriter, staged file
+//! ```
+//!
+//! Row groups are decoded in slices of about `Tuning::batch_bytes` (a huge row group does
+//! not have to fit in memory), and the encoder cuts an output row group at every input
+//! row-group boundary and whenever `Tuning::max_row_group_bytes` of encoded data is
+//! buffered. Decoding, computing and encoding of consecutive batches overlap.
+//!
+//! Group baselines need statistics over the whole input first; a first pass reads only
+//! the score (or rewards) and group columns — one scan for sums, one more for GRPO's std —
+//! and keeps one entry per group.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::file::properties::WriterProperties;
+
+use crate::annotate::{annotate, append, output_schema, BatchCounts};
+use crate::atomic::{StagedDir, StagedFile};
+use crate::columns::{read_row_scores, ColumnSpec, Columns};
+use crate::error::{DataError, FileAt, LogError};
+use crate::estimator::Estimator;
+use crate::groups::GroupStats;
+use crate::output::writer_properties;
+use crate::paths::Targets;
+
+/// One run of the tool.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub estimator: Estimator,
+    pub columns: ColumnSpec,
+    pub tuning: Tuning,
+}
+
+/// Memory/throughput knobs; the defaults keep a run within a few hundred MB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Decoded bytes per batch (a row group is read in slices of about this size).
+    pub batch_bytes: usize,
+    /// An output row group is cut once this many encoded bytes are buffered.
+    pub max_row_group_bytes: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self { batch_bytes: 24 << 20, max_row_group_bytes: 64 << 20 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Scanning scores and group ids (group estimators only).
+    GroupStatistics,
+    /// Computing and writing the output.
+    Write,
+}
+
+/// Reported after every batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub phase: Phase,
+    /// Rows and tokens done in this phase (tokens are counted in the write phase only).
+    pub rows: u64,
+    pub tokens: u64,
+    pub total_rows: u64,
+    pub elapsed: Duration,
+}
+
+/// What a finished run did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub files: usize,
+    pub row_groups: usize,
+    pub counts: BatchCounts,
+    pub input_bytes: u64,
+    pub output_bytes: u64,
+    pub seconds: f64,
+}
+
+/// Runs `job`. `progress` is called on the calling thread after every batch; returning
+/// false stops the run (nothing is written). On any error the previous OUTPUT is left as
+/// it was.
+pub fn run(job: &Job, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Summary, LogError> {
+    let start = Instant::now();
+    job.estimator.validate()?;
+    let targets = Targets::resolve(&job.input, &job.output)?;
+    let (columns, sources) = open_sources(&targets, job)?;
+    let total_rows = sources.iter().map(|s| s.meta.metadata().file_metadata().num_rows() as u64).sum();
+    let mut clock = Clock { start, total_rows, progress };
+
+    let groups = match job.estimator {
+        Estimator::Group(params) => Some(group_statistics(&sources, &columns, GroupStats::new(params), &job.tuning, &mut clock)?),
+        _ => None,
+    };
+    let work = Work { sources: &sources, columns: &columns, estimator: &job.estimator, groups: groups.as_ref(), tuning: &job.tuning };
+    let (counts, output_bytes) = match &targets {
+        Targets::File { output, .. } => stream(&work, Sink::File(output), &mut clock)?,
+        Targets::Dir { output, .. } => {
+            let staged = StagedDir::create(output)?;
+            let done = stream(&work, Sink::Dir { staged: &staged, shown: output }, &mut clock)?;
+            staged.commit()?;
+            done
+        }
+    };
+    Ok(Summary {
+        files: sources.len(),
+        row_groups: sources.iter().map(|s| s.meta.metadata().num_row_groups()).sum(),
+        counts,
+        input_bytes: sources.iter().map(|s| s.bytes).sum(),
+        output_bytes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// An input file, opened and checked, with what its output needs.
+struct Source {
+    path: PathBuf,
+    relative: PathBuf,
+    bytes: u64,
+    meta: ArrowReaderMetadata,
+    out_schema: SchemaRef,
+    props: WriterProperties,
+}
+
+impl Source {
+    fn at(&self, row_group: Option<usize>) -> FileAt {
+        FileAt { path: self.path.clone(), row_group }
+    }
+
+    fn open(&self) -> Result<File, LogError> {
+        File::open(&self.path).map_err(|e| LogError::io(&self.path, "cannot open input", e))
+    }
+
+    fn corrupt(&self, row_group: Option<usize>, e: impl std::fmt::Display) -> LogError {
+        LogError::Corrupt { at: self.at(row_group), message: e.to_string() }
+    }
+
+    fn data(&self, row_group: usize, row_base: u64, e: DataError) -> LogError {
+        LogError::Data { at: self.at(Some(row_group)), error: e.shift_rows(row_base) }
+    }
+
+    /// Rows per batch for row group `g` so a decoded batch of the `leaves` is about
+    /// `target` bytes.
+    fn batch_rows(&self, g: usize, leaves: Option<&[usize]>, target: usize) -> usize {
+        let group = self.meta.metadata().row_group(g);
+        let rows = group.num_rows().max(1) as u64;
+        let bytes: u64 = match leaves {
+            None => group.total_byte_size().max(0) as u64,
+            Some(leaves) => leaves.iter().map(|&l| group.column(l).uncompressed_size().max(0) as u64).sum(),
+        };
+        (target as u64 * rows / bytes.max(1)).clamp(1, rows) as usize
+    }
+
+    /// Row offset of each row group's first row in the file.
+    fn row_group_starts(&self) -> Vec<u64> {
+        let mut start = 0u64;
+        self.meta
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| {
+                let s = start;
+                start += g.num_rows().max(0) as u64;
+                s
+            })
+            .collect()
+    }
+}
+
+/// Opens every input (footer and schema) before anything is computed, so a bad file
+/// anywhere fails the run at once.
+fn open_sources(targets: &Targets, job: &Job) -> Result<(Columns, Vec<Source>), LogError> {
+    let mut columns: Option<Columns> = None;
+    let mut sources = Vec::new();
+    for (path, relative) in targets.inputs() {
+        let file = File::open(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let at = FileAt { path: path.clone(), row_group: None };
+        let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+            .map_err(|e| LogError::Corrupt { at: at.clone(), message: e.to_string() })?;
+        let schema = meta.schema();
+        let resolved = match &columns {
+            // Every file uses the columns chosen for the first one.
+            Some(c) => c.check_schema(schema).map(|_| c.clone()).map_err(LogError::Batch),
+            None => job.columns.resolve(schema, job.estimator.needs()),
+        }
+        .map_err(|e| match e {
+            LogError::Batch(error) => LogError::Data { at: at.clone(), error },
+            other => other,
+        })?;
+        let out_schema = output_schema(schema, &resolved);
+        let props = writer_properties(meta.metadata(), &resolved.mask, &out_schema, job.tuning.max_row_group_bytes)
+            .map_err(|e| LogError::Write { path: path.clone(), message: e.to_string() })?;
+        sources.push(Source { path, relative, bytes, meta, out_schema, props });
+        columns.get_or_insert(resolved);
+    }
+    let columns = columns.ok_or_else(|| LogError::Usage("no input files".into()))?;
+    Ok((columns, sources))
+}
+
+struct Clock<'a> {
+    start: Instant,
+    total_rows: u64,
+    progress: &'a mut dyn FnMut(&Progress) -> bool,
+}
+
+impl Clock<'_> {
+    fn report(&mut self, phase: Phase, rows: u64, tokens: u64) -> Result<(), LogError> {
+        let p = Progress { phase, rows, tokens, total_rows: self.total_rows, elapsed: self.start.elapsed() };
+        if (self.progress)(&p) {
+            Ok(())
+        } else {
+            Err(LogError::Interrupted)
+        }
+    }
+}
+
+/// The statistics pass: only the score/rewards and group columns are decoded.
+fn group_statistics(
+    sources: &[Source],
+    columns: &Columns,
+    mut stats: GroupStats,
+    tuning: &Tuning,
+    clock: &mut Clock<'_>,
+) -> Result<GroupStats, LogError> {
+    let group_col = columns.group.as_deref().unwrap_or_default();
+    while stats.wants_scan() {
+        let mut rows = 0u64;
+        for s in sources {
+            let descr = s.meta.parquet_schema();
+            let wanted = columns.score_pass_columns();
+            let roots: Vec<usize> = descr
+                .root_schema()
+                .get_fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| wanted.contains(&f.name()))
+                .map(|(i, _)| i)
+                .collect();
+            let leaves: Vec<usize> =
+                (0..descr.num_columns()).filter(|&l| roots.contains(&descr.get_column_root_idx(l))).collect();
+            let projection = ProjectionMask::roots(descr, roots.iter().copied());
+            for (g, base) in s.row_group_starts().into_iter().enumerate() {
+                let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(s.open()?, s.meta.clone())
+                    .with_projection(projection.clone())
+                    .with_row_groups(vec![g])
+                    .with_batch_size(s.batch_rows(g, Some(&leaves), tuning.batch_bytes))
+                    .build()
+                    .map_err(|e| s.corrupt(Some(g), e))?;
+                let mut row_base = base;
+                for batch in reader {
+                    let batch = batch.map_err(|e| s.corrupt(Some(g), e))?;
+                    let scores = read_row_scores(&batch, &columns.reward).map_err(|e| s.data(g, row_base, e))?;
+                    stats.scan(group_col, &batch, &scores).map_err(|e| s.data(g, row_base, e))?;
+                    row_base += batch.num_rows() as u64;
+                    rows += batch.num_rows() as u64;
+                    clock.report(Phase::GroupStatistics, rows, 0)?;
+                }
+            }
+        }
+        stats.finish_scan();
+    }
+    Ok(stats)
+}
+
+/// What the compute stage needs.
+struct Work<'a> {
+    sources: &'a [Source],
+    columns: &'a Columns,
+    estimator: &'a Estimator,
+    groups: Option<&'a GroupStats>,
+    tuning: &'a Tuning,
+}
+
+/// Where encoded files go.
+#[derive(Clone, Copy)]
+enum Sink<'a> {
+    /// One file, staged beside this target and renamed over it when complete.
+    File(&'a Path),
+    /// Files inside a staged directory that replaces `shown` as a whole.
+    Dir { staged: &'a StagedDir, shown: &'a Path },
+}
+
+enum Decoded {
+    FileStart(usize),
+    Batch { file: usize, row_group: usize, row_base: u64, batch: RecordBatch },
+    RowGroupEnd,
+    FileEnd,
+}
+
+enum ToWrite {
+    FileStart(usize),
+    Batch(RecordBatch),
+    RowGroupEnd,
+    FileEnd,
+}
+
+/// The write pass: decode ▶ compute ▶ encode, overlapped. Returns the counts and the
+/// bytes written.
+fn stream(work: &Work<'_>, sink: Sink<'_>, clock: &mut Clock<'_>) -> Result<(BatchCounts, u64), LogError> {
+    std::thread::scope(|scope| {
+        let (decoded_tx, decoded_rx) = sync_channel::<Result<Decoded, LogError>>(1);
+        let (write_tx, write_rx) = sync_channel::<ToWrite>(1);
+        let sources = work.sources;
+        let batch_bytes = work.tuning.batch_bytes;
+        let decoder = std::thread::Builder::new()
+            .name("mpo-rs-decode".into())
+            .spawn_scoped(scope, move || decode_all(sources, batch_bytes, decoded_tx))
+            .map_err(|e| LogError::io("<thread>", "cannot start the decoder thread", e))?;
+        let encoder = std::thread::Builder::new()
+            .name("mpo-rs-encode".into())
+            .spawn_scoped(scope, move || encode_all(sources, sink, write_rx))
+            .map_err(|e| LogError::io("<thread>", "cannot start the encoder thread", e))?;
+        let computed = compute_all(work, decoded_rx, write_tx, clock);
+        let written = encoder.join().unwrap_or_else(|_| Err(internal("the encoder thread panicked")));
+        let _ = decoder.join();
+        // A compute or decode failure is the cause; the encoder then only saw the channel
+        // close. An encoder failure makes the compute stage stop early without an error.
+        let counts = computed?;
+        Ok((counts, written?))
+    })
+}
+
+fn internal(message: &str) -> LogError {
+    LogError::Write { path: PathBuf::from("<output>"), message: message.into() }
+}
+
+fn compute_all(
+    work: &Work<'_>,
+    decoded: Receiver<Result<Decoded, LogError>>,
+    to_write: SyncSender<ToWrite>,
+    clock: &mut Clock<'_>,
+) -> Result<BatchCounts, LogError> {
+    let mut counts = BatchCounts::default();
+    for item in decoded {
+        let out = match item? {
+            Decoded::FileStart(i) => ToWrite::FileStart(i),
+            Decoded::RowGroupEnd => ToWrite::RowGroupEnd,
+            Decoded::FileEnd => ToWrite::FileEnd,
+            Decoded::Batch { file, row_group, row_base, batch } => {
+                let s = &work.sources[file];
+                let annotation = annotate(&batch, work.columns, work.estimator, work.groups)
+                    .map_err(|e| s.data(row_group, row_base, e))?;
+                counts += annotation.counts;
+                let out = append(&batch, annotation, s.out_schema.clone()).map_err(|e| s.data(row_group, row_base, e))?;
+                clock.report(Phase::Write, counts.rows, counts.tokens)?;
+                ToWrite::Batch(out)
+            }
+        };
+        if to_write.send(out).is_err() {
+            break; // the encoder failed; its error is reported
+        }
+    }
+    Ok(counts)
+}
+
+/// Why a stage stopped early.
+enum Stop {
+    /// The next stage is gone (it failed or the run was stopped).
+    Hangup,
+    Failed(LogError),
+}
+
+fn decode_all(sources: &[Source], batch_bytes: usize, tx: SyncSender<Result<Decoded, LogError>>) {
+    let send = |d: Decoded| tx.send(Ok(d)).map_err(|_| Stop::Hangup);
+    let result = sources.iter().enumerate().try_for_each(|(i, s)| {
+        send(Decoded::FileStart(i))?;
+        for (g, base) in s.row_group_starts().into_iter().enumerate() {
+            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(s.open().map_err(Stop::Failed)?, s.meta.clone())
+                .with_row_groups(vec![g])
+                .with_batch_size(s.batch_rows(g, None, batch_bytes))
+                .build()
+                .map_err(|e| Stop::Failed(s.corrupt(Some(g), e)))?;
+            let mut row_base = base;
+            for batch in reader {
+                let batch = batch.map_err(|e| Stop::Failed(s.corrupt(Some(g), e)))?;
+                let n = batch.num_rows() as u64;
+                send(Decoded::Batch { file: i, row_group: g, row_base, batch })?;
+                row_base += n;
+            }
+            let expected = s.meta.metadata().row_group(g).num_rows().max(0) as u64;
+            if row_base - base != expected {
+                let message = format!("decoded {} rows, the footer says {expected}", row_base - base);
+                return Err(Stop::Failed(s.corrupt(Some(g), message)));
+            }
+            send(Decoded::RowGroupEnd)?;
+        }
+        send(Decoded::FileEnd)
+    });
+    if let Err(Stop::Failed(e)) = result {
+        let _ = tx.send(Err(e));
+    }
+}
+
+/// An output file being encoded.
+struct Encoding {
+    writer: ArrowWriter<BufWriter<File>>,
+    /// Set for a single-file output (renamed into place at the end); a file inside a
+    /// staged directory needs only a sync.
+    staged: Option<StagedFile>,
+    shown: PathBuf,
+}
+
+impl Encoding {
+    fn open(s: &Source, sink: Sink<'_>) -> Result<Self, LogError> {
+        let (staged, file, shown) = match sink {
+            Sink::File(target) => {
+                let (staged, file) = StagedFile::create(target)?;
+                (Some(staged), file, target.to_path_buf())
+            }
+            Sink::Dir { staged, shown } => {
+                let (_, file) = staged.create_file(&s.relative)?;
+                (None, file, shown.join(&s.relative))
+            }
+        };
+        let writer = ArrowWriter::try_new(BufWriter::with_capacity(4 << 20, file), s.out_schema.clone(), Some(s.props.clone()))
+            .map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
+        Ok(Self { writer, staged, shown })
+    }
+
+    fn failed(&self, e: impl std::fmt::Display) -> LogError {
+        LogError::Write { path: self.shown.clone(), message: e.to_string() }
+    }
+
+    /// Writes the footer, syncs, and (single file) renames into place. Returns the size.
+    fn finish(self) -> Result<u64, LogError> {
+        let Encoding { writer, staged, shown } = self;
+        let buffered = writer.into_inner().map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
+        let file = buffered
+            .into_inner()
+            .map_err(|e| LogError::io(&shown, "cannot write output", e.into_error()))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        match staged {
+            Some(staged) => staged.commit(file)?,
+            None => file.sync_all().map_err(|e| LogError::io(&shown, "cannot sync output", e))?,
+        }
+        Ok(bytes)
+    }
+}
+
+fn encode_all(sources: &[Source], sink: Sink<'_>, rx: Receiver<ToWrite>) -> Result<u64, LogError> {
+    let mut open: Option<Encoding> = None;
+    let mut bytes = 0u64;
+    let not_open = || internal("a batch arrived before its file was opened");
+    // Leaving early drops `open`, which deletes its temporary file.
+    for msg in rx {
+        match msg {
+            ToWrite::FileStart(i) => open = Some(Encoding::open(&sources[i], sink)?),
+            ToWrite::Batch(batch) => {
+                let enc = open.as_mut().ok_or_else(not_open)?;
+                enc.writer.write(&batch).map_err(|e| enc.failed(e))?;
+            }
+            ToWrite::RowGroupEnd => {
+                let enc = open.as_mut().ok_or_else(not_open)?;
+                enc.writer.flush().map_err(|e| enc.failed(e))?;
+            }
+            ToWrite::FileEnd => bytes += open.take().ok_or_else(not_open)?.finish()?,
+        }
+    }
+    Ok(bytes)
+}
