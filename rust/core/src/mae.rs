@@ -1,6 +1,7 @@
 //! Multiscale advantage estimation (spec §2.1): a GAE over turns, refined inside each
 //! turn by a centred token-level GAE, plus the critic's value targets.
 
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -90,11 +91,24 @@ struct Trajectory<'a, 'o> {
 }
 
 impl RewardsVisitor<bool> for Trajectory<'_, '_> {
-    /// Turns are visited last to first; inside a turn, pass 1 accumulates the turn reward,
-    /// the mean intra-turn advantage and the critic targets, pass 2 recomputes the intra
-    /// advantages (cheaper than a per-token buffer) and writes the combination.
-    /// Observation gaps get 0. Returns whether the fast input checks passed.
+    /// Turns are visited last to first. Inside a turn, one backward pass runs the two
+    /// dependent recursions (intra-turn GAE, critic targets) side by side and keeps the
+    /// intra advantages in a per-thread scratch buffer; a second, dependency-free pass
+    /// centres them on the turn mean. Observation gaps get 0. Returns whether the fast
+    /// input checks passed.
     fn visit<R: RewardAt>(self, rewards: R) -> bool {
+        SCRATCH.with(|scratch| self.estimate(rewards, &mut scratch.borrow_mut()))
+    }
+}
+
+thread_local! {
+    /// Intra-turn advantages of the current turn (f64, so centring loses nothing); grows
+    /// to the longest turn a thread has seen, so no allocation per turn.
+    static SCRATCH: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Trajectory<'_, '_> {
+    fn estimate<R: RewardAt>(self, rewards: R, intra_buf: &mut Vec<f64>) -> bool {
         let Trajectory { range, values, source, starts, ends, params: p, out } = self;
         let Outputs { adv, ret, turn_adv } = out;
         let base = range.start;
@@ -117,12 +131,15 @@ impl RewardsVisitor<bool> for Trajectory<'_, '_> {
             fill(&mut adv[e - base..gap_end - base], 0.0);
             fill(&mut ret[e - base..gap_end - base], 0.0);
 
+            intra_buf.clear();
+            intra_buf.resize(e - s, 0.0);
             let mut intra = 0.0f64;
             let mut intra_sum = 0.0f64;
             let mut turn_reward = 0.0f64;
             for q in (s..e).rev() {
                 let d = delta(q, e, next_turn_v);
                 intra = d + p.lam_intra * intra;
+                intra_buf[q - s] = intra;
                 intra_sum += intra;
                 turn_reward += rewards.at(q);
                 let g = if q + 1 == e { p.gamma } else { 1.0 };
@@ -139,10 +156,8 @@ impl RewardsVisitor<bool> for Trajectory<'_, '_> {
                 fill(turn_out, a_turn as f32);
             } else {
                 let mean = intra_sum / (e - s) as f64;
-                let mut intra = 0.0f64;
-                for q in (s..e).rev() {
-                    intra = delta(q, e, next_turn_v) + p.lam_intra * intra;
-                    turn_out[q - s].write((a_turn + p.beta * (intra - mean)) as f32);
+                for (o, &intra) in turn_out.iter_mut().zip(intra_buf.iter()) {
+                    o.write((a_turn + p.beta * (intra - mean)) as f32);
                 }
             }
 
