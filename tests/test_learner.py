@@ -1,0 +1,306 @@
+"""mpo_rs.learner on a toy multi-turn task with a tiny randomly initialised transformer."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from mpo_rs import losses, mae_advantages  # noqa: E402
+from mpo_rs.learner import (  # noqa: E402
+    Learner,
+    LearnerConfig,
+    RolloutBatch,
+    token_log_probs,
+    token_values,
+)
+
+VOCAB, BOS, SEP = 8, 0, 1
+TURNS, TOKENS_PER_TURN = 3, 2
+
+
+class TinyCausalLM(nn.Module):
+    """A one-layer causal transformer: logits (B, L, VOCAB), or values (B, L, 1)."""
+
+    def __init__(self, out_features: int = VOCAB, width: int = 32, max_len: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        self.position = nn.Embedding(max_len, width)
+        layer = nn.TransformerEncoderLayer(width, 2, dim_feedforward=64, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(width, out_features)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        length = input_ids.shape[1]
+        positions = torch.arange(length, device=input_ids.device)
+        h = self.embed(input_ids) + self.position(positions)
+        causal = nn.Transformer.generate_square_subsequent_mask(length, device=input_ids.device)
+        # Right padding only: causal attention never looks at the padding after a token.
+        return self.head(self.body(h, mask=causal, is_causal=True))
+
+
+@torch.no_grad()
+def echo_rollout(policy: nn.Module, n_prompts: int, per_prompt: int, gen: torch.Generator) -> RolloutBatch:
+    """The echo task: each turn the environment shows [SEP, key]; the policy answers with
+    TOKENS_PER_TURN tokens and scores the fraction of its tokens equal to the turn's key,
+    paid once at the end. Rollouts of one prompt share the keys (a GRPO group)."""
+    rows = n_prompts * per_prompt
+    device = next(policy.parameters()).device
+    keys = torch.randint(2, VOCAB, (n_prompts, TURNS), generator=gen).repeat_interleave(per_prompt, 0)
+    ids = torch.full((rows, 1), BOS)
+    mask = torch.zeros(rows, 1, dtype=torch.bool)
+    log_probs = torch.zeros(rows, 1)
+    hits = torch.zeros(rows)
+    for turn in range(TURNS):
+        observation = torch.stack([torch.full((rows,), SEP), keys[:, turn]], 1)
+        ids = torch.cat([ids, observation], 1)
+        mask = torch.cat([mask, torch.zeros(rows, 2, dtype=torch.bool)], 1)
+        log_probs = torch.cat([log_probs, torch.zeros(rows, 2)], 1)
+        for _ in range(TOKENS_PER_TURN):
+            logits = policy(input_ids=ids.to(device), attention_mask=torch.ones_like(ids).to(device))[:, -1]
+            logp = torch.log_softmax(logits.float().cpu(), -1)
+            token = torch.multinomial(logp.exp(), 1, generator=gen)
+            ids = torch.cat([ids, token], 1)
+            mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.bool)], 1)
+            log_probs = torch.cat([log_probs, logp.gather(1, token)], 1)
+            hits += (token[:, 0] == keys[:, turn]).float()
+    length = ids.shape[1]
+    return RolloutBatch(
+        token_ids=ids.reshape(-1),
+        mask=mask.reshape(-1),
+        offsets=np.arange(rows + 1) * length,
+        old_log_probs=log_probs.reshape(-1),
+        scores=hits / (TURNS * TOKENS_PER_TURN),
+        group_ids=np.repeat(np.arange(n_prompts), per_prompt),
+    )
+
+
+@pytest.fixture
+def one_thread():
+    # Tiny ops: a second intra-op thread only adds contention (30x slower on a busy
+    # 2-core machine); one thread also makes the run reproducible.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def make_learner(estimator: str = "mae", seed: int = 0, **config) -> Learner:
+    torch.manual_seed(seed)
+    policy = TinyCausalLM()
+    critic = None if estimator == "grpo" else TinyCausalLM(out_features=1)
+    config = {"ppo_epochs": 2, "minibatch_size": 32, "seed": seed} | config
+    return Learner(
+        policy,
+        torch.optim.Adam(policy.parameters(), lr=3e-3),
+        LearnerConfig(estimator=estimator, **config),
+        critic=critic,
+        critic_optimizer=None if critic is None else torch.optim.Adam(critic.parameters(), lr=3e-3),
+    )
+
+
+# --------------------------------------------------------------------------- learning
+
+
+@pytest.mark.parametrize(
+    ("estimator", "config"),
+    [
+        ("mae", {}),  # MPO: MAE + turn IS
+        ("gae", {"ratio": "token"}),  # PPO
+        ("grpo", {"ratio": "token", "agg": "seq-mean-token-mean"}),  # GRPO
+    ],
+)
+def test_mean_reward_rises_on_the_echo_task(one_thread, estimator, config):
+    learner = make_learner(estimator, seed=0, **config)
+    gen = torch.Generator().manual_seed(1)
+    rewards = []
+    for _ in range(40):
+        metrics = learner.step(echo_rollout(learner.policy, n_prompts=16, per_prompt=4, gen=gen))
+        rewards.append(metrics["batch/score_mean"])
+        assert all(np.isfinite(v) for v in metrics.values()), metrics
+    first, last = np.mean(rewards[:5]), np.mean(rewards[-5:])
+    # A random policy echoes the key with probability 1/8; every seed tried reaches > 0.6.
+    assert first < 0.2
+    assert last > first + 0.3, rewards
+
+
+def test_first_minibatch_ratio_is_one_with_sampler_log_probs(one_thread):
+    """The learner scores token q with the output at q-1, as the sampler did: before any
+    update every ratio is 1 and no clip is active."""
+    learner = make_learner("mae", ppo_epochs=1, minibatch_size=64)
+    batch = echo_rollout(learner.policy, 8, 8, torch.Generator().manual_seed(3))
+    metrics = learner.step(batch)
+    assert metrics["actor/ratio_min"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["actor/ratio_max"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["actor/clip_frac"] == 0.0
+    assert metrics["batch/num_turns"] == 64 * TURNS
+    assert metrics["batch/num_policy_tokens"] == 64 * TURNS * TOKENS_PER_TURN
+
+
+def test_recomputed_old_log_probs_match_the_sampler(one_thread):
+    learner = make_learner("grpo")
+    batch = echo_rollout(learner.policy, 4, 4, torch.Generator().manual_seed(5))
+    recomputed = copy.copy(batch)
+    recomputed.old_log_probs = None
+    values, log_probs = learner._fill_in(recomputed)
+    assert values is None
+    np.testing.assert_allclose(log_probs[batch.mask], batch.old_log_probs[batch.mask], atol=1e-5)
+
+
+def test_advantages_come_from_the_rust_estimator(one_thread):
+    learner = make_learner("mae", lam=0.9, beta=0.5)
+    batch = echo_rollout(learner.policy, 2, 4, torch.Generator().manual_seed(2))
+    values, _ = learner._fill_in(batch)
+    advantages, returns = learner.compute_advantages(batch, values)
+    expected = mae_advantages(values, batch.mask, batch.offsets, scores=batch.scores, lam=0.9, beta=0.5)
+    np.testing.assert_array_equal(advantages, expected.advantages)
+    np.testing.assert_array_equal(returns, expected.returns)
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def ragged_batch(seed: int = 0) -> RolloutBatch:
+    """Trajectories of different lengths and turn structures, token-level rewards."""
+    rng = np.random.default_rng(seed)
+    masks = []
+    for _ in range(7):
+        mask = [False] * int(rng.integers(1, 4))
+        for _ in range(int(rng.integers(1, 4))):
+            mask += [True] * int(rng.integers(1, 5)) + [False] * int(rng.integers(0, 3))
+        masks.append(mask)
+    mask = np.concatenate(masks)
+    offsets = np.concatenate([[0], np.cumsum([len(m) for m in masks])])
+    rewards = np.where(mask, rng.standard_normal(mask.size), 0.0).astype(np.float32)
+    return RolloutBatch(
+        token_ids=rng.integers(0, VOCAB, mask.size),
+        mask=mask,
+        offsets=offsets,
+        old_log_probs=np.where(mask, -rng.random(mask.size) * 2, 0.0),
+        rewards=rewards,
+        group_ids=np.array([0, 0, 0, 1, 1, 2, 2]),
+    )
+
+
+@pytest.mark.parametrize("agg", losses.AGGREGATIONS)
+def test_micro_batches_accumulate_to_the_minibatch_gradient(one_thread, agg):
+    batch = ragged_batch()
+    torch.manual_seed(0)
+    policy, critic = TinyCausalLM(), TinyCausalLM(out_features=1)
+    params = {}
+    for micro in (None, 2):
+        p, c = copy.deepcopy(policy), copy.deepcopy(critic)
+        cfg = LearnerConfig(minibatch_size=7, micro_batch_size=micro, max_grad_norm=None, shuffle=False, agg=agg)
+        learner = Learner(p, torch.optim.SGD(p.parameters(), lr=0.5), cfg, critic=c,
+                          critic_optimizer=torch.optim.SGD(c.parameters(), lr=0.5))  # fmt: skip
+        metrics = learner.step(batch)
+        params[micro] = [t.detach().clone() for t in [*p.parameters(), *c.parameters()]]
+    assert any(not torch.equal(a, b) for a, b in zip(params[None], [*policy.parameters(), *critic.parameters()]))
+    for full, accumulated in zip(params[None], params[2]):
+        torch.testing.assert_close(accumulated, full, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(metrics["actor/loss"]) and np.isfinite(metrics["critic/loss"])
+
+
+def test_from_padded_keeps_the_attended_tokens_in_order():
+    flat = ragged_batch(1)
+    lengths = flat.lengths
+    width = int(lengths.max()) + 2
+    rows = flat.n_trajectories
+    ids = np.full((rows, width), 99)
+    attention = np.zeros((rows, width), dtype=np.int64)
+    response = np.zeros((rows, width), dtype=bool)
+    old = np.full((rows, width), np.nan, dtype=np.float32)
+    rewards = np.zeros((rows, width), dtype=np.float32)
+    for j in range(rows):  # left padding, as a batched sampler returns it
+        span = slice(flat.offsets[j], flat.offsets[j + 1])
+        cols = slice(width - lengths[j], width)
+        ids[j, cols], attention[j, cols], response[j, cols] = flat.token_ids[span], 1, flat.mask[span]
+        old[j, cols], rewards[j, cols] = flat.old_log_probs[span], flat.rewards[span]
+    padded = RolloutBatch.from_padded(
+        torch.from_numpy(ids), attention, response, old_log_probs=old, rewards=rewards, group_ids=flat.group_ids
+    )
+    for name in ("token_ids", "mask", "offsets", "old_log_probs", "rewards"):
+        np.testing.assert_array_equal(getattr(padded, name), getattr(flat, name), err_msg=name)
+
+
+def test_token_log_probs_and_values_use_the_previous_position():
+    torch.manual_seed(0)
+    policy, critic = TinyCausalLM(), TinyCausalLM(out_features=1)
+    ids = torch.randint(0, VOCAB, (3, 6))
+    attention = torch.ones_like(ids)
+    lp = token_log_probs(policy, ids, attention, temperature=0.7)
+    logits = policy(input_ids=ids, attention_mask=attention) / 0.7
+    expected = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(lp[:, 1:], expected)
+    assert torch.all(lp[:, 0] == 0)
+    v = token_values(critic, ids, attention)
+    torch.testing.assert_close(v[:, 1:], critic(input_ids=ids, attention_mask=attention)[:, :-1, 0])
+
+
+def test_values_from_the_batch_train_the_policy_without_a_critic(one_thread):
+    batch = ragged_batch(2)
+    batch.values = np.random.default_rng(0).standard_normal(batch.mask.size).astype(np.float32)
+    torch.manual_seed(0)
+    policy = TinyCausalLM()
+    learner = Learner(policy, torch.optim.Adam(policy.parameters()), LearnerConfig(estimator="gae"))
+    metrics = learner.step(batch)
+    assert "actor/loss" in metrics and not any(k.startswith("critic/") for k in metrics)
+
+
+def test_bf16_autocast_step(one_thread):
+    learner = make_learner("mae", bf16=True, ppo_epochs=1)
+    metrics = learner.step(echo_rollout(learner.policy, 4, 4, torch.Generator().manual_seed(0)))
+    assert np.isfinite(metrics["actor/loss"]) and np.isfinite(metrics["critic/loss"])
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_bad_batches_and_configs_are_rejected():
+    good = dict(token_ids=np.zeros(4, np.int64), mask=np.array([0, 1, 0, 1], bool), offsets=np.array([0, 2, 4]))
+    with pytest.raises(ValueError, match="trajectory 1 starts with a policy token"):
+        RolloutBatch(token_ids=np.zeros(4), mask=np.array([0, 1, 1, 1], bool), offsets=np.array([0, 2, 4]), scores=np.zeros(2))
+    with pytest.raises(ValueError, match="exactly one of"):
+        RolloutBatch(**good)
+    with pytest.raises(ValueError, match="exactly one of"):
+        RolloutBatch(**good, scores=np.zeros(2), rewards=np.zeros(4))
+    with pytest.raises(ValueError, match="`scores` has shape"):
+        RolloutBatch(**good, scores=np.zeros(3))
+    with pytest.raises(ValueError, match="`offsets`"):
+        RolloutBatch(**(good | {"offsets": np.array([0, 3, 2])}), scores=np.zeros(2))
+    with pytest.raises(ValueError, match="`old_log_probs` has shape"):
+        RolloutBatch(**good, scores=np.zeros(2), old_log_probs=np.zeros(3))
+    with pytest.raises(ValueError, match="estimator"):
+        LearnerConfig(estimator="vapo")
+    with pytest.raises(ValueError, match="ratio"):
+        LearnerConfig(ratio="turns")
+    policy = TinyCausalLM()
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="critic-free"):
+        Learner(policy, optimizer, LearnerConfig(estimator="grpo"), critic=TinyCausalLM(1),
+                critic_optimizer=optimizer)  # fmt: skip
+    batch = RolloutBatch(**good, scores=np.ones(2))
+    with pytest.raises(ValueError, match="needs a critic"):
+        Learner(policy, optimizer, LearnerConfig(estimator="mae")).step(batch)
+    with pytest.raises(ValueError, match="group_ids"):
+        Learner(policy, optimizer, LearnerConfig(estimator="grpo")).step(batch)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("bf16", [False, True])
+def test_learner_step_on_cuda(bf16):
+    learner = make_learner("mae", bf16=bf16, device="cuda")
+    assert all(p.is_cuda for p in learner.policy.parameters())
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        metrics = learner.step(echo_rollout(learner.policy, 8, 4, gen))
+    assert np.isfinite(metrics["actor/loss"]) and np.isfinite(metrics["critic/loss"])
