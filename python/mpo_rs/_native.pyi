@@ -60,3 +60,50 @@ def broadcast_to_tokens(
 ) -> npt.NDArray[np.float32]: ...
 def set_num_threads(threads: int) -> None: ...
 def get_num_threads() -> int: ...
+
+# --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, logs.rs) ---
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ += ["InvalidOptionError", "advantages_parquet", "arrow_advantages"]
+
+class InvalidOptionError(ValueError): ...
+
+class _ArrowStream(Protocol):
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+def arrow_advantages(
+    data: object,
+    estimator: str,
+    lam: float | None,
+    lam_intra: float | None,
+    beta: float | None,
+    gamma: float | None,
+    lam_critic: float | None,
+    eps: float | None,
+    mask_col: str,
+    values_col: str,
+    rewards_col: str | None,
+    score_col: str | None,
+    group_col: str,
+) -> _ArrowStream: ...
+def advantages_parquet(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    estimator: str,
+    lam: float | None,
+    lam_intra: float | None,
+    beta: float | None,
+    gamma: float | None,
+    lam_critic: float | None,
+    eps: float | None,
+    mask_col: str,
+    values_col: str,
+    rewards_col: str | None,
+    score_col: str | None,
+    group_col: str,
+    progress: Callable[[str, int, int, int, float], object] | None = None,
+    batch_bytes: int | None = None,
+    max_row_group_bytes: int | None = None,
+) -> dict[str, int | float]: ...

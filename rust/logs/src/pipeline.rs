@@ -93,10 +93,14 @@ pub struct Summary {
     pub seconds: f64,
 }
 
-/// Runs `job`. `progress` is called on the calling thread after every batch; returning
-/// false stops the run (nothing is written). On any error the previous OUTPUT is left as
-/// it was.
-pub fn run(job: &Job, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Summary, LogError> {
+/// Runs `job`. The estimators run on `pool` (else on rayon's global pool); `progress` is
+/// called on the calling thread after every batch, and returning false stops the run
+/// (nothing is written). On any error the previous OUTPUT is left as it was.
+pub fn run(
+    job: &Job,
+    pool: Option<&rayon::ThreadPool>,
+    progress: &mut dyn FnMut(&Progress) -> bool,
+) -> Result<Summary, LogError> {
     let start = Instant::now();
     job.estimator.validate()?;
     let targets = Targets::resolve(&job.input, &job.output)?;
@@ -108,7 +112,14 @@ pub fn run(job: &Job, progress: &mut dyn FnMut(&Progress) -> bool) -> Result<Sum
         Estimator::Group(params) => Some(group_statistics(&sources, &columns, GroupStats::new(params), &job.tuning, &mut clock)?),
         _ => None,
     };
-    let work = Work { sources: &sources, columns: &columns, estimator: &job.estimator, groups: groups.as_ref(), tuning: &job.tuning };
+    let work = Work {
+        sources: &sources,
+        columns: &columns,
+        estimator: &job.estimator,
+        groups: groups.as_ref(),
+        tuning: &job.tuning,
+        pool,
+    };
     let (counts, output_bytes) = match &targets {
         Targets::File { output, .. } => stream(&work, Sink::File(output), &mut clock)?,
         Targets::Dir { output, .. } => {
@@ -286,6 +297,7 @@ struct Work<'a> {
     estimator: &'a Estimator,
     groups: Option<&'a GroupStats>,
     tuning: &'a Tuning,
+    pool: Option<&'a rayon::ThreadPool>,
 }
 
 /// Where encoded files go.
@@ -355,8 +367,12 @@ fn compute_all(
             Decoded::FileEnd => ToWrite::FileEnd,
             Decoded::Batch { file, row_group, row_base, batch } => {
                 let s = &work.sources[file];
-                let annotation = annotate(&batch, work.columns, work.estimator, work.groups)
-                    .map_err(|e| s.data(row_group, row_base, e))?;
+                let compute = || annotate(&batch, work.columns, work.estimator, work.groups);
+                let annotation = match work.pool {
+                    Some(pool) => pool.install(compute),
+                    None => compute(),
+                }
+                .map_err(|e| s.data(row_group, row_base, e))?;
                 counts += annotation.counts;
                 let out = append(&batch, annotation, s.out_schema.clone()).map_err(|e| s.data(row_group, row_base, e))?;
                 clock.report(Phase::Write, counts.rows, counts.tokens)?;

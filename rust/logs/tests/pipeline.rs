@@ -187,7 +187,7 @@ fn mae_over_row_groups_and_batches_equals_the_core() {
         let input = d.join(format!("in-{large}.parquet"));
         let output = d.join(format!("out-{large}.parquet"));
         log.write(&input, 0..log.rows(), 37, large);
-        let summary = run(&job(&input, &output, "mae"), &mut never_stop()).unwrap();
+        let summary = run(&job(&input, &output, "mae"), None, &mut never_stop()).unwrap();
         assert_eq!(summary.counts.rows, 300);
         assert_eq!(summary.counts.tokens, log.mask.len() as u64);
 
@@ -227,7 +227,7 @@ fn grpo_groups_scattered_over_files_equal_the_core() {
         ("drgrpo", GroupParams { norm_std: false, ..Default::default() }),
         ("rloo", GroupParams { leave_one_out: true, ..Default::default() }),
     ] {
-        run(&job(&input, &output, name), &mut never_stop()).unwrap();
+        run(&job(&input, &output, name), None, &mut never_stop()).unwrap();
         let per_row = mpo_core::group_advantages(&log.rewards_sum(), &log.groups, 7, &params).unwrap();
         let want = mpo_core::broadcast_to_tokens(&per_row, &log.mask, &log.offsets).unwrap();
         assert_eq!(flat_f32(&read_all(&output), "advantages"), want, "{name}");
@@ -253,7 +253,7 @@ fn bad_data_names_file_row_group_row_and_column_and_leaves_old_output() {
     let output = d.join("out.parquet");
     log.write(&input, 0..50, 10, false);
     fs::write(&output, b"earlier output").unwrap();
-    let e = run(&job(&input, &output, "mae"), &mut never_stop()).unwrap_err();
+    let e = run(&job(&input, &output, "mae"), None, &mut never_stop()).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, LogError::Data { .. }), "{msg}");
     assert!(msg.contains("in.parquet: row group 2: row 27, column `values`: NaN is not finite"), "{msg}");
@@ -272,16 +272,16 @@ fn missing_columns_corrupt_files_and_same_paths_are_refused() {
 
     let mut j = job(&input, &d.join("o.parquet"), "mae");
     j.columns.values = "critic".into();
-    let msg = run(&j, &mut never_stop()).unwrap_err().to_string();
+    let msg = run(&j, None, &mut never_stop()).unwrap_err().to_string();
     assert!(msg.contains("in.parquet: missing column `critic`"), "{msg}");
 
-    let e = run(&job(&input, &input, "mae"), &mut never_stop()).unwrap_err();
+    let e = run(&job(&input, &input, "mae"), None, &mut never_stop()).unwrap_err();
     assert!(e.is_usage(), "{e}");
 
     let bytes = fs::read(&input).unwrap();
     let cut = d.join("cut.parquet");
     fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-    let e = run(&job(&cut, &d.join("o.parquet"), "mae"), &mut never_stop()).unwrap_err();
+    let e = run(&job(&cut, &d.join("o.parquet"), "mae"), None, &mut never_stop()).unwrap_err();
     assert!(matches!(e, LogError::Corrupt { .. }) && e.to_string().contains("cut.parquet"), "{e}");
     assert!(!d.join("o.parquet").exists());
     fs::remove_dir_all(d).unwrap();
@@ -295,7 +295,7 @@ fn stopping_from_progress_writes_nothing() {
     log.write(&input, 0..100, 10, false);
     let output = d.join("out.parquet");
     let mut calls = 0;
-    let e = run(&job(&input, &output, "mae"), &mut |_| {
+    let e = run(&job(&input, &output, "mae"), None, &mut |_| {
         calls += 1;
         calls < 3
     })

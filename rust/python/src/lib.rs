@@ -5,6 +5,7 @@
 //! core runs on the extension's fork-safe pool, and hands the output `Vec`s to numpy
 //! without copying.
 
+mod arrow;
 mod pool;
 
 /// Output buffers are tens of MB and written once; with the system allocator each call
@@ -202,5 +203,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    arrow::register(m)?;
     Ok(())
 }

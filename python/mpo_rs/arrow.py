@@ -1,0 +1,193 @@
+"""Advantage columns for rollout logs held as Arrow tables (spec section 5).
+
+A rollout log has one row per trajectory; its token columns are lists (``list`` or
+``large_list``). :func:`with_advantages` reads the mask, values and reward columns through
+the Arrow PyCapsule interface -- no copy of their buffers -- and returns the same kind of
+object with four columns appended:
+
+``advantages``        list<float32>, per token, 0 on observation tokens
+``returns``           list<float32>, per token value targets (= advantages for the
+                      critic-free group estimators, as in verl)
+``turn_index``        list<int32>, the token's turn within its trajectory, -1 off-policy
+``turn_advantages``   list<float32>, one per turn (MAE: A_t^turn; other estimators: the
+                      turn's mean token advantage)
+
+pyarrow ``Table`` / ``RecordBatch`` / struct ``ChunkedArray`` in, the same out; polars
+``DataFrame`` / struct ``Series`` in, the same out. The input's columns are shared, not
+copied. The lists of the outputs have the mask column's offset width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _native
+
+__all__ = ["ESTIMATORS", "OUTPUT_COLUMNS", "with_advantages"]
+
+ESTIMATORS = ("mae", "gae", "grpo", "drgrpo", "rloo")
+OUTPUT_COLUMNS = ("advantages", "returns", "turn_index", "turn_advantages")
+
+# Tried, in this order, when neither a rewards nor a score column is named.
+_DEFAULT_REWARDS = "rewards"
+_DEFAULT_SCORE = "score"
+
+
+def with_advantages(
+    table: Any,
+    *,
+    estimator: str = "mae",
+    lam: float | None = None,
+    lam_intra: float | None = None,
+    beta: float | None = None,
+    gamma: float | None = None,
+    lam_critic: float | None = None,
+    eps: float | None = None,
+    mask_col: str = "loss_mask",
+    values_col: str = "values",
+    rewards_col: str | None = None,
+    score_col: str | None = None,
+    group_col: str = "group_id",
+) -> Any:
+    """Returns ``table`` with the advantage columns appended.
+
+    ``estimator`` is ``"mae"`` (default; the paper's lam=0.80, lam_intra=0.95, beta=1.00),
+    ``"gae"`` (token GAE, lam=0.95), or a critic-free group baseline over ``group_col``:
+    ``"grpo"``, ``"drgrpo"`` or ``"rloo"``. Options left as None take the estimator's
+    default; an option the estimator does not use raises :class:`InvalidOptionError`.
+
+    The reward signal is ``rewards_col`` (token-level list) or ``score_col`` (one number per
+    row); with neither, a ``rewards`` column is used if present, else ``score``. The group
+    estimators score a row by the sum of its rewards when given token-level rewards.
+
+    Bad data raises :class:`mpo_rs.InvalidBatchError` naming the row (in the whole table),
+    the column and the token: null lists or elements, list lengths that disagree within a
+    row, mask values other than 0/1, NaN/Inf where read, rewards on observation tokens.
+    """
+    names = _wanted_columns(mask_col, values_col, rewards_col, score_col, group_col)
+    options = (lam, lam_intra, beta, gamma, lam_critic, eps)
+    columns = (mask_col, values_col, rewards_col, score_col, group_col)
+
+    polars = _module_of(table, "polars")
+    if polars is not None:
+        return _with_advantages_polars(polars, table, names, estimator, options, columns)
+
+    import pyarrow as pa
+
+    if isinstance(table, pa.Table):
+        out = _compute(table.select([n for n in names if n in table.column_names]), estimator, options, columns)
+        for field, column in zip(out.schema, out.columns):
+            table = table.append_column(field, column)
+        return table
+    if isinstance(table, pa.RecordBatch):
+        out = _compute(table.select([n for n in names if n in table.schema.names]), estimator, options, columns)
+        schema = table.schema
+        for field in out.schema:
+            schema = schema.append(field)
+        new = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in out.columns]
+        return pa.RecordBatch.from_arrays([*table.columns, *new], schema=schema)
+    if isinstance(table, pa.ChunkedArray):
+        if not pa.types.is_struct(table.type):
+            raise TypeError(
+                "a ChunkedArray must be of struct type, one field per column of the log; "
+                f"got {table.type}"
+            )
+        return _with_advantages_struct_chunks(pa, table, estimator, options, columns)
+    if hasattr(table, "__arrow_c_stream__") or hasattr(table, "__arrow_c_array__"):
+        return with_advantages(
+            pa.table(table),
+            estimator=estimator,
+            lam=lam,
+            lam_intra=lam_intra,
+            beta=beta,
+            gamma=gamma,
+            lam_critic=lam_critic,
+            eps=eps,
+            mask_col=mask_col,
+            values_col=values_col,
+            rewards_col=rewards_col,
+            score_col=score_col,
+            group_col=group_col,
+        )
+    raise TypeError(
+        "expected a pyarrow Table/RecordBatch/ChunkedArray, a polars DataFrame/Series, or an "
+        f"object with the Arrow PyCapsule interface; got {type(table).__name__}"
+    )
+
+
+def _wanted_columns(
+    mask_col: str, values_col: str, rewards_col: str | None, score_col: str | None, group_col: str
+) -> list[str]:
+    """Columns worth exporting to Rust (exporting only these keeps wide logs cheap)."""
+    names = [mask_col, values_col, group_col]
+    if rewards_col is None and score_col is None:
+        names += [_DEFAULT_REWARDS, _DEFAULT_SCORE]
+    else:
+        names += [c for c in (rewards_col, score_col) if c is not None]
+    return list(dict.fromkeys(names))
+
+
+def _module_of(obj: Any, name: str) -> Any:
+    """The library ``obj`` belongs to, if it is ``name`` (imported only if already loaded)."""
+    import sys
+
+    module = sys.modules.get(name)
+    if module is None:
+        return None
+    if isinstance(obj, (module.DataFrame, module.Series)):
+        return module
+    if hasattr(module, "LazyFrame") and isinstance(obj, module.LazyFrame):
+        raise TypeError("a polars LazyFrame has no data yet; pass `lazy_frame.collect()`")
+    return None
+
+
+def _native_table(data: Any, estimator: str, options: tuple, columns: tuple) -> Any:
+    mask_col, values_col, rewards_col, score_col, group_col = columns
+    return _native.arrow_advantages(
+        data, estimator, *options, mask_col, values_col, rewards_col, score_col, group_col
+    )
+
+
+def _compute(data: Any, estimator: str, options: tuple, columns: tuple) -> Any:
+    """The output columns as a pyarrow Table, one chunk per input batch."""
+    import pyarrow as pa
+
+    return pa.table(_native_table(data, estimator, options, columns))
+
+
+def _with_advantages_polars(
+    pl: Any, frame: Any, names: list[str], estimator: str, options: tuple, columns: tuple
+) -> Any:
+    if isinstance(frame, pl.Series):
+        if not isinstance(frame.dtype, pl.Struct):
+            raise TypeError(
+                f"a polars Series must be a struct, one field per column of the log; got {frame.dtype}"
+            )
+        df = frame.struct.unnest()
+        return _with_advantages_polars(pl, df, names, estimator, options, columns).to_struct(frame.name)
+    narrow = frame.select([n for n in names if n in frame.columns])
+    out = _native_table(narrow, estimator, options, columns)
+    try:
+        new = pl.DataFrame(out)
+    except TypeError:  # polars releases without PyCapsule import go through pyarrow
+        import pyarrow as pa
+
+        new = pl.from_arrow(pa.table(out))
+    return frame.hstack(new.get_columns())
+
+
+def _with_advantages_struct_chunks(
+    pa: Any, chunked: Any, estimator: str, options: tuple, columns: tuple
+) -> Any:
+    batches = [pa.RecordBatch.from_struct_array(chunk) for chunk in chunked.chunks]
+    table = pa.Table.from_batches(batches, schema=pa.schema(list(chunked.type)))
+    out = _compute(table, estimator, options, columns)
+    fields = [*chunked.type, *out.schema]
+    chunks = []
+    offset = 0
+    for batch in batches:
+        new = out.slice(offset, batch.num_rows)  # aligned to the input chunk, no copy
+        offset += batch.num_rows
+        arrays = [*batch.columns, *(c.combine_chunks() for c in new.columns)]
+        chunks.append(pa.StructArray.from_arrays(arrays, fields=fields))
+    return pa.chunked_array(chunks, type=pa.struct(fields))
