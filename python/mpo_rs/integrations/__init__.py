@@ -1,0 +1,13 @@
+"""Integrations with the training and data stacks mpo_rs drops into.
+
+Each submodule imports its framework, so nothing here is imported by ``import mpo_rs``:
+
+* :mod:`mpo_rs.integrations.verl` -- a verl plug-in (``pip install mpo-rs[verl]``):
+  advantage estimators and the ``mpo`` policy-loss mode, registered in verl's registries
+  when the module is imported. verl imports it in every process through the
+  ``verl.plugins`` entry point.
+* :mod:`mpo_rs.integrations.ray` -- advantages over a ``ray.data.Dataset`` of rollout
+  rows (``pip install mpo-rs[ray]``), for logs larger than one machine.
+
+See ``docs/integrations.md``.
+"""

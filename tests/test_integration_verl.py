@@ -1,0 +1,512 @@
+"""The verl plug-in (mpo_rs.integrations.verl) against verl's own functions.
+
+Runs verl 0.9.1's code (installed with --no-deps plus the few modules core_algos imports);
+skipped when verl is absent. Equality is shown where the semantics match (GAE, GRPO, RLOO,
+PPO with one-token turns); elsewhere the plug-in must equal mpo_rs itself.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+
+from omegaconf import OmegaConf  # noqa: E402
+from verl.workers.config import ActorConfig  # noqa: E402
+
+import mpo_rs  # noqa: E402
+from mpo_rs import losses  # noqa: E402
+from mpo_rs.integrations import verl as plugin  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+F32, F64 = torch.float32, torch.float64
+
+
+# --------------------------------------------------------------------------- data
+
+
+def agent_rows(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """verl-style response masks: LLM turns (1) alternating with tool outputs (0), ending
+    in an LLM turn, then right padding (0)."""
+    mask = np.zeros((rows, cols), dtype=np.int64)
+    for b in range(rows):
+        pos, end = 0, int(rng.integers(cols // 2, cols + 1))
+        while pos < end:
+            turn = int(rng.integers(1, 8))
+            mask[b, pos : min(pos + turn, end)] = 1
+            pos += turn + int(rng.integers(1, 6))
+    return mask
+
+
+def last_llm_token(mask: np.ndarray) -> np.ndarray:
+    cols = mask.shape[1]
+    return cols - 1 - np.argmax(mask[:, ::-1], axis=1)
+
+
+def rollout_batch(seed: int, rows: int = 12, cols: int = 48, token_rewards: bool = True):
+    """(rewards, values, mask, uid): an outcome reward on each row's last LLM token plus,
+    optionally, small per-token rewards on LLM tokens (as verl's in-reward KL penalty)."""
+    rng = np.random.default_rng(seed)
+    mask = agent_rows(rng, rows, cols)
+    rewards = np.zeros((rows, cols), dtype=np.float32)
+    if token_rewards:
+        rewards += (0.01 * rng.standard_normal((rows, cols)) * mask).astype(np.float32)
+    rewards[np.arange(rows), last_llm_token(mask)] += rng.integers(0, 2, rows).astype(np.float32)
+    values = rng.standard_normal((rows, cols)).astype(np.float32)
+    uid = np.array([f"prompt-{b // 4}" for b in range(rows)], dtype=object)  # groups of 4
+    return torch.from_numpy(rewards), torch.from_numpy(values), torch.from_numpy(mask), uid
+
+
+def algo_config(**mpo_options) -> OmegaConf:
+    base = {"gamma": 1.0, "lam": 0.95, "norm_adv_by_std_in_grpo": True}
+    gamma = mpo_options.pop("gamma", None)
+    if gamma is not None:
+        base["gamma"] = gamma
+    if "norm_adv_by_std_in_grpo" in mpo_options:
+        base["norm_adv_by_std_in_grpo"] = mpo_options.pop("norm_adv_by_std_in_grpo")
+    if mpo_options:
+        base["mpo"] = mpo_options
+    return OmegaConf.create(base)
+
+
+def on_llm_tokens(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return x[mask.bool()]
+
+
+def flat_batch(mask: torch.Tensor):
+    rows, cols = mask.shape
+    return mask.reshape(-1).numpy().astype(np.uint8), np.arange(rows + 1, dtype=np.int64) * cols
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_every_name_resolves_through_verls_registries():
+    for name, fn in plugin._ESTIMATOR_FUNCTIONS.items():
+        assert core_algos.get_adv_estimator_fn(name) is fn
+    for name, fn in plugin._LOSS_FUNCTIONS.items():
+        assert core_algos.get_policy_loss_fn(name) is fn
+    assert set(plugin.ESTIMATORS) == set(plugin._ESTIMATOR_FUNCTIONS)
+    assert set(plugin.LOSS_MODES) == set(plugin._LOSS_FUNCTIONS)
+    # verl's own entries are untouched.
+    assert core_algos.get_adv_estimator_fn("gae") is core_algos.compute_gae_advantage_return
+    assert core_algos.get_policy_loss_fn("vanilla") is core_algos.compute_policy_loss_vanilla
+
+
+def test_registering_again_is_harmless_but_a_foreign_name_clash_is_refused():
+    plugin.register()
+    assert core_algos.get_adv_estimator_fn("mpo_mae") is plugin.compute_mpo_mae_advantage
+
+    def foreign(**kwargs):
+        raise AssertionError("never called")
+
+    core_algos.ADV_ESTIMATOR_REGISTRY["mpo_mae"] = foreign
+    try:
+        with pytest.raises(RuntimeError, match="already has a advantage estimator named 'mpo_mae'"):
+            plugin.register()
+    finally:
+        core_algos.ADV_ESTIMATOR_REGISTRY["mpo_mae"] = plugin.compute_mpo_mae_advantage
+        plugin.register()
+
+
+# --------------------------------------------------------------------------- GAE
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(("gamma", "lam"), [(1.0, 0.95), (0.99, 0.9), (1.0, 1.0)])
+def test_mpo_gae_equals_verls_gae_with_its_whitening(seed, gamma, lam):
+    rewards, values, mask, uid = rollout_batch(seed)
+    want_adv, want_ret = core_algos.compute_gae_advantage_return(rewards, values, mask, gamma, lam)
+    fn = core_algos.get_adv_estimator_fn("mpo_gae")
+    config = OmegaConf.create({"gamma": gamma, "lam": lam})
+    adv, ret = fn(token_level_rewards=rewards, response_mask=mask, config=config, index=uid, values=values)
+    assert adv.shape == rewards.shape and adv.dtype == F32
+    torch.testing.assert_close(on_llm_tokens(adv, mask), on_llm_tokens(want_adv, mask), rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(on_llm_tokens(ret, mask), on_llm_tokens(want_ret, mask), rtol=1e-5, atol=2e-5)
+    # Off the LLM tokens verl leaves carried-over numbers; mpo_gae leaves zeros.
+    assert not adv[mask == 0].any() and not ret[mask == 0].any()
+
+
+def test_mpo_gae_whitening_is_selectable():
+    rewards, values, mask, uid = rollout_batch(2)
+    _, verl_returns = core_algos.compute_gae_advantage_return(rewards, values, mask, 1.0, 0.95)
+    config = OmegaConf.create({"gamma": 1.0, "lam": 0.95, "mpo": {"whiten": False}})
+    adv, _ = plugin.compute_mpo_gae_advantage(rewards, mask, config, uid, values=values)
+    # verl's returns are its unwhitened advantages plus the values.
+    torch.testing.assert_close(
+        on_llm_tokens(adv, mask), on_llm_tokens(verl_returns - values, mask), rtol=1e-5, atol=2e-5
+    )
+    whitened, _ = plugin.compute_mpo_gae_advantage(rewards, mask, config={"gamma": 1.0, "lam": 0.95}, values=values)
+    assert abs(float(on_llm_tokens(whitened, mask).mean())) < 1e-5
+    assert not torch.allclose(on_llm_tokens(adv, mask), on_llm_tokens(whitened, mask))
+
+
+def test_drop_in_gae_function_has_verls_signature_and_results():
+    rewards, values, mask, _ = rollout_batch(3)
+    want_adv, want_ret = core_algos.compute_gae_advantage_return(
+        token_level_rewards=rewards, values=values, response_mask=mask, gamma=0.99, lam=0.95
+    )
+    adv, ret = plugin.compute_gae_advantage_return(
+        token_level_rewards=rewards, values=values, response_mask=mask, gamma=0.99, lam=0.95
+    )
+    torch.testing.assert_close(on_llm_tokens(adv, mask), on_llm_tokens(want_adv, mask), rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(on_llm_tokens(ret, mask), on_llm_tokens(want_ret, mask), rtol=1e-5, atol=2e-5)
+
+
+def test_mpo_gae_ignores_rewards_on_observation_tokens_like_verl():
+    rewards, values, mask, _ = rollout_batch(4)
+    observation = (mask == 0).nonzero()[0]
+    rewards[observation[0], observation[1]] = 5.0  # verl's loop never reads it
+    want_adv, want_ret = core_algos.compute_gae_advantage_return(rewards, values, mask, 1.0, 0.95)
+    adv, ret = plugin.compute_gae_advantage_return(rewards, values, mask, 1.0, 0.95)
+    torch.testing.assert_close(on_llm_tokens(adv, mask), on_llm_tokens(want_adv, mask), rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(on_llm_tokens(ret, mask), on_llm_tokens(want_ret, mask), rtol=1e-5, atol=2e-5)
+
+
+# --------------------------------------------------------------------------- group baselines
+
+
+@pytest.mark.parametrize("norm_std", [True, False])
+def test_mpo_grpo_equals_verls_grpo(norm_std):
+    rewards, _, mask, uid = rollout_batch(5, rows=16)
+    want, want_ret = core_algos.compute_grpo_outcome_advantage(
+        rewards, mask, uid, norm_adv_by_std_in_grpo=norm_std
+    )
+    fn = core_algos.get_adv_estimator_fn("mpo_grpo")
+    adv, ret = fn(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        config=algo_config(norm_adv_by_std_in_grpo=norm_std),
+        index=uid,
+    )
+    torch.testing.assert_close(adv, want.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ret, adv)
+
+
+def test_mpo_rloo_equals_verls_rloo():
+    rewards, _, mask, uid = rollout_batch(6, rows=16)
+    want, _ = core_algos.compute_rloo_outcome_advantage(rewards, mask, uid, config=algo_config())
+    fn = core_algos.get_adv_estimator_fn("mpo_rloo")
+    adv, ret = fn(token_level_rewards=rewards, response_mask=mask, config=algo_config(), index=uid)
+    torch.testing.assert_close(adv, want.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_std", [True, False])
+def test_critic_free_mae_at_lam_1_beta_0_is_grpo(norm_std):
+    rewards, _, mask, uid = rollout_batch(7, rows=16, token_rewards=False)
+    want, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid, norm_adv_by_std_in_grpo=norm_std)
+    config = algo_config(lam=1.0, beta=0.0, norm_adv_by_std_in_grpo=norm_std)
+    adv, ret = core_algos.get_adv_estimator_fn("mpo_mae_grpo")(
+        token_level_rewards=rewards, response_mask=mask, config=config, index=uid
+    )
+    torch.testing.assert_close(adv, want.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ret, adv)
+
+
+def test_critic_free_mae_at_lam_1_beta_0_is_rloo():
+    rewards, _, mask, uid = rollout_batch(8, rows=16, token_rewards=False)
+    want, _ = core_algos.compute_rloo_outcome_advantage(rewards, mask, uid, config=algo_config())
+    adv, _ = core_algos.get_adv_estimator_fn("mpo_mae_rloo")(
+        token_level_rewards=rewards, response_mask=mask, config=algo_config(lam=1.0, beta=0.0), index=uid
+    )
+    torch.testing.assert_close(adv, want.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_critic_free_mae_decays_credit_once_per_interaction():
+    rewards, _, mask, uid = rollout_batch(9, rows=16, token_rewards=False)
+    lam = 0.5
+    grpo, _ = plugin.compute_mpo_grpo_advantage(rewards, mask, algo_config(), uid)
+    adv, _ = plugin.compute_mpo_mae_grpo_advantage(rewards, mask, algo_config(lam=lam, beta=0.0), uid)
+    flat_mask, offsets = flat_batch(mask)
+    turns = mpo_rs.segment_turns(flat_mask, offsets)
+    flat_adv, flat_grpo = adv.reshape(-1).numpy(), grpo.reshape(-1).numpy()
+    for row in range(mask.shape[0]):
+        first, last = turns.traj_offsets[row], turns.traj_offsets[row + 1]
+        for t in range(first, last):
+            tokens = slice(turns.starts[t], turns.ends[t])
+            # beta=0: one advantage per turn, lam^(turns after it) times the GRPO advantage.
+            np.testing.assert_allclose(
+                flat_adv[tokens], lam ** (last - 1 - t) * flat_grpo[tokens], rtol=1e-5, atol=1e-6
+            )
+
+
+def test_a_group_of_one_gets_zero_advantage():
+    rewards, _, mask, uid = rollout_batch(10, rows=8)
+    uid = uid.copy()
+    uid[3] = "alone"
+    for fn in (plugin.compute_mpo_grpo_advantage, plugin.compute_mpo_rloo_advantage,
+               plugin.compute_mpo_mae_grpo_advantage, plugin.compute_mpo_mae_rloo_advantage):
+        adv, _ = fn(rewards, mask, algo_config(), uid)
+        assert not adv[3].any(), fn.__name__
+        assert adv[0].any(), fn.__name__
+
+
+def test_group_estimators_need_the_uid_index():
+    rewards, _, mask, _ = rollout_batch(11)
+    with pytest.raises(mpo_rs.InvalidBatchError, match="needs the group ids"):
+        core_algos.get_adv_estimator_fn("mpo_grpo")(token_level_rewards=rewards, response_mask=mask, config=None)
+    with pytest.raises(mpo_rs.InvalidBatchError, match="expected 12"):
+        plugin.compute_mpo_rloo_advantage(rewards, mask, None, np.array(["a", "b"], dtype=object))
+
+
+# --------------------------------------------------------------------------- MAE with a critic
+
+
+def test_mpo_mae_equals_the_core_on_the_flattened_batch():
+    rewards, values, mask, uid = rollout_batch(12)
+    config = algo_config(lam=0.8, lam_intra=0.9, beta=0.7, gamma=0.99)
+    adv, ret = core_algos.get_adv_estimator_fn("mpo_mae")(
+        token_level_rewards=rewards, response_mask=mask, config=config, index=uid, values=values
+    )
+    flat_mask, offsets = flat_batch(mask)
+    want = mpo_rs.mae_advantages(
+        values.reshape(-1), flat_mask, offsets, rewards=rewards.reshape(-1),
+        lam=0.8, lam_intra=0.9, beta=0.7, gamma=0.99,
+    )
+    np.testing.assert_array_equal(adv.reshape(-1).numpy(), want.advantages)
+    np.testing.assert_array_equal(ret.reshape(-1).numpy(), want.returns)
+
+
+def test_mpo_mae_credits_an_observation_reward_to_the_llm_token_before_it():
+    rewards, values, mask, _ = rollout_batch(13, token_rewards=False)
+    row = 0
+    llm = mask[row].nonzero().flatten()
+    last = int(llm[-1])
+    # A reward on the tool output after the first turn, and one on trailing padding.
+    first_turn_end = int(llm[(llm.diff() > 1).nonzero()[0, 0]]) if (llm.diff() > 1).any() else last
+    moved = rewards.clone()
+    moved[row, first_turn_end + 1] = 0.5
+    if last + 1 < mask.shape[1]:
+        moved[row, last + 1] = 0.25
+    expected = rewards.clone()
+    expected[row, first_turn_end] += 0.5
+    if last + 1 < mask.shape[1]:
+        expected[row, last] += 0.25
+    got, _ = plugin.compute_mpo_mae_advantage(moved, mask, algo_config(), values=values)
+    want, _ = plugin.compute_mpo_mae_advantage(expected, mask, algo_config(), values=values)
+    torch.testing.assert_close(got, want)
+
+
+def test_critic_estimators_without_values_say_how_to_get_them():
+    rewards, _, mask, uid = rollout_batch(14)
+    for name in plugin.CRITIC_ESTIMATORS:
+        fn = core_algos.get_adv_estimator_fn(name)
+        with pytest.raises(plugin.MissingCriticValuesError, match=r"critic\.enable=True"):
+            fn(token_level_rewards=rewards, response_mask=mask, config=algo_config(), index=uid)
+
+
+def test_unknown_or_out_of_range_options_are_refused():
+    rewards, values, mask, uid = rollout_batch(15)
+    with pytest.raises(plugin.InvalidConfigError, match="unknown `algorithm.mpo` option.*'lam_intr'"):
+        plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intr=0.9), uid, values=values)
+    with pytest.raises(plugin.InvalidConfigError, match=r"lam_intra` must be in \[0, 1\]"):
+        plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intra=1.5), uid, values=values)
+    with pytest.raises(ValueError, match="`values` has shape"):
+        plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(), uid, values=values[:, :-1])
+
+
+# --------------------------------------------------------------------------- the mpo loss
+
+
+def actor_config(low=0.2, high=0.28, dual=3.0) -> ActorConfig:
+    return ActorConfig(
+        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=dual,
+    )
+
+
+def loss_inputs(seed: int, rows: int = 6, cols: int = 32, noise: float = 0.2):
+    rng = np.random.default_rng(seed)
+    mask = torch.from_numpy(agent_rows(rng, rows, cols)).bool()
+    old = torch.tensor(-rng.random((rows, cols)) * 3, dtype=F64)
+    new = old + noise * torch.tensor(rng.standard_normal((rows, cols)), dtype=F64)
+    adv = torch.tensor(rng.standard_normal((rows, cols)), dtype=F64)
+    # verl hands the loss padded tensors whose off-mask entries are arbitrary.
+    adv[~mask] = 7.0
+    return new, old, adv, mask
+
+
+def loss_and_grad(fn, new, *args, **kwargs):
+    log_prob = new.clone().requires_grad_()
+    loss, metrics = fn(args[0], log_prob, *args[1:], **kwargs)
+    (grad,) = torch.autograd.grad(loss, log_prob)
+    return loss.detach(), grad, metrics
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize(("mode", "turn_ratio"), [("mpo", "product"), ("mpo_geo_mean", "geo_mean")])
+def test_mpo_loss_equals_mpo_rs_losses_on_verls_padded_tensors(agg, mode, turn_ratio):
+    new, old, adv, mask = loss_inputs(20)
+    config = actor_config(low=0.15, high=0.3, dual=2.5)
+    fn = core_algos.get_policy_loss_fn(mode)
+    loss, grad, metrics = loss_and_grad(
+        fn, new, old, adv, mask, loss_agg_mode=agg, config=config, rollout_is_weights=None
+    )
+
+    def reference(log_prob):
+        return losses.policy_loss(
+            log_prob, old, adv, mask, ratio="turn", turn_ratio=turn_ratio,
+            clip_low=0.15, clip_high=0.3, dual_clip=2.5, agg=agg,
+        )
+
+    log_prob = new.clone().requires_grad_()
+    want, want_metrics = reference(log_prob)
+    (want_grad,) = torch.autograd.grad(want, log_prob)
+    torch.testing.assert_close(loss, want.detach(), rtol=1e-7, atol=1e-10)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-7, atol=1e-10)
+    # The inputs reach the clip range, so the clip settings matter.
+    assert metrics["actor/pg_clipfrac"] > 0
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(float(want_metrics["clip_frac"]))
+    assert metrics["actor/mpo_turn_ratio_max"] == pytest.approx(float(want_metrics["ratio_max"]))
+
+
+def test_mpo_loss_follows_the_clip_settings():
+    new, old, adv, mask = loss_inputs(21)
+    losses_by_clip = {}
+    for low, high in [(0.2, 0.2), (0.1, 0.4)]:
+        loss, _, _ = loss_and_grad(
+            plugin.compute_policy_loss_mpo, new, old, adv, mask, "token-mean", actor_config(low, high)
+        )
+        want, _ = losses.policy_loss(new, old, adv, mask, clip_low=low, clip_high=high, dual_clip=3.0)
+        torch.testing.assert_close(loss, want, rtol=1e-7, atol=1e-10)
+        losses_by_clip[(low, high)] = float(loss)
+    assert losses_by_clip[(0.2, 0.2)] != losses_by_clip[(0.1, 0.4)]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_with_one_token_turns_mpo_is_verls_vanilla_ppo(agg):
+    new, old, adv, _ = loss_inputs(22, noise=1.0)  # ratios beyond the dual clip
+    mask = torch.zeros_like(new, dtype=torch.bool)
+    mask[:, ::2] = True  # every LLM turn is a single token
+    mask[2, 10:] = False
+    config = actor_config(low=0.1, high=0.3, dual=2.0)
+    weights = torch.rand(new.shape, dtype=F64, generator=torch.Generator().manual_seed(0)) + 0.5
+    got = loss_and_grad(plugin.compute_policy_loss_mpo, new, old, adv, mask, agg, config, weights)
+    want = loss_and_grad(core_algos.compute_policy_loss_vanilla, new, old, adv, mask, agg, config, weights)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-7, atol=1e-10)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-7, atol=1e-10)
+    for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
+        assert got[2][key] == pytest.approx(want[2][key], rel=1e-6, abs=1e-9), key
+    assert want[2]["actor/pg_clipfrac_lower"] > 0  # the dual clip is exercised
+
+
+def test_mpo_loss_uses_the_global_batch_info_for_data_parallel_normalisation():
+    new, old, adv, mask = loss_inputs(23)
+    config = actor_config()
+    local, _, _ = loss_and_grad(plugin.compute_policy_loss_mpo, new, old, adv, mask, "token-sum", config)
+    config.global_batch_info.update(dp_size=4, batch_num_tokens=1000, global_batch_size=None)
+    scaled, _, _ = loss_and_grad(plugin.compute_policy_loss_mpo, new, old, adv, mask, "token-mean", config)
+    # verl's agg_loss: token-mean over the global batch's tokens, times dp_size.
+    torch.testing.assert_close(scaled, local / 1000 * 4)
+
+
+def test_mpo_loss_needs_the_actor_config():
+    new, old, adv, mask = loss_inputs(24)
+    with pytest.raises(plugin.InvalidConfigError, match="needs the actor config"):
+        plugin.compute_policy_loss_mpo(old, new, adv, mask, "token-mean", None)
+    with pytest.raises(plugin.InvalidConfigError, match="clip_ratio_c"):
+        plugin.compute_policy_loss_mpo(old, new, adv, mask, "token-mean", actor_config(dual=1.0))
+
+
+def test_mpo_loss_takes_bf16_log_probs():
+    new, old, adv, mask = loss_inputs(25)
+    loss, grad, _ = loss_and_grad(
+        plugin.compute_policy_loss_mpo, new.bfloat16(), old.bfloat16(), adv.float(), mask, "token-mean", actor_config()
+    )
+    want, _ = losses.policy_loss(new.bfloat16(), old.bfloat16(), adv.float(), mask, dual_clip=3.0, clip_high=0.28)
+    torch.testing.assert_close(loss.float(), want.float())
+    assert grad.dtype == torch.bfloat16 and torch.isfinite(grad.float()).all()
+
+
+# --------------------------------------------------------------------------- the values hook
+
+
+def test_values_hook_feeds_the_critic_to_mpo_estimators_through_verls_compute_advantage():
+    ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
+    from verl import DataProto
+
+    plugin.install_values_hook()
+    assert getattr(ray_trainer.compute_advantage, "__mpo_rs_values_hook__", False)
+    rewards, values, mask, uid = rollout_batch(30)
+    config = OmegaConf.create({"gamma": 1.0, "lam": 0.95, "mpo": {"lam": 0.8, "beta": 0.5}})
+
+    def batch(with_values: bool):
+        tensors = {"token_level_rewards": rewards, "response_mask": mask}
+        if with_values:
+            tensors["values"] = values
+        return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uid})
+
+    out = ray_trainer.compute_advantage(batch(True), adv_estimator="mpo_mae", config=config)
+    want, want_ret = plugin.compute_mpo_mae_advantage(rewards, mask, config, uid, values=values)
+    torch.testing.assert_close(out.batch["advantages"], want)
+    torch.testing.assert_close(out.batch["returns"], want_ret)
+
+    out = ray_trainer.compute_advantage(batch(True), adv_estimator="mpo_gae", gamma=1.0, lam=0.95, config=config)
+    verl_gae = ray_trainer.compute_advantage(batch(True), adv_estimator="gae", gamma=1.0, lam=0.95, config=config)
+    torch.testing.assert_close(
+        on_llm_tokens(out.batch["advantages"], mask), on_llm_tokens(verl_gae.batch["advantages"], mask),
+        rtol=1e-4, atol=2e-5,
+    )
+    # Without a critic (critic.enable unset) the batch has no values: a clear error.
+    with pytest.raises(plugin.MissingCriticValuesError, match=r"critic\.enable=True"):
+        ray_trainer.compute_advantage(batch(False), adv_estimator="mpo_mae", config=config)
+    # The values are visible only during the call.
+    assert plugin._CRITIC_VALUES.get() is None
+
+
+def test_values_hook_rebinds_modules_that_imported_compute_advantage_by_name():
+    def compute_advantage(data, adv_estimator, **kwargs):
+        return ("verl", adv_estimator, plugin._CRITIC_VALUES.get())
+
+    trainer = types.ModuleType("fake_ray_trainer")
+    trainer.compute_advantage = compute_advantage
+    user = types.ModuleType("verl._mpo_rs_test_user")
+    user.compute_advantage = compute_advantage  # as `from ...ray_trainer import compute_advantage`
+    sys.modules[user.__name__] = user
+    try:
+        plugin._patch_compute_advantage(trainer)
+        plugin._patch_compute_advantage(trainer)  # idempotent
+        assert user.compute_advantage is trainer.compute_advantage is not compute_advantage
+        data = types.SimpleNamespace(batch={"values": "V"})
+        assert trainer.compute_advantage(data, "grpo") == ("verl", "grpo", None)
+        assert trainer.compute_advantage(data, "mpo_mae") == ("verl", "mpo_mae", "V")
+        assert trainer.compute_advantage.__wrapped__ is compute_advantage
+    finally:
+        del sys.modules[user.__name__]
+
+
+# --------------------------------------------------------------------------- the entry point
+
+
+def test_the_package_declares_the_verl_plugin_entry_point():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["entry-points"]["verl.plugins"] == {"mpo_rs": "mpo_rs.integrations.verl"}
+    assert "verl" in project["optional-dependencies"]
+
+
+def test_verl_loads_the_plugin_by_itself_in_a_fresh_process():
+    installed = [ep for ep in importlib.metadata.entry_points(group="verl.plugins") if ep.name == "mpo_rs"]
+    if not installed:
+        pytest.skip("the installed mpo-rs metadata predates the entry point; rebuild the package")
+    assert installed[0].value == "mpo_rs.integrations.verl"
+    script = (
+        "import sys, verl\n"
+        "assert 'mpo_rs.integrations.verl' in sys.modules, 'plug-in not loaded'\n"
+        "from verl.trainer.ppo import core_algos as c\n"
+        f"assert all(n in c.ADV_ESTIMATOR_REGISTRY for n in {plugin.ESTIMATORS!r})\n"
+        f"assert all(n in c.POLICY_LOSS_REGISTRY for n in {plugin.LOSS_MODES!r})\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
