@@ -11,6 +11,7 @@ __all__ = [
     "mae_advantages",
     "segment_turns",
     "set_num_threads",
+    "value_structure",
 ]
 
 class InvalidBatchError(ValueError): ...
@@ -58,6 +59,17 @@ def broadcast_to_tokens(
     mask: npt.NDArray[np.uint8],
     offsets: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.float32]: ...
+def value_structure(
+    values: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+) -> tuple[
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float32],
+    _TurnArrays,
+]: ...
 def set_num_threads(threads: int) -> None: ...
 def get_num_threads() -> int: ...
 

@@ -8,6 +8,7 @@
 //! identical for any thread count. No function panics on bad input: it returns an
 //! [`MpoError`] that names the argument and the trajectory/token.
 
+mod diagnostics;
 mod error;
 mod gae;
 mod group;
@@ -19,6 +20,7 @@ mod params;
 mod runs;
 mod turns;
 
+pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
 pub use gae::{gae_advantages, GaeOutput};
 pub use group::{broadcast_to_tokens, group_advantages};

@@ -27,6 +27,12 @@ impl Sentinel for f32 {
         self.to_bits() == 0x7fa5_a5a5
     }
 }
+impl Sentinel for f64 {
+    const SENTINEL: Self = f64::from_bits(0x7ff5_a5a5_a5a5_a5a5);
+    fn is_sentinel(&self) -> bool {
+        self.to_bits() == 0x7ff5_a5a5_a5a5_a5a5
+    }
+}
 impl Sentinel for i32 {
     const SENTINEL: Self = i32::MIN + 0x5a5a;
     fn is_sentinel(&self) -> bool {

@@ -180,6 +180,32 @@ fn broadcast_to_tokens<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// (total, between, within, jumps, (starts, ends, traj_offsets, token_turn))
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn value_structure<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+) -> PyResult<(
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f32>>,
+    TurnArrays<'py>,
+)> {
+    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let out = run(py, || mpo_core::value_structure(v, m, o))?;
+    Ok((
+        PyArray1::from_vec(py, out.total),
+        PyArray1::from_vec(py, out.between),
+        PyArray1::from_vec(py, out.within),
+        PyArray1::from_vec(py, out.jumps),
+        turn_arrays(py, out.turns),
+    ))
+}
+
 /// Sets the size of the extension's thread pool (0 = default: RAYON_NUM_THREADS, else
 /// one per core).
 #[pyfunction]
@@ -201,6 +227,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(value_structure, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     arrow::register(m)?;
