@@ -75,11 +75,13 @@ def with_advantages(
     import pyarrow as pa
 
     if isinstance(table, pa.Table):
+        _refuse_existing_outputs(table.column_names)
         out = _compute(table.select([n for n in names if n in table.column_names]), estimator, options, columns)
         for field, column in zip(out.schema, out.columns):
             table = table.append_column(field, column)
         return table
     if isinstance(table, pa.RecordBatch):
+        _refuse_existing_outputs(table.schema.names)
         out = _compute(table.select([n for n in names if n in table.schema.names]), estimator, options, columns)
         schema = table.schema
         for field in out.schema:
@@ -127,6 +129,15 @@ def _wanted_columns(
     return list(dict.fromkeys(names))
 
 
+def _refuse_existing_outputs(names: list[str]) -> None:
+    """Only the read columns go to Rust, so the clash with an output is checked here."""
+    for name in OUTPUT_COLUMNS:
+        if name in names:
+            raise _native.InvalidBatchError(
+                f"column `{name}` is already in the input; the tool appends it and will not overwrite it"
+            )
+
+
 def _module_of(obj: Any, name: str) -> Any:
     """The library ``obj`` belongs to, if it is ``name`` (imported only if already loaded)."""
     import sys
@@ -165,6 +176,7 @@ def _with_advantages_polars(
             )
         df = frame.struct.unnest()
         return _with_advantages_polars(pl, df, names, estimator, options, columns).to_struct(frame.name)
+    _refuse_existing_outputs(frame.columns)
     narrow = frame.select([n for n in names if n in frame.columns])
     out = _native_table(narrow, estimator, options, columns)
     try:

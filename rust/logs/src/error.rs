@@ -123,8 +123,12 @@ pub enum LogError {
     Batch(DataError),
 
     /// A file that is not Parquet, is truncated, or fails to decode (exit code 1).
-    #[error("{at}: cannot read Parquet: {message}")]
-    Corrupt { at: FileAt, message: String },
+    /// `column` is the first column that fails to decode on its own, when one does.
+    #[error(
+        "{at}: {}cannot read Parquet: {message}",
+        .column.as_ref().map(|c| format!("column `{c}`: ")).unwrap_or_default()
+    )]
+    Corrupt { at: FileAt, column: Option<String>, message: String },
 
     /// The operating system refused an operation (exit code 1).
     #[error("{}: {action}: {source}", path.display())]

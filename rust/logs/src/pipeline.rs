@@ -1,7 +1,7 @@
 //! The streaming Parquet → Parquet run behind `mpo-rs advantages`.
 //!
-//! Three stages connected by one-slot channels, so at most a few batches are alive
-//! whatever the input size:
+//! Three stages handing batches over through rendezvous channels, so each stage holds
+//! one batch and memory does not depend on the input size:
 //!
 //! ```text
 //!   decode thread ──▶ compute (calling thread, rayon) ──▶ encode thread
@@ -59,7 +59,10 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Self {
-        Self { batch_bytes: 24 << 20, max_row_group_bytes: 64 << 20 }
+        // Measured on 2 cores: smaller batches cost no throughput, and each stage holds
+        // one batch, so these bound the working set to tens of MB plus the row group
+        // being encoded.
+        Self { batch_bytes: 4 << 20, max_row_group_bytes: 48 << 20 }
     }
 }
 
@@ -159,7 +162,23 @@ impl Source {
     }
 
     fn corrupt(&self, row_group: Option<usize>, e: impl std::fmt::Display) -> LogError {
-        LogError::Corrupt { at: self.at(row_group), message: e.to_string() }
+        LogError::Corrupt { at: self.at(row_group), column: None, message: e.to_string() }
+    }
+
+    /// A decode failure in row group `g`, naming the first column that fails on its own
+    /// (decoding columns one by one costs nothing until something is already wrong).
+    fn corrupt_column(&self, g: usize, e: impl std::fmt::Display) -> LogError {
+        let descr = self.meta.parquet_schema();
+        let column = (0..descr.root_schema().get_fields().len()).find_map(|root| {
+            let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(self.open().ok()?, self.meta.clone())
+                .with_projection(ProjectionMask::roots(descr, [root]))
+                .with_row_groups(vec![g])
+                .build()
+                .ok()?;
+            let fails = reader.any(|b| b.is_err());
+            fails.then(|| descr.root_schema().get_fields()[root].name().to_string())
+        });
+        LogError::Corrupt { at: self.at(Some(g)), column, message: e.to_string() }
     }
 
     fn data(&self, row_group: usize, row_base: u64, e: DataError) -> LogError {
@@ -204,7 +223,7 @@ fn open_sources(targets: &Targets, job: &Job) -> Result<(Columns, Vec<Source>), 
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         let at = FileAt { path: path.clone(), row_group: None };
         let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-            .map_err(|e| LogError::Corrupt { at: at.clone(), message: e.to_string() })?;
+            .map_err(|e| LogError::Corrupt { at: at.clone(), column: None, message: e.to_string() })?;
         let schema = meta.schema();
         let resolved = match &columns {
             // Every file uses the columns chosen for the first one.
@@ -273,10 +292,10 @@ fn group_statistics(
                     .with_row_groups(vec![g])
                     .with_batch_size(s.batch_rows(g, Some(&leaves), tuning.batch_bytes))
                     .build()
-                    .map_err(|e| s.corrupt(Some(g), e))?;
+                    .map_err(|e| s.corrupt_column(g, e))?;
                 let mut row_base = base;
                 for batch in reader {
-                    let batch = batch.map_err(|e| s.corrupt(Some(g), e))?;
+                    let batch = batch.map_err(|e| s.corrupt_column(g, e))?;
                     let scores = read_row_scores(&batch, &columns.reward).map_err(|e| s.data(g, row_base, e))?;
                     stats.scan(group_col, &batch, &scores).map_err(|e| s.data(g, row_base, e))?;
                     row_base += batch.num_rows() as u64;
@@ -327,8 +346,10 @@ enum ToWrite {
 /// bytes written.
 fn stream(work: &Work<'_>, sink: Sink<'_>, clock: &mut Clock<'_>) -> Result<(BatchCounts, u64), LogError> {
     std::thread::scope(|scope| {
-        let (decoded_tx, decoded_rx) = sync_channel::<Result<Decoded, LogError>>(1);
-        let (write_tx, write_rx) = sync_channel::<ToWrite>(1);
+        // Rendezvous channels: a stage waits until the next one takes its batch, so no
+        // batch sits in a queue.
+        let (decoded_tx, decoded_rx) = sync_channel::<Result<Decoded, LogError>>(0);
+        let (write_tx, write_rx) = sync_channel::<ToWrite>(0);
         let sources = work.sources;
         let batch_bytes = work.tuning.batch_bytes;
         let decoder = std::thread::Builder::new()
@@ -402,10 +423,10 @@ fn decode_all(sources: &[Source], batch_bytes: usize, tx: SyncSender<Result<Deco
                 .with_row_groups(vec![g])
                 .with_batch_size(s.batch_rows(g, None, batch_bytes))
                 .build()
-                .map_err(|e| Stop::Failed(s.corrupt(Some(g), e)))?;
+                .map_err(|e| Stop::Failed(s.corrupt_column(g, e)))?;
             let mut row_base = base;
             for batch in reader {
-                let batch = batch.map_err(|e| Stop::Failed(s.corrupt(Some(g), e)))?;
+                let batch = batch.map_err(|e| Stop::Failed(s.corrupt_column(g, e)))?;
                 let n = batch.num_rows() as u64;
                 send(Decoded::Batch { file: i, row_group: g, row_base, batch })?;
                 row_base += n;
