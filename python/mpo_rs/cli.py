@@ -1,0 +1,177 @@
+"""The ``mpo-rs`` command line.
+
+``mpo-rs advantages INPUT -o OUTPUT`` streams a Parquet rollout log (a file, or a
+directory of files) through the Rust pipeline and writes it with the advantage columns
+appended; see ``docs/parquet.md``. Exit codes: 0 done, 1 bad data or I/O failure,
+2 usage error. Expected errors print one line and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn, TextIO
+
+from . import _native
+from .arrow import ESTIMATORS
+
+PROG = "mpo-rs"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        sys.exit(EXIT_USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Advantage estimation for offline LLM-agent rollout logs (MPO).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    adv = commands.add_parser(
+        "advantages",
+        help="append advantage columns to a Parquet rollout log",
+        description=(
+            "Reads a Parquet rollout log (one row per trajectory, list columns per token) and "
+            "writes it with `advantages`, `returns`, `turn_index` and `turn_advantages` "
+            "appended. Every input row and column comes out unchanged and in order. OUTPUT "
+            "appears only when complete; the inputs are never modified."
+        ),
+    )
+    adv.add_argument("input", metavar="INPUT", help="a Parquet file or a directory of Parquet files")
+    adv.add_argument(
+        "-o", "--output", metavar="OUTPUT", required=True,
+        help="output file (INPUT a file) or directory (INPUT a directory); replaced atomically",
+    )
+    adv.add_argument(
+        "--estimator", choices=ESTIMATORS, default="mae",
+        help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
+    )
+    params = adv.add_argument_group("estimator parameters (defaults: the estimator's own)")
+    params.add_argument("--lam", type=float, metavar="F", help="turn-scale lambda (mae 0.80) or token lambda (gae 0.95)")
+    params.add_argument("--lam-intra", type=float, metavar="F", help="token lambda inside a turn (mae, 0.95)")
+    params.add_argument("--beta", type=float, metavar="F", help="weight of the intra-turn refinement (mae, 1.00)")
+    params.add_argument("--gamma", type=float, metavar="F", help="discount per interaction (mae) or per token (gae), 1.0")
+    params.add_argument("--lam-critic", type=float, metavar="F", help="lambda of the value targets (1.0 = Monte-Carlo)")
+    cols = adv.add_argument_group("columns")
+    cols.add_argument("--mask-col", default="loss_mask", metavar="NAME", help="policy-token mask, list<bool|int> (loss_mask)")
+    cols.add_argument("--values-col", default="values", metavar="NAME", help="critic values, list<float> (values)")
+    cols.add_argument("--rewards-col", metavar="NAME", help="token-level rewards, list<float> (default: rewards, if present)")
+    cols.add_argument("--score-col", metavar="NAME", help="one outcome per trajectory (default: score, without rewards)")
+    cols.add_argument("--group-col", default="group_id", metavar="NAME", help="group ids for grpo/drgrpo/rloo (group_id)")
+    adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+    return parser
+
+
+class _Progress:
+    """A self-overwriting status line on a terminal; silent elsewhere."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.width = 0
+
+    def update(self, phase: str, rows: int, tokens: int, total_rows: int, seconds: float) -> None:
+        done = f"{rows:,}/{total_rows:,} rows"
+        if phase == "write":
+            rate = tokens / seconds if seconds > 0 else 0.0
+            line = f"{PROG}: writing {done}, {_si(tokens)} tokens, {_si(rate)} tokens/s"
+        else:
+            line = f"{PROG}: group statistics {done}"
+        self.width = max(self.width, len(line))
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def summary_line(output: str, s: dict[str, int | float]) -> str:
+    """The one-line report of a finished run."""
+    seconds = float(s["seconds"])
+    rate = s["tokens"] / seconds if seconds > 0 else 0.0
+    files = f"{s['files']} file{'s' if s['files'] != 1 else ''}"
+    return (
+        f"{PROG}: wrote {output}: {s['rows']:,} rows, {s['tokens']:,} tokens "
+        f"({s['policy_tokens']:,} policy) in {s['turns']:,} turns; {files}, "
+        f"{s['row_groups']:,} row groups; {seconds:.2f} s ({_si(rate)} tokens/s)"
+    )
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return code
+
+
+def _advantages(args: argparse.Namespace) -> int:
+    progress = _Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
+    try:
+        summary = _native.advantages_parquet(
+            args.input,
+            args.output,
+            args.estimator,
+            args.lam,
+            args.lam_intra,
+            args.beta,
+            args.gamma,
+            args.lam_critic,
+            None,  # eps: the library default
+            args.mask_col,
+            args.values_col,
+            args.rewards_col,
+            args.score_col,
+            args.group_col,
+            progress=progress.update if progress.enabled else None,
+        )
+    except _native.InvalidOptionError as e:
+        progress.clear()
+        return _fail(str(e), EXIT_USAGE)
+    except _native.InvalidBatchError as e:
+        progress.clear()
+        return _fail(str(e), EXIT_FAILED)
+    except OSError as e:
+        progress.clear()
+        # Errors from the extension carry the whole message (path, action, cause) as strerror.
+        return _fail(e.strerror if e.strerror and e.errno is not None else str(e), EXIT_FAILED)
+    except KeyboardInterrupt:
+        progress.clear()
+        return _fail("interrupted; OUTPUT left as it was", EXIT_INTERRUPTED)
+    progress.clear()
+    if not args.quiet:
+        print(summary_line(args.output, summary))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``mpo-rs`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "advantages":
+        return _advantages(args)
+    return _fail(f"unknown command {args.command!r}", EXIT_USAGE)  # argparse prevents this
+
+
+if __name__ == "__main__":
+    sys.exit(main())
