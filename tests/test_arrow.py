@@ -1,0 +1,260 @@
+"""Arrow tables in and out (spec section 5): pyarrow and polars objects, list and
+large_list, no copies of the inputs, equality with the numpy estimators, and bad data
+named by row and column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+import mpo_rs  # noqa: E402
+from mpo_rs import _native  # noqa: E402
+from mpo_rs.arrow import OUTPUT_COLUMNS, with_advantages  # noqa: E402
+
+
+def make_log(rows: int, seed: int = 0, groups: int = 5) -> dict[str, np.ndarray]:
+    """Flat columns of a small random multi-turn log; every row ends on a policy token."""
+    rng = np.random.default_rng(seed)
+    masks = []
+    for _ in range(rows):
+        parts = []
+        for _ in range(rng.integers(1, 4)):
+            parts += [0] * int(rng.integers(0, 4)) + [1] * int(rng.integers(1, 5))
+        masks.append(np.array(parts, np.uint8))
+    lengths = np.array([m.size for m in masks])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    mask = np.concatenate(masks)
+    scores = rng.integers(0, 2, rows).astype(np.float32)
+    rewards = np.zeros(mask.size, np.float32)
+    rewards[offsets[1:] - 1] = scores
+    return {
+        "offsets": offsets,
+        "mask": mask,
+        "values": rng.random(mask.size).astype(np.float32),
+        "rewards": rewards,
+        "scores": scores,
+        "groups": rng.integers(0, groups, rows).astype(np.int64),
+    }
+
+
+def to_table(log: dict[str, np.ndarray], large: bool = False, chunks: int = 1) -> "pa.Table":
+    offsets = log["offsets"]
+    list_of = pa.LargeListArray if large else pa.ListArray
+    off = pa.array(offsets, pa.int64() if large else pa.int32())
+    full = pa.table(
+        {
+            "id": np.arange(offsets.size - 1),
+            "loss_mask": list_of.from_arrays(off, pa.array(log["mask"].astype(bool))),
+            "values": list_of.from_arrays(off, pa.array(log["values"])),
+            "rewards": list_of.from_arrays(off, pa.array(log["rewards"])),
+            "score": log["scores"],
+            "group_id": log["groups"],
+        }
+    )
+    if chunks == 1:
+        return full
+    cuts = np.linspace(0, full.num_rows, chunks + 1).astype(int)
+    return pa.Table.from_batches(
+        [b for lo, hi in zip(cuts[:-1], cuts[1:]) for b in full.slice(lo, hi - lo).to_batches()]
+    )
+
+
+def flat(column: "pa.ChunkedArray") -> np.ndarray:
+    return np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks] or [[]])
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_mae_columns_equal_the_numpy_estimator(large, chunks):
+    log = make_log(60, seed=1)
+    table = to_table(log, large=large, chunks=chunks)
+    out = with_advantages(table)
+    want = mpo_rs.mae_advantages(log["values"], log["mask"], log["offsets"], rewards=log["rewards"])
+    np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
+    np.testing.assert_array_equal(flat(out["returns"]), want.returns)
+    np.testing.assert_array_equal(flat(out["turn_advantages"]), want.turn_advantages)
+    # turn_index counts turns within each row: global index minus the row's first turn.
+    row_of_token = np.repeat(np.arange(60), np.diff(log["offsets"]))
+    tt = want.turns.token_turn
+    local = np.where(tt >= 0, tt - want.turns.traj_offsets[row_of_token], -1)
+    np.testing.assert_array_equal(flat(out["turn_index"]), local)
+    assert out.schema.field("advantages").type == (pa.large_list if large else pa.list_)(
+        pa.field("item", pa.float32(), nullable=False)
+    )
+    assert out.column_names == table.column_names + list(OUTPUT_COLUMNS)
+
+
+def test_inputs_are_shared_not_copied():
+    table = to_table(make_log(20))
+    out = with_advantages(table)
+    for name in table.column_names:
+        for a, b in zip(table[name].chunks, out[name].chunks):
+            assert [x.address for x in a.buffers() if x] == [x.address for x in b.buffers() if x]
+
+
+def test_sliced_tables_rebase_their_offsets():
+    log = make_log(30, seed=2)
+    table = to_table(log).slice(7, 15)
+    out = with_advantages(table)
+    lo, hi = log["offsets"][7], log["offsets"][22]
+    sub_offsets = log["offsets"][7:23] - lo
+    want = mpo_rs.mae_advantages(
+        log["values"][lo:hi], log["mask"][lo:hi], sub_offsets, rewards=log["rewards"][lo:hi]
+    )
+    np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
+
+
+def test_gae_and_score_column():
+    log = make_log(40, seed=3)
+    table = to_table(log).drop_columns(["rewards"])
+    out = with_advantages(table, estimator="gae", lam=0.9, gamma=0.99)
+    want = mpo_rs.gae_advantages(
+        log["values"], log["mask"], log["offsets"], scores=log["scores"], lam=0.9, gamma=0.99
+    )
+    np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
+    np.testing.assert_array_equal(flat(out["returns"]), want.returns)
+
+
+@pytest.mark.parametrize(
+    "estimator, kw",
+    [
+        ("grpo", {}),
+        ("drgrpo", {"norm_std": False}),
+        ("rloo", {"leave_one_out": True}),
+    ],
+)
+def test_group_baselines_across_chunks_equal_the_numpy_estimator(estimator, kw):
+    log = make_log(80, seed=4)
+    out = with_advantages(to_table(log, chunks=4), estimator=estimator, score_col="score")
+    per_row = mpo_rs.group_advantages(log["scores"], log["groups"], **kw)
+    want = mpo_rs.broadcast_to_tokens(per_row, log["mask"], log["offsets"])
+    np.testing.assert_array_equal(flat(out["advantages"]), want)
+    np.testing.assert_array_equal(flat(out["returns"]), want)
+
+
+def test_record_batch_and_struct_chunked_array_keep_their_kind():
+    log = make_log(10, seed=5)
+    table = to_table(log)
+    batch = table.to_batches()[0]
+    out = with_advantages(batch)
+    assert isinstance(out, pa.RecordBatch)
+    assert out.schema.names == batch.schema.names + list(OUTPUT_COLUMNS)
+    structs = pa.chunked_array([pa.StructArray.from_arrays(batch.columns, names=batch.schema.names)])
+    out_structs = with_advantages(structs)
+    assert isinstance(out_structs, pa.ChunkedArray)
+    assert [f.name for f in out_structs.type] == batch.schema.names + list(OUTPUT_COLUMNS)
+    np.testing.assert_array_equal(
+        flat(pa.chunked_array([c.field("advantages") for c in out_structs.chunks])),
+        flat(with_advantages(table)["advantages"]),
+    )
+
+
+def test_polars_in_polars_out():
+    pl = pytest.importorskip("polars")
+    log = make_log(25, seed=6)
+    table = to_table(log)
+    df = pl.from_arrow(table)
+    assert df.schema["values"] == pl.List(pl.Float32)
+    out = with_advantages(df, estimator="mae")
+    assert isinstance(out, pl.DataFrame)
+    assert out.columns == df.columns + list(OUTPUT_COLUMNS)
+    assert out.select(df.columns).equals(df)
+    np.testing.assert_array_equal(
+        out["advantages"].explode().to_numpy(), flat(with_advantages(table)["advantages"])
+    )
+    series = with_advantages(df.to_struct("log"))
+    assert isinstance(series, pl.Series) and series.name == "log"
+    assert series.struct.unnest().equals(out)
+
+
+def test_float64_values_and_integer_masks_are_accepted():
+    log = make_log(12, seed=7)
+    off = pa.array(log["offsets"], pa.int32())
+    table = pa.table(
+        {
+            "loss_mask": pa.ListArray.from_arrays(off, pa.array(log["mask"].astype(np.int64))),
+            "values": pa.ListArray.from_arrays(off, pa.array(log["values"].astype(np.float64))),
+            "rewards": pa.ListArray.from_arrays(off, pa.array(log["rewards"].astype(np.float64))),
+        }
+    )
+    out = with_advantages(table)
+    want = mpo_rs.mae_advantages(log["values"], log["mask"], log["offsets"], rewards=log["rewards"])
+    np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
+
+
+def _replace(table: "pa.Table", name: str, column: "pa.Array") -> "pa.Table":
+    return table.set_column(table.schema.get_field_index(name), name, column)
+
+
+def _bad_tables():
+    log = make_log(6, seed=8)
+    t = to_table(log)
+    lens = np.diff(log["offsets"])
+    values = [list(map(float, log["values"][a:b])) for a, b in zip(log["offsets"][:-1], log["offsets"][1:])]
+    null_list = values.copy()
+    null_list[4] = None
+    null_elem = [v.copy() for v in values]
+    null_elem[3][0] = None
+    short = [v.copy() for v in values]
+    short[2] = short[2][:-1] if lens[2] > 1 else short[2] + [0.0, 0.0]
+    nan = [v.copy() for v in values]
+    first_policy = int(np.flatnonzero(log["mask"][log["offsets"][5] : log["offsets"][6]])[0])
+    nan[5][first_policy] = float("nan")
+    masks = [list(map(int, log["mask"][a:b])) for a, b in zip(log["offsets"][:-1], log["offsets"][1:])]
+    masks[1][0] = 2
+    f32 = pa.list_(pa.float32())
+    return [
+        (_replace(t, "values", pa.array(null_list, f32)), r"row 4, column `values`: null list"),
+        (_replace(t, "values", pa.array(null_elem, f32)), r"row 3, column `values`: null element at token 0"),
+        (_replace(t, "values", pa.array(short, f32)), r"row 2: column `values` has \d+ tokens but `loss_mask` has"),
+        (_replace(t, "values", pa.array(nan, f32)), rf"row 5, column `values`: NaN is not finite at token {first_policy}"),
+        (_replace(t, "loss_mask", pa.array(masks, pa.list_(pa.int8()))), r"row 1, column `loss_mask`: the mask must hold 0 or 1, found 2 at token 0"),
+        (t.drop_columns(["values"]), r"missing column `values`"),
+        (_replace(t, "values", pa.array([["x"]] * 6)), r"column `values` has type List\(.*Utf8.*\), expected list<float or integer>"),
+        (t.append_column("advantages", t["score"]), r"column `advantages` is already in the input"),
+    ]
+
+
+@pytest.mark.parametrize("table, pattern", _bad_tables())
+def test_bad_tables_name_row_and_column(table, pattern):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=pattern):
+        with_advantages(table)
+
+
+def test_errors_name_the_row_in_the_whole_table():
+    log = make_log(30, seed=9)
+    scores = log["scores"].copy()
+    scores[23] = np.nan
+    table = _replace(to_table(log, chunks=3), "score", pa.array(scores)).drop_columns(["rewards"])
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"row 23, column `score`: NaN is not finite"):
+        with_advantages(table, estimator="grpo")
+
+
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        ({"estimator": "ppo"}, "unknown estimator `ppo`"),
+        ({"estimator": "gae", "beta": 0.5}, "`beta` does not apply to the gae estimator"),
+        ({"lam": 1.5}, r"`lam` = 1.5 is out of range"),
+        ({"rewards_col": "rewards", "score_col": "score"}, "not both"),
+    ],
+)
+def test_unusable_options_raise_invalid_option_error(kw, pattern):
+    assert issubclass(_native.InvalidOptionError, ValueError)
+    with pytest.raises(_native.InvalidOptionError, match=pattern):
+        with_advantages(to_table(make_log(3)), **kw)
+
+
+def test_non_tables_are_type_errors():
+    with pytest.raises(TypeError, match="PyCapsule"):
+        with_advantages([1, 2, 3])
+    with pytest.raises(TypeError, match="struct"):
+        with_advantages(pa.chunked_array([[1, 2]]))
+
+
+def test_empty_tables():
+    table = to_table(make_log(5)).slice(0, 0)
+    out = with_advantages(table)
+    assert out.num_rows == 0 and out.column_names[-4:] == list(OUTPUT_COLUMNS)

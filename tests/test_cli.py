@@ -1,0 +1,436 @@
+"""The `mpo-rs advantages` command: Parquet in, Parquet out, equal to the numpy
+estimators; groups scattered over row groups and files; atomic output under SIGKILL; and
+every bad input or usage as a one-line error with the right exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+import mpo_rs  # noqa: E402
+from mpo_rs.arrow import OUTPUT_COLUMNS  # noqa: E402
+
+
+def make_log(rows: int, seed: int = 0, groups: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    masks = []
+    for _ in range(rows):
+        parts: list[int] = []
+        for _ in range(rng.integers(1, 4)):
+            parts += [0] * int(rng.integers(0, 5)) + [1] * int(rng.integers(1, 6))
+        masks.append(np.array(parts, np.uint8))
+    offsets = np.concatenate([[0], np.cumsum([m.size for m in masks])]).astype(np.int64)
+    mask = np.concatenate(masks)
+    scores = rng.integers(0, 3, rows).astype(np.float32)
+    rewards = np.zeros(mask.size, np.float32)
+    rewards[offsets[1:] - 1] = scores
+    return {
+        "offsets": offsets,
+        "mask": mask,
+        "values": rng.normal(size=mask.size).astype(np.float32),
+        "rewards": rewards,
+        "scores": scores,
+        "groups": rng.integers(0, groups, rows).astype(np.int64),  # scattered, not sorted
+        "token_ids": rng.integers(0, 50_000, mask.size).astype(np.int32),
+    }
+
+
+def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> "pa.Table":
+    off = log["offsets"]
+    lists = lambda a: pa.ListArray.from_arrays(pa.array(off, pa.int32()), pa.array(a))  # noqa: E731
+    t = pa.table(
+        {
+            "trajectory_id": np.arange(off.size - 1),
+            "prompt": [f"prompt {g}" for g in log["groups"]],
+            "token_ids": lists(log["token_ids"]),
+            "loss_mask": lists(log["mask"].astype(bool)),
+            "values": lists(log["values"]),
+            "rewards": lists(log["rewards"]),
+            "score": log["scores"],
+            "group_id": log["groups"],
+        }
+    )
+    start, stop, _ = rows.indices(t.num_rows)
+    return t.slice(start, stop - start)
+
+
+def run_cli(*args: object, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mpo_rs.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def ok(*args: object) -> subprocess.CompletedProcess[str]:
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def flat(path: Path, column: str) -> np.ndarray:
+    t = pq.read_table(path, columns=[column])
+    return np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in t[column].chunks])
+
+
+@pytest.fixture(scope="module")
+def log() -> dict[str, np.ndarray]:
+    return make_log(400, seed=11)
+
+
+@pytest.fixture(scope="module")
+def log_file(log, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("logs") / "rollouts.parquet"
+    pq.write_table(table_of(log), path, row_group_size=37)  # groups span many row groups
+    return path
+
+
+def test_mae_output_equals_the_numpy_estimator_and_keeps_every_input(log, log_file, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = ok("advantages", log_file, "-o", out)
+    assert r.stdout.startswith(f"mpo-rs: wrote {out}: 400 rows, {log['mask'].size:,} tokens")
+    assert r.stderr == ""  # no progress when stderr is not a terminal
+    want = mpo_rs.mae_advantages(log["values"], log["mask"], log["offsets"], rewards=log["rewards"])
+    np.testing.assert_array_equal(flat(out, "advantages"), want.advantages)
+    np.testing.assert_array_equal(flat(out, "returns"), want.returns)
+    np.testing.assert_array_equal(flat(out, "turn_advantages"), want.turn_advantages)
+    got = pq.read_table(out)
+    original = pq.read_table(log_file)
+    assert got.column_names == original.column_names + list(OUTPUT_COLUMNS)
+    assert got.select(original.column_names).equals(original)
+
+
+def test_gae_with_parameters(log, log_file, tmp_path):
+    out = tmp_path / "gae.parquet"
+    ok("advantages", log_file, "-o", out, "--estimator", "gae", "--lam", 0.9, "--gamma", 0.99, "-q")
+    want = mpo_rs.gae_advantages(
+        log["values"], log["mask"], log["offsets"], rewards=log["rewards"], lam=0.9, gamma=0.99
+    )
+    np.testing.assert_array_equal(flat(out, "advantages"), want.advantages)
+    np.testing.assert_array_equal(flat(out, "returns"), want.returns)
+
+
+@pytest.mark.parametrize(
+    "estimator, kw",
+    [("grpo", {}), ("drgrpo", {"norm_std": False}), ("rloo", {"leave_one_out": True})],
+)
+def test_group_baselines_over_row_groups_and_files(log, tmp_path, estimator, kw):
+    # Three files of uneven size with small row groups; every group spans several of both.
+    src = tmp_path / "in"
+    src.mkdir()
+    table = table_of(log)
+    for name, rows in [("part-0.parquet", slice(0, 90)), ("part-1.parquet", slice(90, 250)), ("part-2.parquet", slice(250, 400))]:
+        pq.write_table(table.slice(rows.start, rows.stop - rows.start), src / name, row_group_size=23)
+    out = tmp_path / "out"
+    r = ok("advantages", src, "-o", out, "--estimator", estimator, "--score-col", "score")
+    assert "3 files" in r.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["part-0.parquet", "part-1.parquet", "part-2.parquet"]
+    per_row = mpo_rs.group_advantages(log["scores"], log["groups"], **kw)
+    want = mpo_rs.broadcast_to_tokens(per_row, log["mask"], log["offsets"])
+    got = np.concatenate([flat(out / f"part-{i}.parquet", "advantages") for i in range(3)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_polars_written_large_list_file(log, tmp_path):
+    pl = pytest.importorskip("polars")
+    path = tmp_path / "polars.parquet"
+    pl.from_arrow(table_of(log)).write_parquet(path, row_group_size=50)  # zstd, large_list
+    assert pq.read_schema(path).field("values").type == pa.large_list(pa.float32())
+    out = tmp_path / "out.parquet"
+    ok("advantages", path, "-o", out, "-q")
+    want = mpo_rs.mae_advantages(log["values"], log["mask"], log["offsets"], rewards=log["rewards"])
+    np.testing.assert_array_equal(flat(out, "advantages"), want.advantages)
+    back = pl.read_parquet(out)
+    assert back.schema["advantages"] == pl.List(pl.Float32)
+    assert back.schema["turn_index"] == pl.List(pl.Int32)
+    assert back.select(pl.from_arrow(table_of(log)).columns).equals(pl.read_parquet(path))
+
+
+def test_quiet_prints_nothing_and_output_is_replaced(log_file, tmp_path):
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"an earlier output")
+    r = ok("advantages", log_file, "-o", out, "--quiet")
+    assert r.stdout == "" and r.stderr == ""
+    assert pq.read_metadata(out).num_rows == 400
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+def test_directory_output_replaces_an_earlier_one_whole(log, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    pq.write_table(table_of(log, slice(0, 100)), src / "a.parquet")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.parquet").write_bytes(b"old")
+    ok("advantages", src, "-o", out, "-q")
+    assert sorted(p.name for p in out.iterdir()) == ["a.parquet"]
+    # A directory holding anything but Parquet output is not replaced.
+    (out / "notes.txt").write_text("mine")
+    r = run_cli("advantages", src, "-o", out)
+    assert r.returncode == 2 and "refusing to replace it" in r.stderr
+    assert (out / "notes.txt").exists()
+
+
+def _slow_run_script(src: Path, dst: Path) -> str:
+    """A child that runs the pipeline with a progress callback that sleeps, so there is
+    time to kill it midway, deterministically."""
+    return (
+        "import time\n"
+        "from mpo_rs import _native\n"
+        f"_native.advantages_parquet({str(src)!r}, {str(dst)!r}, 'mae', None, None, None, None, None, None,\n"
+        "    'loss_mask', 'values', None, None, 'group_id',\n"
+        "    progress=lambda *a: time.sleep(0.05), batch_bytes=256 << 10)\n"
+    )
+
+
+def _kill_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int) -> None:
+    """SIGKILLs `proc` once a staged temporary in `directory` has `min_bytes`."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run finished before it could be killed"
+        for p in directory.rglob("*"):
+            staged = ".mpo-rs-" in str(p.relative_to(directory))  # a temp file or inside a temp dir
+            if staged and p.is_file() and p.stat().st_size >= min_bytes:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return
+        time.sleep(0.002)
+    proc.kill()
+    raise AssertionError("no staged output appeared")
+
+
+@pytest.fixture(scope="module")
+def big_log_file(tmp_path_factory) -> Path:
+    """~40 MB, so the staged output gets data on disk well before the run ends."""
+    from mpo_rs.demo import write_rollout_log
+
+    path = tmp_path_factory.mktemp("big") / "big.parquet"
+    write_rollout_log(path, 1500, row_group_rows=100)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_sigkill_midway_leaves_the_earlier_output_and_no_partial_file(big_log_file, tmp_path, kind):
+    if kind == "file":
+        src, out = big_log_file, tmp_path / "out.parquet"
+        out.write_bytes(b"an earlier output")
+    else:
+        src, out = tmp_path / "in", tmp_path / "out"
+        src.mkdir()
+        shutil.copy(big_log_file, src / "a.parquet")
+        out.mkdir()
+        (out / "a.parquet").write_bytes(b"an earlier output")
+    proc = subprocess.Popen([sys.executable, "-c", _slow_run_script(src, out)])
+    _kill_when_staged(proc, tmp_path, min_bytes=1)
+    assert proc.returncode == -signal.SIGKILL
+    earlier = out if kind == "file" else out / "a.parquet"
+    assert earlier.read_bytes() == b"an earlier output"
+    if kind == "directory":
+        assert [p.name for p in out.iterdir()] == ["a.parquet"]
+    # What a killed run leaves is hidden and recognisable; a rerun succeeds.
+    visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    assert visible == (["out.parquet"] if kind == "file" else ["in", "out"])
+    assert all(".mpo-rs-" in p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+    ok("advantages", src, "-o", out, "-q")
+    assert pq.read_metadata(earlier).num_rows == 1500
+
+
+def test_sigkill_of_the_command_itself(big_log_file, tmp_path):
+    src = tmp_path / "big.parquet"
+    shutil.copy(big_log_file, src)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"an earlier output")
+    proc = subprocess.Popen([sys.executable, "-m", "mpo_rs.cli", "advantages", str(src), "-o", str(out)])
+    _kill_when_staged(proc, tmp_path, min_bytes=1)
+    assert out.read_bytes() == b"an earlier output"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["big.parquet", "out.parquet"]
+
+
+def test_output_equal_to_input_is_refused(log_file, tmp_path):
+    before = log_file.read_bytes()
+    for out in (log_file, log_file.parent / "." / log_file.name):
+        r = run_cli("advantages", log_file, "-o", out)
+        assert r.returncode == 2
+        assert r.stderr.count("\n") == 1 and "is INPUT" in r.stderr
+    assert log_file.read_bytes() == before
+
+
+def _write_bad(tmp_path: Path, name: str, table: "pa.Table", **kw) -> Path:
+    path = tmp_path / name
+    pq.write_table(table, path, row_group_size=10, **kw)
+    return path
+
+
+def _with_column(table: "pa.Table", name: str, column) -> "pa.Table":
+    return table.set_column(table.schema.get_field_index(name), name, column)
+
+
+def _bad_inputs(tmp_path: Path):
+    log = make_log(30, seed=3)
+    t = table_of(log)
+    off = log["offsets"]
+    rows = lambda a: [list(map(float, a[x:y])) for x, y in zip(off[:-1], off[1:])]  # noqa: E731
+    values = rows(log["values"])
+    f32 = pa.list_(pa.float32())
+
+    null_list = list(values)
+    null_list[14] = None
+    null_elem = [list(v) for v in values]
+    null_elem[23][1 if len(null_elem[23]) > 1 else 0] = None
+    token = 1 if len(values[23]) > 1 else 0
+    short = [list(v) for v in values]
+    short[17] = short[17] + [0.0]
+    masks = [list(map(int, log["mask"][x:y])) for x, y in zip(off[:-1], off[1:])]
+    masks[25][0] = 7
+    nan = [list(v) for v in values]
+    q = int(np.flatnonzero(log["mask"][off[12] : off[13]])[0])
+    nan[12][q] = float("nan")
+    obs = [list(v) for v in rows(log["rewards"])]
+    zero_at = np.flatnonzero(log["mask"][off[8] : off[9]] == 0)
+    scores = log["scores"].copy().astype(object)
+    scores[21] = None
+
+    cases = [
+        ("null list", _with_column(t, "values", pa.array(null_list, f32)), [], r"row group 1: row 14, column `values`: null list"),
+        ("null element", _with_column(t, "values", pa.array(null_elem, f32)), [], rf"row group 2: row 23, column `values`: null element at token {token}"),
+        ("lengths", _with_column(t, "values", pa.array(short, f32)), [], r"row group 1: row 17: column `values` has \d+ tokens but `loss_mask` has \d+"),
+        ("mask value", _with_column(t, "loss_mask", pa.array(masks, pa.list_(pa.int32()))), [], r"row group 2: row 25, column `loss_mask`: the mask must hold 0 or 1, found 7 at token 0"),
+        ("nan", _with_column(t, "values", pa.array(nan, f32)), [], rf"row group 1: row 12, column `values`: NaN is not finite at token {q}"),
+        ("missing", t.drop_columns(["values"]), [], r"missing column `values`"),
+        ("type", _with_column(t, "values", pa.array([["a"]] * 30)), [], r"column `values` has type .*, expected list<float or integer>"),
+        ("null score", _with_column(t.drop_columns(["rewards"]), "score", pa.array(list(scores), pa.float32())), ["--estimator", "grpo"], r"row group 2: row 21, column `score`: null value"),
+    ]
+    if zero_at.size:
+        obs[8][int(zero_at[0])] = 0.5
+        cases.append(("observation reward", _with_column(t, "rewards", pa.array(obs, f32)), [], rf"row group 0: row 8, column `rewards`: reward 0.5 at observation token {int(zero_at[0])}"))
+    for name, table, extra, pattern in cases:
+        yield name, _write_bad(tmp_path, name.replace(" ", "-") + ".parquet", table), extra, pattern
+
+
+def test_each_bad_input_is_one_line_naming_file_row_group_row_and_column(tmp_path):
+    import re
+
+    for name, path, extra, pattern in _bad_inputs(tmp_path):
+        out = tmp_path / "out.parquet"
+        r = run_cli("advantages", path, "-o", out, *extra)
+        assert r.returncode == 1, (name, r.stderr)
+        assert r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (name, r.stderr)
+        assert r.stderr.startswith(f"mpo-rs: error: {path}"), (name, r.stderr)
+        assert re.search(pattern, r.stderr), (name, r.stderr)
+        assert not out.exists(), name
+
+
+def test_corrupt_truncated_and_missing_files(log_file, tmp_path):
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"PAR1 this is not parquet at all")
+    cut = tmp_path / "cut.parquet"
+    data = log_file.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    bad_page = tmp_path / "bad-page.parquet"
+    mangled = bytearray(data)
+    mangled[200:4000] = os.urandom(3800)  # inside the first column chunks
+    bad_page.write_bytes(bytes(mangled))
+    for path, pattern in [
+        (garbage, "cannot read Parquet"),
+        (cut, "cannot read Parquet"),
+        (bad_page, r"row group 0: column `\w+`: cannot read Parquet"),
+        (tmp_path / "missing.parquet", "cannot open input"),
+    ]:
+        r = run_cli("advantages", path, "-o", tmp_path / "out.parquet")
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.count("\n") == 1 and str(path) in r.stderr, r.stderr
+        assert pattern in r.stderr or __import__("re").search(pattern, r.stderr), r.stderr
+    assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        ([], "required"),
+        (["advantages", "IN"], "the following arguments are required: -o/--output"),
+        (["advantages", "IN", "-o", "OUT", "--estimator", "ppo"], "invalid choice: 'ppo'"),
+        (["advantages", "IN", "-o", "OUT", "--lam", "x"], "invalid float value"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args, pattern):
+    r = run_cli(*args)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and pattern in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, pattern",
+    [
+        (["--estimator", "gae", "--beta", "0.5"], "`beta` does not apply to the gae estimator"),
+        (["--estimator", "grpo", "--lam", "0.5"], "`lam` does not apply to the grpo estimator"),
+        (["--lam", "2"], "`lam` = 2 is out of range"),
+        (["--gamma", "nan"], "`gamma` = NaN is out of range"),
+        (["--rewards-col", "rewards", "--score-col", "score"], "not both"),
+    ],
+)
+def test_unusable_options_exit_2(log_file, tmp_path, extra, pattern):
+    r = run_cli("advantages", log_file, "-o", tmp_path / "o.parquet", *extra)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and pattern in r.stderr, r.stderr
+
+
+def test_path_combinations_exit_2(log_file, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(log_file, src / "a.parquet")
+    (tmp_path / "file.parquet").write_bytes(b"x")
+    for out, pattern in [
+        (src / "out", "inside the INPUT directory"),
+        (tmp_path, "is inside OUTPUT; replacing OUTPUT would delete it"),
+        (tmp_path / "file.parquet", "OUTPUT must be a directory"),
+    ]:
+        r = run_cli("advantages", src, "-o", out)
+        assert r.returncode == 2 and pattern in r.stderr, r.stderr
+    r = run_cli("advantages", log_file, "-o", src)
+    assert r.returncode == 2 and "OUTPUT must be a file path" in r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run_cli("advantages", empty, "-o", tmp_path / "o")
+    assert r.returncode == 2 and "holds no .parquet files" in r.stderr
+
+
+def test_progress_line_on_a_terminal(log_file, tmp_path):
+    from mpo_rs import cli
+
+    class Tty:
+        def __init__(self) -> None:
+            self.text = ""
+
+        def write(self, s: str) -> None:
+            self.text += s
+
+        def flush(self) -> None:
+            pass
+
+    tty = Tty()
+    p = cli._Progress(tty, enabled=True)  # type: ignore[arg-type]
+    p.update("write", 10, 2_500_000, 40, 0.5)
+    p.clear()
+    assert "writing 10/40 rows, 2.5M tokens, 5.0M tokens/s" in tty.text
+    assert tty.text.endswith("\r")
+
+
+def test_console_script_is_declared():
+    from importlib.metadata import entry_points
+
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    if "mpo-rs" not in scripts:
+        pytest.skip("package metadata not installed (source tree)")
+    assert scripts["mpo-rs"] == "mpo_rs.cli:main"
