@@ -36,12 +36,12 @@ stubtest: build
 test: test-rust test-python stubtest
 
 bench: build
-	$(PIP) install -q stateset-rl-core
-	$(PY) benches/bench_estimators.py
+	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench
+	.venv-bench/bin/python benches/run_all.py
 
 bench-quick: build
-	$(PIP) install -q stateset-rl-core
-	$(PY) benches/bench_estimators.py --quick
+	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench
+	.venv-bench/bin/python benches/run_all.py --quick
 
 clean:
 	cargo clean

@@ -1,0 +1,263 @@
+"""GAE suite: token GAE and MAE on one realistic agentic batch, mpo_rs against the tools
+people use today, each given the batch in its own native layout (built before timing).
+
+Peers: verl 0.9.1 `compute_gae_advantage_return` (padded tensors, observation tokens
+skipped, advantages whitened), torchrl `vec_generalized_advantage_estimate` (policy tokens
+as one sequence with done flags), stateset-rl-core `batch_compute_gae` (policy tokens per
+trajectory), a numpy reverse loop over the padded time axis, `scipy.signal.lfilter` per
+trajectory, and a memory floor (copying two inputs to two outputs).
+
+Before timing, every peer's output is compared with mpo_rs on the semantics they share;
+a peer that differs is reported and not timed. Ratios are of medians from one interleaved
+run, so they transfer across machines better than seconds do.
+
+    python benches/suite_gae.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Case, PeerMissing, RolloutBatch, assert_close, import_peer, log, make_batch, suite_main, time_cases, versions  # noqa: E402
+
+import mpo_rs  # noqa: E402
+
+GAMMA, LAM = 1.0, 0.95
+WHITEN_EPS = 1e-8  # verl's masked_whiten
+
+MPO_GAE = "mpo_rs.gae_advantages"
+MPO_GAE_WHITENED = "mpo_rs.gae_advantages + whitening (numpy)"
+MPO_MAE = "mpo_rs.mae_advantages"
+FLOOR = "memory floor: copy 2 inputs to 2 new arrays"
+BANDWIDTH_FLOOR = "memory floor: copy 2 inputs into 2 preallocated arrays"
+FLAT = "flat tokens + mask + offsets"
+
+
+def mpo_gae(b: RolloutBatch) -> mpo_rs.GAEResult:
+    # lam_critic = lam: returns = advantages + values, the convention every peer uses.
+    return mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards, gamma=GAMMA, lam=LAM, lam_critic=LAM)
+
+
+def mpo_gae_whitened(b: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
+    """mpo_rs GAE followed by verl's `masked_whiten` (mean and unbiased variance over the
+    policy tokens, applied to every token): the same work verl's function does."""
+    res = mpo_gae(b)
+    adv, n = res.advantages, np.count_nonzero(b.mask)
+    # Observation tokens hold 0, so plain sums over all tokens are sums over policy tokens.
+    mean = adv.sum(dtype=np.float64) / n
+    var = (float(np.dot(adv, adv)) - n * mean * mean) / (n - 1)
+    adv -= np.float32(mean)  # in place: the output is ours
+    adv *= np.float32(1 / math.sqrt(var + WHITEN_EPS))
+    return adv, res.returns
+
+
+def mpo_cases(b: RolloutBatch, *, whitened: bool = True) -> list[Case]:
+    """mpo_rs's own rows and the floor; the peers are compared with these."""
+    # Two floors: what any estimator returning new arrays must do (numpy's .copy(), whose
+    # cost depends on whether the allocator hands out fresh pages), and the bare memory
+    # traffic (copy into buffers allocated once).
+    out_values, out_rewards = np.empty_like(b.values), np.empty_like(b.rewards)
+
+    def copy_into_preallocated() -> None:
+        np.copyto(out_values, b.values)
+        np.copyto(out_rewards, b.rewards)
+
+    cases = [
+        Case(FLOOR, lambda: (b.values.copy(), b.rewards.copy()), "2 float32 token arrays"),
+        Case(BANDWIDTH_FLOOR, copy_into_preallocated, "2 float32 token arrays"),
+        Case(MPO_GAE, lambda: mpo_gae(b), FLAT),
+        Case(MPO_MAE, lambda: mpo_rs.mae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards), FLAT),
+    ]
+    if whitened:
+        cases.insert(2, Case(MPO_GAE_WHITENED, lambda: mpo_gae_whitened(b), FLAT))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------
+# Peers: `prepare` builds the peer's input layout (untimed) and returns the timed call;
+# `check` compares that call's output with mpo_rs.
+
+
+@dataclass
+class Peer:
+    name: str
+    layout: str
+    baseline: str
+    prepare: Callable[[RolloutBatch], Callable[[], Any]]
+    check: Callable[[str, RolloutBatch, Any], list[dict[str, Any]]]
+    padded: bool = False  # works on (B, L) rows: memory and time grow with the longest row
+
+
+def _policy_positions(b: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = b.padded_index()
+    return rows[b.mask], cols[b.mask]
+
+
+def prepare_verl(b: RolloutBatch) -> Callable[[], Any]:
+    core_algos = import_peer("verl.trainer.ppo.core_algos")
+    torch = import_peer("torch")
+    values, rewards, mask = (torch.from_numpy(a) for a in b.padded())
+    return lambda: core_algos.compute_gae_advantage_return(rewards, values, mask, GAMMA, LAM)
+
+
+def check_verl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+    adv, ret = (t.numpy() for t in out)
+    rows, cols = _policy_positions(b)
+    ours_adv, ours_ret = mpo_gae_whitened(b)
+    return [
+        assert_close(name, "returns (advantages + values, before whitening) on policy tokens", ret[rows, cols], ours_ret[b.mask]),
+        assert_close(name, "advantages on policy tokens, after verl's masked_whiten formula is applied to mpo_rs's", adv[rows, cols], ours_adv[b.mask]),
+    ]
+
+
+def prepare_torchrl(b: RolloutBatch) -> Callable[[], Any]:
+    functional = import_peer("torchrl.objectives.value.functional")
+    torch = import_peer("torch")
+    values, rewards, last = b.policy_flat()
+    next_values = np.append(values[1:], np.float32(0))
+    next_values[last] = 0  # a trajectory's last policy token bootstraps from nothing
+    column = lambda a: torch.from_numpy(np.ascontiguousarray(a)).unsqueeze(-1)  # noqa: E731  [T, 1]: time, feature
+    sv, nsv, r, done = column(values), column(next_values), column(rewards), column(last)
+    return lambda: functional.vec_generalized_advantage_estimate(GAMMA, LAM, sv, nsv, r, done, done, time_dim=-2)
+
+
+def check_torchrl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+    adv, target = (t.numpy().ravel() for t in out)
+    ours = mpo_gae(b)
+    return [
+        assert_close(name, "advantages on policy tokens (torchrl truncates the filter at (γλ)^k < 1e-7)", adv, ours.advantages[b.mask]),
+        assert_close(name, "value targets (advantages + values) on policy tokens", target, ours.returns[b.mask]),
+    ]
+
+
+def prepare_stateset(b: RolloutBatch) -> Callable[[], Any]:
+    stateset = import_peer("stateset_rl_core")
+    rs, vs = b.policy_only()
+    return lambda: stateset.batch_compute_gae(rs, vs, GAMMA, LAM)
+
+
+def check_per_trajectory(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+    ours = mpo_gae(b).advantages[b.mask]
+    return [assert_close(name, "advantages on policy tokens (no returns in its output)", np.concatenate(out), ours)]
+
+
+def numpy_padded_gae(values: np.ndarray, rewards: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """verl's reverse loop over the padded time axis in numpy, observation tokens skipped."""
+    B, L = values.shape
+    nextvalues = np.zeros(B, np.float32)
+    lastgaelam = np.zeros(B, np.float32)
+    adv = np.empty((B, L), np.float32)
+    for t in range(L - 1, -1, -1):
+        m = mask[:, t]
+        delta = rewards[:, t] + GAMMA * nextvalues - values[:, t]
+        lastgaelam_ = delta + GAMMA * LAM * lastgaelam
+        nextvalues = values[:, t] * m + (1 - m) * nextvalues
+        lastgaelam = lastgaelam_ * m + (1 - m) * lastgaelam
+        adv[:, t] = lastgaelam
+    return adv * mask, (adv + values) * mask
+
+
+def prepare_numpy_loop(b: RolloutBatch) -> Callable[[], Any]:
+    padded = b.padded()
+    return lambda: numpy_padded_gae(*padded)
+
+
+def check_numpy_loop(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+    adv, ret = out
+    rows, cols = b.padded_index()
+    ours = mpo_gae(b)
+    return [
+        assert_close(name, "advantages on every token (0 on observations)", adv[rows, cols], ours.advantages),
+        assert_close(name, "returns on every token (0 on observations)", ret[rows, cols], ours.returns),
+    ]
+
+
+def lfilter_gae(rs: list[np.ndarray], vs: list[np.ndarray]) -> list[np.ndarray]:
+    """Per trajectory: δ over policy tokens, then a first-order IIR filter backwards."""
+    from scipy.signal import lfilter
+
+    out = []
+    for r, v in zip(rs, vs):
+        delta = r + GAMMA * np.append(v[1:], 0.0) - v
+        out.append(lfilter([1.0], [1.0, -GAMMA * LAM], delta[::-1])[::-1])
+    return out
+
+
+def prepare_lfilter(b: RolloutBatch) -> Callable[[], Any]:
+    import_peer("scipy.signal")
+    rs, vs = b.policy_only()
+    return lambda: lfilter_gae(rs, vs)
+
+
+PEERS = [
+    Peer("verl 0.9.1 compute_gae_advantage_return", "padded (B, L) torch float32; whitens", MPO_GAE_WHITENED, prepare_verl, check_verl, padded=True),
+    Peer("torchrl vec_generalized_advantage_estimate", "policy tokens as one [T, 1] torch sequence + done flags", MPO_GAE, prepare_torchrl, check_torchrl),
+    Peer("stateset-rl-core batch_compute_gae", "policy tokens, one float64 array per trajectory", MPO_GAE, prepare_stateset, check_per_trajectory),
+    Peer("numpy reverse loop, padded (verl-style)", "padded (B, L) numpy float32", MPO_GAE, prepare_numpy_loop, check_numpy_loop, padded=True),
+    Peer("scipy.signal.lfilter per trajectory", "policy tokens, one float64 array per trajectory", MPO_GAE, prepare_lfilter, check_per_trajectory),
+]
+PEER_VERSIONS = ("verl", "torchrl", "tensordict", "torch", "stateset-rl-core", "scipy", "numpy")
+
+
+def prepare_peers(b: RolloutBatch, peers: list[Peer], *, check: bool = True) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Timed cases for the peers that run here, the equality checks, and the skipped ones."""
+    cases, checks, skipped = [], [], []
+    for peer in peers:
+        try:
+            fn = peer.prepare(b)
+            if check:
+                checks += peer.check(peer.name, b, fn())
+        except PeerMissing as err:
+            skipped.append({"peer": peer.name, "reason": str(err)})
+            continue
+        except AssertionError as err:  # not equal work: say so, do not time it
+            skipped.append({"peer": peer.name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]})
+            continue
+        cases.append(Case(peer.name, fn, peer.layout, peer.baseline))
+    return cases, checks, skipped
+
+
+def issue2_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The estimator targets: GAE ≥ 2× faster and MAE no slower than stateset-rl-core,
+    MAE within 3× the memory floor."""
+    med = {r["name"]: r["median_s"] for r in rows}
+    gae, mae, floor = med[MPO_GAE], med[MPO_MAE], med[FLOOR]
+    stateset = med.get("stateset-rl-core batch_compute_gae")
+    out = []
+    if stateset is not None:
+        out.append({"target": "token GAE ≥ 2× faster than stateset-rl-core", "value": stateset / gae, "ok": stateset / gae >= 2})
+        out.append({"target": "MAE no slower than stateset-rl-core", "value": stateset / mae, "ok": stateset / mae >= 1})
+    out.append({"target": "MAE within 3× the memory floor (new arrays)", "value": mae / floor, "ok": mae / floor <= 3})
+    return out
+
+
+def run(quick: bool) -> dict[str, Any]:
+    n_traj, repeats = (200, 3) if quick else (1000, 15)
+    b = make_batch(n_traj)
+    log(f"gae: {b.n_tokens:,} tokens; checking peers")
+    peer_cases, checks, skipped = prepare_peers(b, PEERS)
+    log("gae: timing")
+    rows = time_cases(mpo_cases(b) + peer_cases, repeats, seconds_per_case=3 if quick else 10)
+    return {
+        "suite": "gae",
+        "title": "Token GAE and MAE against the peers",
+        "batch": b.describe(),
+        "params": {"gamma": GAMMA, "lam": LAM, "mae": "defaults (λ=0.8, λ_intra=0.95, β=1)"},
+        "repeats": repeats,
+        "rows": rows,
+        "checks": checks,
+        "skipped": skipped,
+        "targets": issue2_targets(rows),
+        "versions": versions(*PEER_VERSIONS),
+    }
+
+
+if __name__ == "__main__":
+    suite_main(run, __doc__)

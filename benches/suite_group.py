@@ -1,0 +1,128 @@
+"""Group suite: critic-free outcome advantages (GRPO, RLOO) on the GAE suite's batch.
+
+Token level — what a trainer consumes: mpo_rs `group_advantages` + `broadcast_to_tokens`
+(flat tokens) against verl 0.9.1's GRPO and RLOO estimators, the loop versions and the
+vectorized ones (padded (B, L) token rewards and response mask, a per-trajectory group id
+array). Per trajectory: mpo_rs `group_advantages` against stateset-rl-core
+`compute_group_advantages` ((groups, group size) float64 scores).
+
+Shared semantics checked before timing: GRPO = (score − group mean) / (unbiased std + ε),
+ε = 1e-6 on both sides; RLOO = score − mean of the other members. The batch has groups of
+8 and no group of one (verl gives a singleton score/(1+ε) for GRPO and its score for RLOO,
+mpo_rs gives 0). stateset-rl-core divides by the population std (plus its own tiny ε), so
+its output is compared with mpo_rs's scaled by sqrt(n/(n−1)); without std division
+(Dr. GRPO) the two are compared as they are.
+
+    python benches/suite_group.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Case, PeerMissing, RolloutBatch, assert_close, import_peer, log, make_batch, suite_main, time_cases, versions  # noqa: E402
+
+import mpo_rs  # noqa: E402
+
+EPS = 1e-6
+MPO_GRPO = "mpo_rs GRPO: group_advantages + broadcast_to_tokens"
+MPO_RLOO = "mpo_rs RLOO: group_advantages(leave_one_out) + broadcast_to_tokens"
+MPO_GRPO_TRAJ = "mpo_rs GRPO per trajectory: group_advantages"
+FLAT = "per-trajectory scores + group ids; flat mask + offsets"
+
+
+def mpo_tokens(b: RolloutBatch, leave_one_out: bool) -> np.ndarray:
+    adv = mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS, leave_one_out=leave_one_out)
+    return mpo_rs.broadcast_to_tokens(adv, b.mask, b.offsets)
+
+
+def verl_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
+    core_algos = import_peer("verl.trainer.ppo.core_algos")
+    torch = import_peer("torch")
+    _, rewards_np, mask_np = b.padded()
+    rewards, mask = torch.from_numpy(rewards_np), torch.from_numpy(mask_np)
+    rows, cols = b.padded_index()
+    layout = "padded (B, L) token rewards + response mask, torch float32; group id per row"
+    estimators: list[tuple[str, Callable[..., Any], str]] = [
+        ("verl 0.9.1 compute_grpo_outcome_advantage", core_algos.compute_grpo_outcome_advantage, MPO_GRPO),
+        ("verl 0.9.1 compute_grpo_vectorized_outcome_advantage", core_algos.compute_grpo_vectorized_outcome_advantage, MPO_GRPO),
+        ("verl 0.9.1 compute_rloo_outcome_advantage", core_algos.compute_rloo_outcome_advantage, MPO_RLOO),
+        ("verl 0.9.1 compute_rloo_vectorized_outcome_advantage", core_algos.compute_rloo_vectorized_outcome_advantage, MPO_RLOO),
+    ]
+    cases, checks = [], []
+    for name, estimator, baseline in estimators:
+        call = lambda estimator=estimator: estimator(rewards, mask, b.group_ids, epsilon=EPS)  # noqa: E731
+        adv, _ = call()
+        ours = mpo_tokens(b, leave_one_out=baseline == MPO_RLOO)
+        checks.append(assert_close(name, "advantages on every token (0 on observations and padding)", adv.numpy()[rows, cols], ours))
+        cases.append(Case(name, call, layout, baseline))
+    return cases, checks
+
+
+def stateset_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
+    stateset = import_peer("stateset_rl_core")
+    group_size = b.describe()["group_size"]
+    grid = b.scores.astype(np.float64).reshape(-1, group_size)  # groups are consecutive rows
+    n = group_size
+    checks = [
+        assert_close(
+            "stateset-rl-core compute_group_advantages",
+            "GRPO per trajectory; stateset divides by the population std, so mpo_rs's is scaled by sqrt(n/(n−1))",
+            stateset.compute_group_advantages(grid, "mean", True),
+            mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS) * np.sqrt(n / (n - 1)),
+        ),
+        assert_close(
+            "stateset-rl-core compute_group_advantages",
+            "Dr. GRPO per trajectory (mean baseline, no std division), as is",
+            stateset.compute_group_advantages(grid, "mean", False),
+            mpo_rs.group_advantages(b.scores, b.group_ids, norm_std=False),
+        ),
+    ]
+    call = lambda: stateset.compute_group_advantages(grid, "mean", True)  # noqa: E731
+    return [Case("stateset-rl-core compute_group_advantages", call, "(groups, group size) float64 scores", MPO_GRPO_TRAJ)], checks
+
+
+def run(quick: bool) -> dict[str, Any]:
+    n_traj, repeats = (200, 5) if quick else (1000, 15)
+    b = make_batch(n_traj)
+    assert np.bincount(b.group_ids).min() > 1, "singleton groups are defined differently by verl"
+    cases = [
+        Case(MPO_GRPO, lambda: mpo_tokens(b, False), FLAT),
+        Case(MPO_RLOO, lambda: mpo_tokens(b, True), FLAT),
+        Case(MPO_GRPO_TRAJ, lambda: mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS), "per-trajectory scores + group ids"),
+    ]
+    checks, skipped = [], []
+    log(f"group: {b.n_trajectories} trajectories in groups of {b.describe()['group_size']}; checking peers")
+    for name, build in (("verl 0.9.1 GRPO / RLOO", verl_cases), ("stateset-rl-core compute_group_advantages", stateset_cases)):
+        try:
+            peer_cases, peer_checks = build(b)
+        except PeerMissing as err:
+            skipped.append({"peer": name, "reason": str(err)})
+            continue
+        except AssertionError as err:
+            skipped.append({"peer": name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]})
+            continue
+        cases += peer_cases
+        checks += peer_checks
+    log("group: timing")
+    rows = time_cases(cases, repeats, seconds_per_case=3 if quick else 10)
+    return {
+        "suite": "group",
+        "title": "Group baselines (GRPO, RLOO) against the peers",
+        "batch": b.describe(),
+        "params": {"eps": EPS},
+        "repeats": repeats,
+        "rows": rows,
+        "checks": checks,
+        "skipped": skipped,
+        "versions": versions("verl", "torch", "stateset-rl-core", "numpy"),
+    }
+
+
+if __name__ == "__main__":
+    suite_main(run, __doc__)
