@@ -639,12 +639,12 @@ def _patch_compute_advantage(ray_trainer: ModuleType) -> None:
     if getattr(original, "__mpo_rs_values_hook__", False):
         return
     wrapped = _wrap_compute_advantage(original)
-    ray_trainer.compute_advantage = wrapped
+    setattr(ray_trainer, "compute_advantage", wrapped)
     # Trainers that already ran `from ...ray_trainer import compute_advantage` hold their own
     # binding (verl.trainer.ppo.v1.utils does); modules imported later read the patched one.
     for name, module in list(sys.modules.items()):
         if name.startswith("verl.") and getattr(module, "compute_advantage", None) is original:
-            module.compute_advantage = wrapped
+            setattr(module, "compute_advantage", wrapped)
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):

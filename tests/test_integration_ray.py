@@ -1,0 +1,177 @@
+"""mpo_rs.integrations.ray on a local Ray cluster started here, against the single-machine
+`mpo-rs advantages` output. Skipped when Ray Data is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.data")
+
+import mpo_rs  # noqa: E402
+from mpo_rs import _native  # noqa: E402
+from mpo_rs.arrow import OUTPUT_COLUMNS, with_advantages  # noqa: E402
+from mpo_rs.cli import main as mpo_rs_cli  # noqa: E402
+from mpo_rs.integrations import ray as mpo_ray  # noqa: E402
+
+N_GROUPS = 7
+
+# Ray's own DataContext emits deprecation warnings about its internal settings.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def rollout_table(seed: int, rows: int, first_row: int, string_groups: bool) -> pa.Table:
+    """Agent rollouts: LLM turns and tool outputs, a terminal reward plus per-token shaping,
+    group ids that repeat across the whole log (so every group spans files and blocks)."""
+    rng = np.random.default_rng(seed)
+    masks, values, rewards, scores, tokens = [], [], [], [], []
+    for _ in range(rows):
+        length = int(rng.integers(0, 40))
+        mask = np.zeros(length, dtype=bool)
+        pos = int(rng.integers(0, 4))
+        while pos < length:
+            turn = int(rng.integers(1, 7))
+            mask[pos : pos + turn] = True
+            pos += turn + int(rng.integers(1, 5))
+        reward = np.where(mask, 0.01 * rng.standard_normal(length), 0.0).astype(np.float32)
+        if mask.any():
+            reward[np.flatnonzero(mask)[-1]] += float(rng.integers(0, 2))
+        masks.append(mask.tolist())
+        values.append(rng.standard_normal(length).astype(np.float32).tolist())
+        rewards.append(reward.tolist())
+        scores.append(float(rng.integers(0, 3)))
+        tokens.append(rng.integers(0, 50_000, length).tolist())
+    row_id = np.arange(first_row, first_row + rows)
+    group = row_id % N_GROUPS
+    return pa.table(
+        {
+            "row_id": pa.array(row_id, pa.int64()),
+            "token_ids": pa.array(tokens, pa.list_(pa.int32())),
+            "loss_mask": pa.array(masks, pa.list_(pa.bool_())),
+            "values": pa.array(values, pa.list_(pa.float32())),
+            "rewards": pa.array(rewards, pa.list_(pa.float32())),
+            "score": pa.array(scores, pa.float32()),
+            "group_id": pa.array([f"prompt-{g}" for g in group]) if string_groups else pa.array(group, pa.int64()),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def log_dirs(tmp_path_factory) -> dict[bool, Path]:
+    """Per kind of group id (False: ints, True: strings), three Parquet files of two row
+    groups each."""
+    dirs = {}
+    for string_groups in (False, True):
+        root = tmp_path_factory.mktemp("logs") / "in"
+        root.mkdir()
+        first = 0
+        for i, rows in enumerate((23, 31, 17)):
+            table = rollout_table(100 + i, rows, first, string_groups=string_groups)
+            pq.write_table(table, root / f"part-{i}.parquet", row_group_size=12)
+            first += rows
+        dirs[string_groups] = root
+    return dirs
+
+
+def read_sorted(path: Path) -> pa.Table:
+    return pq.read_table(path).sort_by("row_id")
+
+
+def assert_same_log(got: pa.Table, want: pa.Table, exact: bool) -> None:
+    assert got.num_rows == want.num_rows
+    for name in OUTPUT_COLUMNS:
+        assert got.schema.field(name) == want.schema.field(name), name
+    for name in want.column_names:
+        a, b = got.column(name).combine_chunks(), want.column(name).combine_chunks()
+        if name not in OUTPUT_COLUMNS or name == "turn_index" or exact:
+            assert a.equals(b), name
+        else:
+            # Group statistics are summed per block, then merged: equal up to float64
+            # rounding, so at most an ulp apart after the float32 cast.
+            assert a.offsets.equals(b.offsets), name
+            np.testing.assert_allclose(a.flatten().to_numpy(), b.flatten().to_numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "reward_flag", "string_groups"),
+    [("mae", "--rewards-col", False), ("gae", "--score-col", False), ("grpo", "--rewards-col", True),
+     ("rloo", "--score-col", False), ("drgrpo", "--score-col", True)],
+)
+def test_ray_equals_the_single_machine_tool(cluster, log_dirs, tmp_path, estimator, reward_flag, string_groups):
+    log_dir = log_dirs[string_groups]
+    reward_col = "rewards" if reward_flag == "--rewards-col" else "score"
+    single = tmp_path / "single"
+    assert mpo_rs_cli(["advantages", str(log_dir), "-o", str(single), "--estimator", estimator,
+                       reward_flag, reward_col, "-q"]) == 0
+    distributed = tmp_path / "ray"
+    keyword = {"rewards_col": reward_col} if reward_col == "rewards" else {"score_col": reward_col}
+    # Small map batches: no batch holds a whole group.
+    mpo_ray.advantages_parquet(log_dir, distributed, estimator=estimator, batch_size=5, **keyword)
+    assert_same_log(read_sorted(distributed), read_sorted(single), exact=estimator in ("mae", "gae"))
+
+
+def test_group_statistics_merge_across_blocks(cluster):
+    table = rollout_table(7, 60, 0, string_groups=False)
+    dataset = ray.data.from_arrow(table).repartition(5)
+    stats = mpo_ray.group_statistics(dataset, rewards_col="rewards")
+    scores = np.array([sum(np.float64(r) for r in row) for row in table["rewards"].to_pylist()], np.float32)
+    groups = table["group_id"].to_numpy()
+    assert stats["group"].to_pylist() == list(range(N_GROUPS))
+    for g in range(N_GROUPS):
+        member = scores[groups == g].astype(np.float64)
+        assert stats["count"][g].as_py() == member.size
+        assert stats["sum"][g].as_py() == pytest.approx(member.sum(), rel=1e-12)
+        assert stats["m2"][g].as_py() == pytest.approx(((member - member.mean()) ** 2).sum(), rel=1e-9, abs=1e-12)
+
+    annotated = mpo_ray.add_advantages(dataset, estimator="grpo", rewards_col="rewards", batch_size=4)
+    got = pa.concat_tables(ray.get(annotated.to_arrow_refs())).sort_by("row_id")
+    want = with_advantages(table, estimator="grpo", rewards_col="rewards")
+    assert_same_log(got, want, exact=False)
+    # Not the per-block answer: the groups really do span the blocks.
+    per_block = with_advantages(table.slice(0, 12), estimator="grpo", rewards_col="rewards")
+    first_rows = got.slice(0, 12)
+    assert not np.allclose(
+        per_block["advantages"].combine_chunks().flatten().to_numpy(),
+        first_rows["advantages"].combine_chunks().flatten().to_numpy(),
+    )
+
+
+def test_bad_options_and_columns_fail_on_the_driver(cluster):
+    dataset = ray.data.from_arrow(rollout_table(8, 10, 0, string_groups=False))
+    with pytest.raises(_native.InvalidOptionError, match="`beta` does not apply to the gae"):
+        mpo_ray.add_advantages(dataset, estimator="gae", beta=0.5)
+    with pytest.raises(_native.InvalidOptionError, match="unknown estimator `ppo`"):
+        mpo_ray.add_advantages(dataset, estimator="ppo")
+    with pytest.raises(mpo_rs.InvalidBatchError, match="missing column `critic`"):
+        mpo_ray.add_advantages(dataset, estimator="mae", values_col="critic")
+
+
+def test_bad_data_in_a_block_raises_a_named_error(cluster):
+    table = rollout_table(9, 12, 0, string_groups=False)
+    rewards = table["rewards"].to_pylist()
+    masks = table["loss_mask"].to_pylist()
+    row = next(i for i, m in enumerate(masks) if m and not all(m))
+    rewards[row][masks[row].index(False)] = 1.0  # a reward on a tool-output token
+    table = table.set_column(
+        table.column_names.index("rewards"), "rewards", pa.array(rewards, pa.list_(pa.float32()))
+    )
+    dataset = ray.data.from_arrow(table)
+    with pytest.raises(Exception, match="rewards must be 0 where the mask is 0") as info:
+        mpo_ray.add_advantages(dataset, estimator="rloo", rewards_col="rewards")
+    assert isinstance(info.value, mpo_rs.InvalidBatchError) or "InvalidBatchError" in str(info.value)
