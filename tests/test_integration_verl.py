@@ -163,6 +163,16 @@ def test_drop_in_gae_function_has_verls_signature_and_results():
     torch.testing.assert_close(on_llm_tokens(ret, mask), on_llm_tokens(want_ret, mask), rtol=1e-5, atol=2e-5)
 
 
+def test_whitening_needs_two_llm_tokens_as_in_verl():
+    rewards, values, _, _ = rollout_batch(16, rows=2, cols=6)
+    mask = torch.zeros_like(rewards, dtype=torch.int64)
+    mask[1, 2] = 1
+    with pytest.raises(ValueError, match="sum of the mask is one"):
+        core_algos.compute_gae_advantage_return(rewards * mask, values, mask, 1.0, 0.95)
+    with pytest.raises(mpo_rs.InvalidBatchError, match="at least 2 LLM tokens"):
+        plugin.compute_gae_advantage_return(rewards * mask, values, mask, 1.0, 0.95)
+
+
 def test_mpo_gae_ignores_rewards_on_observation_tokens_like_verl():
     rewards, values, mask, _ = rollout_batch(4)
     observation = (mask == 0).nonzero()[0]

@@ -52,7 +52,7 @@ from verl.utils import torch_functional as verl_F
 
 from .. import losses as mpo_losses
 from .._native import InvalidBatchError
-from ..estimators import as_group_ids, gae_advantages, group_advantages, mae_advantages
+from ..estimators import as_group_ids, broadcast_to_tokens, gae_advantages, group_advantages, mae_advantages
 
 __all__ = [
     "CRITIC_ESTIMATORS",
@@ -165,13 +165,13 @@ def _gamma(config: Any) -> float:
 @dataclass(frozen=True)
 class _PaddedBatch:
     """verl's padded ``(B, L)`` batch viewed as the flat ragged batch the Rust core reads:
-    row j is trajectory j, tokens ``j*L:(j+1)*L``."""
+    row j is trajectory j, tokens ``j*L:(j+1)*L``. Per-token work stays in numpy on flat
+    arrays (no copy of float32 CPU tensors) until the results go back as tensors."""
 
     shape: tuple[int, int]
     device: torch.device
     dtype: torch.dtype
-    mask: Tensor  # bool (B, L) on the CPU
-    mask_u8: np.ndarray  # uint8 (B*L,), a view of `mask`
+    policy: np.ndarray  # bool (B*L,): the LLM tokens
     offsets: np.ndarray  # int64 (B+1,)
 
     @classmethod
@@ -190,18 +190,27 @@ class _PaddedBatch:
                 f"{tuple(token_level_rewards.shape)} like `token_level_rewards`"
             )
         rows, cols = token_level_rewards.shape
-        mask = (response_mask.detach().cpu() != 0).contiguous()
+        mask = response_mask.detach().cpu().reshape(-1)
+        if mask.dtype == torch.bool:
+            policy = mask.numpy()  # read only
+        elif mask.dtype in (torch.bfloat16, torch.float16):  # no numpy view of these
+            policy = (mask != 0).numpy()
+        else:
+            policy = mask.numpy() != 0  # numpy: one pass, no torch dispatch
         return cls(
             shape=(rows, cols),
             device=token_level_rewards.device,
             dtype=token_level_rewards.dtype if token_level_rewards.dtype.is_floating_point else torch.float32,
-            mask=mask,
-            mask_u8=mask.reshape(-1).numpy().view(np.uint8),
+            policy=policy,
             offsets=np.arange(rows + 1, dtype=np.int64) * cols,
         )
 
+    @property
+    def mask_u8(self) -> np.ndarray:
+        return self.policy.view(np.uint8)
+
     def flat(self, x: Tensor, name: str) -> np.ndarray:
-        """A float32 host copy-or-view of a ``(B, L)`` tensor, flattened."""
+        """A float32 host view (or copy, if it must) of a ``(B, L)`` tensor, flattened."""
         if not isinstance(x, Tensor):
             raise TypeError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
         if tuple(x.shape) != self.shape:
@@ -220,23 +229,36 @@ class _PaddedBatch:
         in its row (the action the tool output answered); one with no LLM token before it
         is dropped.
         """
-        rewards = token_level_rewards.detach().to(device="cpu", dtype=torch.float32)
-        observed = (~self.mask) & (rewards != 0)
-        kept = torch.where(self.mask, rewards, 0.0)
-        if credit_observations and bool(observed.any()):
-            positions = torch.arange(self.shape[1]).expand(self.shape)
-            last_llm = torch.where(self.mask, positions, -1).cummax(dim=1).values
-            rows, cols = observed.nonzero(as_tuple=True)
-            targets = last_llm[rows, cols]
-            keep = targets >= 0
-            kept = kept.index_put((rows[keep], targets[keep]), rewards[rows[keep], cols[keep]], accumulate=True)
-        return kept.contiguous().reshape(-1).numpy()
+        rewards = self.flat(token_level_rewards, "token_level_rewards")
+        observed = rewards != 0
+        observed &= ~self.policy
+        if not observed.any():  # the usual case: nothing to move, no copy
+            return rewards
+        kept = np.where(self.policy, rewards, np.float32(0.0))
+        if credit_observations:
+            tokens = np.flatnonzero(observed)
+            positions = np.arange(self.policy.shape[0])
+            last_llm = np.maximum.accumulate(np.where(self.policy, positions, -1))[tokens]
+            row_start = tokens - tokens % self.shape[1]
+            same_row = last_llm >= row_start
+            np.add.at(kept, last_llm[same_row], rewards[tokens[same_row]])
+        return kept
 
 
-def _whiten(advantages: Tensor, mask: Tensor) -> Tensor:
-    """verl's ``masked_whiten`` over the LLM tokens, observation tokens and padding left 0."""
-    m = mask.to(advantages.device)
-    return torch.where(m, verl_F.masked_whiten(advantages, m), 0.0)
+def _whiten(advantages: np.ndarray, policy: np.ndarray) -> np.ndarray:
+    """verl's ``masked_whiten`` over the LLM tokens: (A - mean) / sqrt(var + 1e-8) with the
+    unbiased variance; everything else stays 0. The statistics are taken in float64 over
+    the LLM tokens only, which is verl's formula without its 10 passes over the padding."""
+    selected = advantages[policy]
+    n = selected.shape[0]
+    if n < 2:
+        raise InvalidBatchError(f"whitening needs at least 2 LLM tokens in the batch, got {n}")
+    mean = selected.mean(dtype=np.float64)
+    centred = selected - mean
+    var = float(np.dot(centred, centred)) / (n - 1)
+    out = np.zeros_like(advantages)
+    out[policy] = (centred / np.sqrt(var + 1e-8)).astype(np.float32)
+    return out
 
 
 # --------------------------------------------------------------------------- critic values
@@ -293,10 +315,10 @@ def compute_mpo_gae_advantage(
         lam=lam,
         lam_critic=lam,  # verl's returns = advantages + values
     )
-    advantages = batch.padded(result.advantages)
+    advantages = result.advantages
     if options.whiten is None or options.whiten:
-        advantages = _whiten(advantages, batch.mask)
-    return advantages, batch.padded(result.returns)
+        advantages = _whiten(advantages, batch.policy)
+    return batch.padded(advantages), batch.padded(result.returns)
 
 
 def compute_mpo_mae_advantage(
@@ -327,10 +349,10 @@ def compute_mpo_mae_advantage(
         gamma=_gamma(config),
         lam_critic=float(options.lam_critic),
     )
-    advantages = batch.padded(result.advantages)
+    advantages = result.advantages
     if options.whiten:
-        advantages = _whiten(advantages, batch.mask)
-    return advantages, batch.padded(result.returns)
+        advantages = _whiten(advantages, batch.policy)
+    return batch.padded(advantages), batch.padded(result.returns)
 
 
 def _group_ids(index: Any, rows: int, estimator: str) -> np.ndarray:
@@ -350,9 +372,6 @@ def _outcome_scores(token_level_rewards: Tensor) -> Tensor:
     return token_level_rewards.detach().to(device="cpu", dtype=torch.float32).sum(dim=-1)
 
 
-def _broadcast_rows(per_row: np.ndarray, batch: _PaddedBatch) -> Tensor:
-    rows = torch.from_numpy(np.ascontiguousarray(per_row, dtype=np.float32))
-    return torch.where(batch.mask, rows[:, None], 0.0).to(device=batch.device, dtype=batch.dtype)
 
 
 def _group_advantage_estimator(leave_one_out: bool, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
@@ -372,10 +391,11 @@ def _group_advantage_estimator(leave_one_out: bool, name: str) -> Callable[..., 
             eps=float(options.eps),
             leave_one_out=leave_one_out,
         )
-        advantages = _broadcast_rows(per_row, batch)
+        advantages = broadcast_to_tokens(per_row, batch.mask_u8, batch.offsets)
         if options.whiten:
-            advantages = _whiten(advantages, batch.mask)
-        return advantages, advantages
+            advantages = _whiten(advantages, batch.policy)
+        out = batch.padded(advantages)
+        return out, out
 
     return estimator
 
@@ -459,10 +479,10 @@ def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tu
             gamma=_gamma(config),
         )
         row_scale = np.where(alone, 0.0, scale).astype(np.float32)
-        advantages = result.advantages.reshape(rows, cols) * row_scale[:, None]
-        out = batch.padded(np.ascontiguousarray(advantages).reshape(-1))
+        advantages = (result.advantages.reshape(rows, cols) * row_scale[:, None]).reshape(-1)
         if options.whiten:
-            out = _whiten(out, batch.mask)
+            advantages = _whiten(advantages, batch.policy)
+        out = batch.padded(advantages)
         return out, out
 
     return estimator
