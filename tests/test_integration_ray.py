@@ -175,3 +175,20 @@ def test_bad_data_in_a_block_raises_a_named_error(cluster):
     with pytest.raises(Exception, match="rewards must be 0 where the mask is 0") as info:
         mpo_ray.add_advantages(dataset, estimator="rloo", rewards_col="rewards")
     assert isinstance(info.value, mpo_rs.InvalidBatchError) or "InvalidBatchError" in str(info.value)
+
+
+def test_the_example_script_writes_what_the_single_machine_tool_writes(cluster, log_dirs, tmp_path):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "ray_advantages.py"
+    spec = importlib.util.spec_from_file_location("ray_advantages_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    log_dir = log_dirs[False]
+    out = tmp_path / "example"
+    assert example.main([str(log_dir), str(out), "--estimator", "rloo", "--rewards-col", "rewards",
+                         "--batch-size", "8"]) == 0
+    single = tmp_path / "single"
+    assert mpo_rs_cli(["advantages", str(log_dir), "-o", str(single), "--estimator", "rloo",
+                       "--rewards-col", "rewards", "-q"]) == 0
+    assert_same_log(read_sorted(out), read_sorted(single), exact=False)

@@ -520,3 +520,36 @@ def test_verl_loads_the_plugin_by_itself_in_a_fresh_process():
     env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_PLUGINS"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- the example
+
+
+def leaf_paths(node, prefix=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from leaf_paths(value, (*prefix, key))
+    else:
+        yield prefix
+
+
+def test_the_verl_example_config_matches_verls_config_and_the_plugin():
+    import verl
+
+    example = OmegaConf.to_container(OmegaConf.load(ROOT / "examples" / "verl_mpo.yaml"))
+    assert example.pop("defaults") == ["ppo_trainer", "_self_"]
+    example.pop("hydra")
+    verl_config = OmegaConf.to_container(
+        OmegaConf.load(Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+    )
+    for path in leaf_paths(example):
+        if path[:2] == ("algorithm", "mpo"):
+            continue  # the plug-in's own section, added to verl's
+        node = verl_config
+        for key in path:
+            assert isinstance(node, dict) and key in node, f"verl has no config key {'.'.join(path)}"
+            node = node[key]
+    algorithm = OmegaConf.create(example["algorithm"])
+    assert algorithm.adv_estimator in plugin.ESTIMATORS
+    assert example["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] in plugin.LOSS_MODES
+    assert plugin.MPOOptions.from_config(algorithm) == plugin.MPOOptions(whiten=False)
