@@ -321,6 +321,10 @@ def test_unknown_or_out_of_range_options_are_refused():
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intr=0.9), uid, values=values)
     with pytest.raises(plugin.InvalidConfigError, match=r"lam_intra` must be in \[0, 1\]"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intra=1.5), uid, values=values)
+    with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.beta` must be a number"):
+        plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(beta="high"), uid, values=values)
+    with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.whiten` must be true, false or null"):
+        plugin.compute_mpo_gae_advantage(rewards, mask, algo_config(whiten="yes"), uid, values=values)
     with pytest.raises(ValueError, match="`values` has shape"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(), uid, values=values[:, :-1])
 

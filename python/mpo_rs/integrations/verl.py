@@ -112,7 +112,7 @@ class MPOOptions:
     eps: float = 1e-6
     """Group estimators: added to the group std before dividing."""
     whiten: bool | None = None
-    """Whiten advantages over the batch's LLM tokens with verl's ``masked_whiten``.
+    """Whiten advantages over the batch's LLM tokens (verl's ``masked_whiten`` formula).
     None = the estimator's default: on for ``mpo_gae`` (as verl's ``gae``), off otherwise."""
 
     @classmethod
@@ -134,6 +134,12 @@ class MPOOptions:
                 f"known: {', '.join(sorted(known))}"
             )
         options = cls(**given)
+        for name in ("lam", "lam_intra", "beta", "lam_critic", "eps"):
+            value = getattr(options, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidConfigError(f"`algorithm.mpo.{name}` must be a number, got {value!r}")
+        if options.whiten is not None and not isinstance(options.whiten, bool):
+            raise InvalidConfigError(f"`algorithm.mpo.whiten` must be true, false or null, got {options.whiten!r}")
         for name in ("lam", "lam_intra", "lam_critic"):
             value = getattr(options, name)
             if not 0.0 <= float(value) <= 1.0:
