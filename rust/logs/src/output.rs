@@ -1,12 +1,14 @@
 //! Encoding settings of an output file, taken from its input so a pass through the tool
 //! does not change how the existing columns are stored: each input column keeps its
-//! compression codec and its use of dictionary encoding; the appended columns use the
-//! mask column's codec, with dictionaries only for `turn_index` (a few distinct small
-//! integers; the float columns have too many distinct values to gain from one).
+//! compression codec, and keeps dictionary encoding where the input's dictionary held for
+//! the whole chunk (a writer that fell back to plain pages — typical for float columns —
+//! spent its time building a dictionary it threw away; the output does not repeat that).
+//! The appended columns use the mask column's codec, with a dictionary only for
+//! `turn_index` (a few small integers; the float columns have too many distinct values).
 
 use parquet::arrow::ArrowSchemaConverter;
 use parquet::basic::{Compression, Encoding};
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::file::properties::WriterProperties;
 use arrow::datatypes::Schema;
 
@@ -39,9 +41,7 @@ pub fn writer_properties(
         if leaf < in_descr.num_columns() {
             if let Some(g) = first_group {
                 let chunk = g.column(leaf);
-                let dictionary = chunk
-                    .encodings()
-                    .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY));
+                let dictionary = dictionary_held(chunk);
                 props = props
                     .set_column_compression(path.clone(), chunk.compression())
                     .set_column_dictionary_enabled(path, dictionary);
@@ -52,4 +52,17 @@ pub fn writer_properties(
         }
     }
     Ok(props.build())
+}
+
+/// Whether `chunk` was dictionary encoded throughout: every data page a dictionary page
+/// reference. Without page statistics, whether it used a dictionary at all.
+fn dictionary_held(chunk: &ColumnChunkMetaData) -> bool {
+    let is_dict = |e: Encoding| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY);
+    match chunk.page_encoding_stats_mask() {
+        Some(data_pages) => {
+            chunk.dictionary_page_offset().is_some()
+                && (data_pages.is_only(Encoding::RLE_DICTIONARY) || data_pages.is_only(Encoding::PLAIN_DICTIONARY))
+        }
+        None => chunk.encodings().any(is_dict),
+    }
 }
