@@ -19,14 +19,29 @@ copied. The lists of the outputs have the mask column's offset width.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any
 
 from . import _native
 
-__all__ = ["ESTIMATORS", "OUTPUT_COLUMNS", "with_advantages"]
+__all__ = [
+    "ESTIMATORS",
+    "OUTPUT_COLUMNS",
+    "InvalidOptionError",
+    "advantages_parquet",
+    "with_advantages",
+]
+
+InvalidOptionError = _native.InvalidOptionError
+"""An option, estimator parameter or path the tools will not use (a ValueError)."""
 
 ESTIMATORS = ("mae", "gae", "grpo", "drgrpo", "rloo")
 OUTPUT_COLUMNS = ("advantages", "returns", "turn_index", "turn_advantages")
+
+# (lam, lam_intra, beta, gamma, lam_critic, eps) and (mask, values, rewards, score, group)
+_Options = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
+_Columns = tuple[str, str, str | None, str | None, str]
 
 # Tried, in this order, when neither a rewards nor a score column is named.
 _DEFAULT_REWARDS = "rewards"
@@ -65,8 +80,8 @@ def with_advantages(
     row, mask values other than 0/1, NaN/Inf where read, rewards on observation tokens.
     """
     names = _wanted_columns(mask_col, values_col, rewards_col, score_col, group_col)
-    options = (lam, lam_intra, beta, gamma, lam_critic, eps)
-    columns = (mask_col, values_col, rewards_col, score_col, group_col)
+    options: _Options = (lam, lam_intra, beta, gamma, lam_critic, eps)
+    columns: _Columns = (mask_col, values_col, rewards_col, score_col, group_col)
 
     polars = _module_of(table, "polars")
     if polars is not None:
@@ -117,6 +132,57 @@ def with_advantages(
     )
 
 
+def advantages_parquet(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    estimator: str = "mae",
+    lam: float | None = None,
+    lam_intra: float | None = None,
+    beta: float | None = None,
+    gamma: float | None = None,
+    lam_critic: float | None = None,
+    eps: float | None = None,
+    mask_col: str = "loss_mask",
+    values_col: str = "values",
+    rewards_col: str | None = None,
+    score_col: str | None = None,
+    group_col: str = "group_id",
+    progress: Callable[[str, int, int, int, float], object] | None = None,
+) -> dict[str, int | float]:
+    """What ``mpo-rs advantages INPUT -o OUTPUT`` does, from Python (see docs/parquet.md).
+
+    Streams a Parquet file, or a directory of them, through the estimator in bounded
+    memory and writes OUTPUT with the columns of :func:`with_advantages` appended --
+    atomically: OUTPUT appears whole when the run succeeds and is left as it was otherwise.
+    ``progress(phase, rows, tokens, total_rows, seconds)`` is called about ten times a
+    second (phase ``"group-statistics"`` or ``"write"``); an exception raised in it, or
+    Ctrl-C, stops the run. Returns the run's summary: files, row_groups, rows, tokens,
+    policy_tokens, turns, input_bytes, output_bytes, seconds.
+
+    Raises :class:`mpo_rs.InvalidBatchError` for bad or corrupt data (the message names the
+    file, row group, row and column), :class:`InvalidOptionError` for unusable options or
+    paths (OUTPUT equal to INPUT, ...), and :class:`OSError` for I/O failures.
+    """
+    return _native.advantages_parquet(
+        os.fspath(input),
+        os.fspath(output),
+        estimator,
+        lam,
+        lam_intra,
+        beta,
+        gamma,
+        lam_critic,
+        eps,
+        mask_col,
+        values_col,
+        rewards_col,
+        score_col,
+        group_col,
+        progress=progress,
+    )
+
+
 def _wanted_columns(
     mask_col: str, values_col: str, rewards_col: str | None, score_col: str | None, group_col: str
 ) -> list[str]:
@@ -152,14 +218,14 @@ def _module_of(obj: Any, name: str) -> Any:
     return None
 
 
-def _native_table(data: Any, estimator: str, options: tuple, columns: tuple) -> Any:
+def _native_table(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
     mask_col, values_col, rewards_col, score_col, group_col = columns
     return _native.arrow_advantages(
         data, estimator, *options, mask_col, values_col, rewards_col, score_col, group_col
     )
 
 
-def _compute(data: Any, estimator: str, options: tuple, columns: tuple) -> Any:
+def _compute(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
     """The output columns as a pyarrow Table, one chunk per input batch."""
     import pyarrow as pa
 
@@ -167,7 +233,7 @@ def _compute(data: Any, estimator: str, options: tuple, columns: tuple) -> Any:
 
 
 def _with_advantages_polars(
-    pl: Any, frame: Any, names: list[str], estimator: str, options: tuple, columns: tuple
+    pl: Any, frame: Any, names: list[str], estimator: str, options: _Options, columns: _Columns
 ) -> Any:
     if isinstance(frame, pl.Series):
         if not isinstance(frame.dtype, pl.Struct):
@@ -189,7 +255,7 @@ def _with_advantages_polars(
 
 
 def _with_advantages_struct_chunks(
-    pa: Any, chunked: Any, estimator: str, options: tuple, columns: tuple
+    pa: Any, chunked: Any, estimator: str, options: _Options, columns: _Columns
 ) -> Any:
     batches = [pa.RecordBatch.from_struct_array(chunk) for chunk in chunked.chunks]
     table = pa.Table.from_batches(batches, schema=pa.schema(list(chunked.type)))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn, TextIO
 
 from . import _native
-from .arrow import ESTIMATORS
+from .arrow import ESTIMATORS, InvalidOptionError, advantages_parquet
 
 PROG = "mpo-rs"
 
@@ -129,24 +129,23 @@ def _fail(message: str, code: int) -> int:
 def _advantages(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
     try:
-        summary = _native.advantages_parquet(
+        summary = advantages_parquet(
             args.input,
             args.output,
-            args.estimator,
-            args.lam,
-            args.lam_intra,
-            args.beta,
-            args.gamma,
-            args.lam_critic,
-            None,  # eps: the library default
-            args.mask_col,
-            args.values_col,
-            args.rewards_col,
-            args.score_col,
-            args.group_col,
+            estimator=args.estimator,
+            lam=args.lam,
+            lam_intra=args.lam_intra,
+            beta=args.beta,
+            gamma=args.gamma,
+            lam_critic=args.lam_critic,
+            mask_col=args.mask_col,
+            values_col=args.values_col,
+            rewards_col=args.rewards_col,
+            score_col=args.score_col,
+            group_col=args.group_col,
             progress=progress.update if progress.enabled else None,
         )
-    except _native.InvalidOptionError as e:
+    except InvalidOptionError as e:
         progress.clear()
         return _fail(str(e), EXIT_USAGE)
     except _native.InvalidBatchError as e:
