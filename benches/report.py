@@ -234,6 +234,13 @@ def render_suite(result: dict[str, Any]) -> str:
 # Plots
 
 
+def line_style(name: str) -> dict[str, Any]:
+    """Floors grey and dashed (dotted: preallocated), mpo_rs bold, peers thin."""
+    if name.startswith("memory floor"):
+        return {"color": "gray", "ls": ":" if "preallocated" in name else "--", "marker": "o", "ms": 3, "lw": 1.3}
+    return {"marker": "o", "ms": 4, "lw": 2.4 if name.startswith("mpo_rs") else 1.3}
+
+
 def plot_speedups(results: dict[str, dict[str, Any]], path: str) -> bool:
     import matplotlib.pyplot as plt
 
@@ -276,8 +283,7 @@ def plot_throughput(scaling: dict[str, Any], path: str) -> bool:
     for name in names:
         pts = sorted((p["tokens"], p["tokens"] / p["median_s"]) for p in scaling["tokens"] if p["name"] == name)
         xs, ys = zip(*pts)
-        floor = name.startswith("memory floor")
-        ax.plot(xs, ys, marker="o", ms=4, ls="--" if floor else "-", lw=2.2 if name.startswith("mpo_rs") else 1.3, label=short(name), color="gray" if floor else None)
+        ax.plot(xs, ys, label=short(name), **line_style(name))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tokens per batch (observations included)")
@@ -301,8 +307,7 @@ def plot_shapes(scaling: dict[str, Any], path: str) -> bool:
         for name in dict.fromkeys(p["name"] for p in scaling[key]):
             pts = sorted((p[key], p["median_s"] / p["tokens"] * 1e9) for p in scaling[key] if p["name"] == name)
             xs, ys = zip(*pts)
-            floor = name.startswith("memory floor")
-            ax.plot(xs, ys, marker="o", ms=4, ls="--" if floor else "-", lw=2.2 if name.startswith("mpo_rs") else 1.3, label=short(name), color="gray" if floor else None)
+            ax.plot(xs, ys, label=short(name), **line_style(name))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel(label)

@@ -1,9 +1,11 @@
 """Runs every benchmark suite, each in its own process, and writes the report page with
-its plots: docs/benchmarks.md and docs/img/*.png (a re-run overwrites them).
+its plots: docs/benchmarks.md and docs/img/*.png (a re-run overwrites them). Each suite's
+JSON result is kept under build/bench-results/.
 
     python benches/run_all.py                 # what `make bench` runs
     python benches/run_all.py --quick         # small sizes, to build/bench-quick/
     python benches/run_all.py --only gae,group
+    python benches/run_all.py --from-results  # redraw the page from the kept JSON
 
 Run it with the benchmark environment's Python (.venv-bench, see benches/setup_env.sh) so
 that the peers are importable; a peer that is missing is reported as not run.
@@ -16,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,25 +44,32 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
     ap.add_argument("--out", help="the page to write (default: docs/benchmarks.md, or build/bench-quick/benchmarks.md with --quick)")
     ap.add_argument("--only", help="comma-separated suites to run: " + ",".join(SUITES))
+    ap.add_argument("--results", help="where each suite's JSON is kept (default: build/bench-results, or build/bench-quick/results)")
+    ap.add_argument("--from-results", action="store_true", help="run nothing: rewrite the page and plots from the kept JSON")
     args = ap.parse_args()
     root = os.path.dirname(HERE)
     out = args.out or os.path.join(root, "build/bench-quick/benchmarks.md" if args.quick else "docs/benchmarks.md")
+    results_dir = args.results or os.path.join(root, "build/bench-quick/results" if args.quick else "build/bench-results")
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    os.makedirs(results_dir, exist_ok=True)
     chosen = args.only.split(",") if args.only else list(SUITES)
     results, failures = {}, {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for key in chosen:
-            json_path = os.path.join(tmp, key + ".json")
+    for key in chosen:
+        json_path = os.path.join(results_dir, key + ".json")
+        if not args.from_results:
             print(f"== suite {key}", file=sys.stderr, flush=True)
             start = time.perf_counter()
+            if os.path.exists(json_path):
+                os.remove(json_path)  # a failed suite must not leave an old result behind
             code, errors = run_suite(SUITES[key], json_path, args.quick)
             print(f"== suite {key}: exit {code} after {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
             if code != 0:
                 failures[key] = errors
                 continue
+        if os.path.exists(json_path):
             with open(json_path) as f:
                 results[key] = json.load(f)
-    command = "make bench-quick" if args.quick else "make bench"
+    command = "make bench-quick (benches/run_all.py --quick)" if args.quick else "make bench (benches/run_all.py)"
     report.write_report(results, out, os.path.join(os.path.dirname(out), "img"), command=command, quick=args.quick, failures=failures)
     print(f"wrote {os.path.relpath(out, root)}", file=sys.stderr)
     return 1 if failures else 0

@@ -41,7 +41,7 @@ BATCH_BYTES_PER_TOKEN = 24  # the flat batch and the transients of building it
 def configuration(quick: bool) -> dict[str, Any]:
     if quick:
         return {"sizes": [1e5, 3e5, 1e6], "shape_tokens": 3e5, "probe_tokens": 1e6, "thread_tokens": 1e6, "max_call_s": 2.0, "repeats": 3, "seconds_per_case": 2.0}
-    return {"sizes": [1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8], "shape_tokens": 3e6, "probe_tokens": 1e7, "thread_tokens": 1e7, "max_call_s": 8.0, "repeats": 9, "seconds_per_case": 6.0}
+    return {"sizes": [1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8], "shape_tokens": 1e6, "probe_tokens": 1e7, "thread_tokens": 1e7, "max_call_s": 5.0, "repeats": 7, "seconds_per_case": 5.0}
 
 
 def cases_for(b: Any, names: set[str] | None = None, *, check: bool = False) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
