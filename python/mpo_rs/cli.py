@@ -1,6 +1,7 @@
 """The ``mpo-rs`` command line.
 
-``mpo-rs advantages INPUT -o OUTPUT`` streams a Parquet rollout log (a file, or a
+``mpo-rs diagnose INPUT [-o REPORT_DIR]`` reports whether the critic's values move at turn
+boundaries (``mpo_rs.diagnose``). ``mpo-rs advantages INPUT -o OUTPUT`` streams a Parquet rollout log (a file, or a
 directory of files) through the Rust pipeline and writes it with the advantage columns
 appended; see ``docs/parquet.md``. Exit codes: 0 done, 1 bad data or I/O failure,
 2 usage error. Expected errors print one line and no traceback.
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, TextIO
 
-from . import _native
+from . import _native, diagnose
 from .arrow import ESTIMATORS, InvalidOptionError, advantages_parquet
 
 PROG = "mpo-rs"
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     cols.add_argument("--score-col", metavar="NAME", help="one outcome per trajectory (default: score, without rewards)")
     cols.add_argument("--group-col", default="group_id", metavar="NAME", help="group ids for grpo/drgrpo/rloo (group_id)")
     adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+    diagnose.add_parser(commands)
     return parser
 
 
@@ -164,11 +166,30 @@ def _advantages(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _diagnose(args: argparse.Namespace) -> int:
+    try:
+        table, written = diagnose.run(args)
+    except _native.InvalidBatchError as e:
+        return _fail(str(e), EXIT_FAILED)
+    except ValueError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except OSError as e:
+        return _fail(str(e), EXIT_FAILED)
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    print(table)
+    for path in written:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``mpo-rs`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     if args.command == "advantages":
         return _advantages(args)
+    if args.command == "diagnose":
+        return _diagnose(args)
     return _fail(f"unknown command {args.command!r}", EXIT_USAGE)  # argparse prevents this
 
 
