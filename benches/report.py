@@ -111,13 +111,17 @@ def render_gae(result: dict[str, Any]) -> str:
     for name in (MPO_GAE, MPO_MAE):
         if name in med and FLOOR in med:
             floors.append(f"- {short(name)}: {med[name] / med[FLOOR]:.2f}× the memory floor with new arrays, {med[name] / med[BANDWIDTH_FLOOR]:.2f}× the floor into preallocated arrays")
-    targets = [f"- target: {t['target']}: {t['value']:.2f}×  {'ok' if t['ok'] else 'MISSED'}" for t in result["targets"]]
+    targets = [
+        f"- target: {t['target']}: {t['value']:.2f}×  {'ok' if t['ok'] else 'MISSED'}"
+        + (f"  (ratio of minimums: {t['of_minimums']:.2f}×)" if "of_minimums" in t else "")
+        for t in result["targets"]
+    ]
     parts = [
         f"Batch: {batch_line(result['batch'])}. γ = {result['params']['gamma']}, λ = {result['params']['lam']}; "
         f"MAE with its {result['params']['mae']}. Median of up to {result['repeats']} interleaved runs.",
         comparison_table(result),
         "\n".join(floors),
-        "Targets of the estimator work (GAE/MAE against stateset-rl-core and the floor):\n\n" + "\n".join(targets),
+        "Targets of the estimator work (GAE/MAE against stateset-rl-core and the floor), judged on medians:\n\n" + "\n".join(targets),
     ]
     if result["skipped"]:
         parts.append(skipped_lines(result["skipped"]))

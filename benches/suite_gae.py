@@ -226,15 +226,21 @@ def prepare_peers(b: RolloutBatch, peers: list[Peer], *, check: bool = True) -> 
 
 def issue2_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The estimator targets: GAE ≥ 2× faster and MAE no slower than stateset-rl-core,
-    MAE within 3× the memory floor."""
-    med = {r["name"]: r["median_s"] for r in rows}
-    gae, mae, floor = med[MPO_GAE], med[MPO_MAE], med[FLOOR]
-    stateset = med.get("stateset-rl-core batch_compute_gae")
+    MAE within 3× the memory floor. Judged on medians; the ratio of minimums is kept
+    beside it (on a busy machine it is the less disturbed of the two)."""
+    by_name = {r["name"]: r for r in rows}
+    stateset = "stateset-rl-core batch_compute_gae"
+    specs = [  # (target, numerator, denominator, passes)
+        ("token GAE ≥ 2× faster than stateset-rl-core", stateset, MPO_GAE, lambda x: x >= 2),
+        ("MAE no slower than stateset-rl-core", stateset, MPO_MAE, lambda x: x >= 1),
+        ("MAE within 3× the memory floor (new arrays)", MPO_MAE, FLOOR, lambda x: x <= 3),
+    ]
     out = []
-    if stateset is not None:
-        out.append({"target": "token GAE ≥ 2× faster than stateset-rl-core", "value": stateset / gae, "ok": stateset / gae >= 2})
-        out.append({"target": "MAE no slower than stateset-rl-core", "value": stateset / mae, "ok": stateset / mae >= 1})
-    out.append({"target": "MAE within 3× the memory floor (new arrays)", "value": mae / floor, "ok": mae / floor <= 3})
+    for target, num, den, passes in specs:
+        if num in by_name and den in by_name:
+            value = by_name[num]["median_s"] / by_name[den]["median_s"]
+            of_minimums = by_name[num]["min_s"] / by_name[den]["min_s"]
+            out.append({"target": target, "value": value, "of_minimums": of_minimums, "ok": passes(value)})
     return out
 
 
