@@ -214,10 +214,6 @@ def interleaved_times(
     return times
 
 
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    return statistics.median(interleaved_times({"": fn}, repeats, warmup=warmup)[""])
-
-
 @dataclass
 class Case:
     """One timed implementation. `baseline` names the mpo_rs case doing the same work
