@@ -11,6 +11,8 @@
 pub mod annotate;
 pub mod atomic;
 pub mod columns;
+mod decode;
+mod encode;
 pub mod error;
 pub mod estimator;
 pub mod groups;

@@ -34,6 +34,8 @@ pub fn writer_properties(
         .set_compression(default_codec)
         .set_max_row_group_row_count(None)
         .set_max_row_group_bytes(Some(max_row_group_bytes.max(1)));
+    // (The pipeline's encoder cuts row groups itself; the limits are set for any other
+    // writer given these properties.)
     // Input fields come first in the output schema and keep their leaf order, so input
     // leaf i is output leaf i (paths may differ: list children are renamed on the way).
     for leaf in 0..out_descr.num_columns() {

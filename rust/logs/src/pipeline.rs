@@ -4,8 +4,8 @@
 //! one batch and memory does not depend on the input size:
 //!
 //! ```text
-//!   decode thread ──▶ compute (calling thread, rayon) ──▶ encode thread
-//!   Parquet pages      mpo-core over the batch's rows      ArrowWriter, staged file
+//!   decode thread (rayon) ──▶ compute (calling thread, rayon) ──▶ encode thread (rayon)
+//!   columns in parallel        mpo-core over the batch's rows      columns in parallel
 //! ```
 //!
 //! Row groups are decoded in slices of about `Tuning::batch_bytes` (a huge row group does
@@ -26,12 +26,14 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
-use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::arrow::ProjectionMask;
 use parquet::file::properties::WriterProperties;
 
 use crate::annotate::{annotate, append, output_schema, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
 use crate::columns::{read_row_scores, ColumnSpec, Columns};
+use crate::decode::{DecodeError, RowGroupReader};
+use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
@@ -353,13 +355,15 @@ fn stream(work: &Work<'_>, sink: Sink<'_>, clock: &mut Clock<'_>) -> Result<(Bat
         let (write_tx, write_rx) = sync_channel::<ToWrite>(0);
         let sources = work.sources;
         let batch_bytes = work.tuning.batch_bytes;
+        let pool = work.pool;
+        let max_row_group_bytes = work.tuning.max_row_group_bytes;
         let decoder = std::thread::Builder::new()
             .name("mpo-rs-decode".into())
-            .spawn_scoped(scope, move || decode_all(sources, batch_bytes, decoded_tx))
+            .spawn_scoped(scope, move || decode_all(sources, batch_bytes, pool, decoded_tx))
             .map_err(|e| LogError::io("<thread>", "cannot start the decoder thread", e))?;
         let encoder = std::thread::Builder::new()
             .name("mpo-rs-encode".into())
-            .spawn_scoped(scope, move || encode_all(sources, sink, write_rx))
+            .spawn_scoped(scope, move || encode_all(sources, sink, write_rx, pool, max_row_group_bytes))
             .map_err(|e| LogError::io("<thread>", "cannot start the encoder thread", e))?;
         let computed = compute_all(work, decoded_rx, write_tx, clock);
         let written = encoder.join().unwrap_or_else(|_| Err(internal("the encoder thread panicked")));
@@ -415,19 +419,24 @@ enum Stop {
     Failed(LogError),
 }
 
-fn decode_all(sources: &[Source], batch_bytes: usize, tx: SyncSender<Result<Decoded, LogError>>) {
+fn decode_all(
+    sources: &[Source],
+    batch_bytes: usize,
+    pool: Option<&rayon::ThreadPool>,
+    tx: SyncSender<Result<Decoded, LogError>>,
+) {
     let send = |d: Decoded| tx.send(Ok(d)).map_err(|_| Stop::Hangup);
     let result = sources.iter().enumerate().try_for_each(|(i, s)| {
         send(Decoded::FileStart(i))?;
         for (g, base) in s.row_group_starts().into_iter().enumerate() {
-            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(s.open().map_err(Stop::Failed)?, s.meta.clone())
-                .with_row_groups(vec![g])
-                .with_batch_size(s.batch_rows(g, None, batch_bytes))
-                .build()
-                .map_err(|e| Stop::Failed(s.corrupt_column(g, e)))?;
+            let failed = |e: DecodeError| {
+                Stop::Failed(LogError::Corrupt { at: s.at(Some(g)), column: e.column, message: e.message })
+            };
+            let mut reader = RowGroupReader::new(|| File::open(&s.path), &s.meta, g, s.batch_rows(g, None, batch_bytes))
+                .map_err(failed)?;
             let mut row_base = base;
-            for batch in reader {
-                let batch = batch.map_err(|e| Stop::Failed(s.corrupt_column(g, e)))?;
+            while let Some(batch) = reader.next_batch(pool) {
+                let batch = batch.map_err(failed)?;
                 let n = batch.num_rows() as u64;
                 send(Decoded::Batch { file: i, row_group: g, row_base, batch })?;
                 row_base += n;
@@ -447,16 +456,17 @@ fn decode_all(sources: &[Source], batch_bytes: usize, tx: SyncSender<Result<Deco
 }
 
 /// An output file being encoded.
-struct Encoding {
-    writer: ArrowWriter<BufWriter<File>>,
+struct Encoding<'p> {
+    writer: ParallelWriter<BufWriter<File>>,
+    pool: Option<&'p rayon::ThreadPool>,
     /// Set for a single-file output (renamed into place at the end); a file inside a
     /// staged directory needs only a sync.
     staged: Option<StagedFile>,
     shown: PathBuf,
 }
 
-impl Encoding {
-    fn open(s: &Source, sink: Sink<'_>) -> Result<Self, LogError> {
+impl<'p> Encoding<'p> {
+    fn open(s: &Source, sink: Sink<'_>, pool: Option<&'p rayon::ThreadPool>, max_row_group_bytes: usize) -> Result<Self, LogError> {
         let (staged, file, shown) = match sink {
             Sink::File(target) => {
                 let (staged, file) = StagedFile::create(target)?;
@@ -467,9 +477,10 @@ impl Encoding {
                 (None, file, shown.join(&s.relative))
             }
         };
-        let writer = ArrowWriter::try_new(BufWriter::with_capacity(4 << 20, file), s.out_schema.clone(), Some(s.props.clone()))
+        let out = BufWriter::with_capacity(4 << 20, file);
+        let writer = ParallelWriter::try_new(out, s.out_schema.clone(), s.props.clone(), max_row_group_bytes)
             .map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
-        Ok(Self { writer, staged, shown })
+        Ok(Self { writer, pool, staged, shown })
     }
 
     fn failed(&self, e: impl std::fmt::Display) -> LogError {
@@ -478,8 +489,8 @@ impl Encoding {
 
     /// Writes the footer, syncs, and (single file) renames into place. Returns the size.
     fn finish(self) -> Result<u64, LogError> {
-        let Encoding { writer, staged, shown } = self;
-        let buffered = writer.into_inner().map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
+        let Encoding { writer, pool, staged, shown } = self;
+        let buffered = writer.into_inner(pool).map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
         let file = buffered
             .into_inner()
             .map_err(|e| LogError::io(&shown, "cannot write output", e.into_error()))?;
@@ -492,21 +503,27 @@ impl Encoding {
     }
 }
 
-fn encode_all(sources: &[Source], sink: Sink<'_>, rx: Receiver<ToWrite>) -> Result<u64, LogError> {
+fn encode_all(
+    sources: &[Source],
+    sink: Sink<'_>,
+    rx: Receiver<ToWrite>,
+    pool: Option<&rayon::ThreadPool>,
+    max_row_group_bytes: usize,
+) -> Result<u64, LogError> {
     let mut open: Option<Encoding> = None;
     let mut bytes = 0u64;
     let not_open = || internal("a batch arrived before its file was opened");
     // Leaving early drops `open`, which deletes its temporary file.
     for msg in rx {
         match msg {
-            ToWrite::FileStart(i) => open = Some(Encoding::open(&sources[i], sink)?),
+            ToWrite::FileStart(i) => open = Some(Encoding::open(&sources[i], sink, pool, max_row_group_bytes)?),
             ToWrite::Batch(batch) => {
                 let enc = open.as_mut().ok_or_else(not_open)?;
-                enc.writer.write(&batch).map_err(|e| enc.failed(e))?;
+                enc.writer.write(&batch, enc.pool).map_err(|e| enc.failed(e))?;
             }
             ToWrite::RowGroupEnd => {
                 let enc = open.as_mut().ok_or_else(not_open)?;
-                enc.writer.flush().map_err(|e| enc.failed(e))?;
+                enc.writer.flush(enc.pool).map_err(|e| enc.failed(e))?;
             }
             ToWrite::FileEnd => bytes += open.take().ok_or_else(not_open)?.finish()?,
         }
