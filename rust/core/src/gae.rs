@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::layout::{first_problem, run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
+use crate::layout::{first_problem, observation_run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
 use crate::output::{fill, OutBuf};
 use crate::runs::runs_rev;
 use crate::params::GaeParams;
@@ -87,21 +87,26 @@ impl RewardsVisitor<bool> for Trajectory<'_, '_> {
         for (run, m) in runs_rev(mask) {
             let flat = base + run.start..base + run.end;
             if m != 1 {
-                ok &= m == 0 && run_ok(values, source, flat, false);
+                ok &= m == 0 && observation_run_ok(source, flat);
                 fill(&mut adv[run.clone()], 0.0);
                 fill(&mut ret[run], 0.0);
                 continue;
             }
-            ok &= run_ok(values, source, flat.clone(), true);
+            // Inf·0 and NaN·0 are NaN: the sum stays 0 only if every value and reward of
+            // the run is finite (the check rides along the latency-bound recursion).
+            let mut poison = 0.0f64;
             for q in flat.rev() {
                 let v = values[q] as f64;
-                let delta = rewards.at(q) + gamma * next_v - v;
+                let r = rewards.at(q);
+                poison += v * 0.0 + r * 0.0;
+                let delta = r + gamma * next_v - v;
                 a = delta + gamma_lam * a;
                 c = delta + gamma_lam_critic * c;
                 adv[q - base].write(a as f32);
                 ret[q - base].write((v + c) as f32);
                 next_v = v;
             }
+            ok &= poison == 0.0;
         }
         ok
     }

@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use crate::error::{MpoError, Result, TokenAt};
-use crate::runs::{all_finite, all_zero};
+use crate::runs::all_zero;
 
 /// Validated trajectory boundaries: `offsets[j]..offsets[j+1]` is trajectory `j`.
 #[derive(Debug, Clone, Copy)]
@@ -189,16 +189,14 @@ pub(crate) fn check_mask(layout: &Layout<'_>, mask: &[u8], j: usize) -> Result<(
     Ok(())
 }
 
-/// Fast check of one run of a trajectory (vectorised, no early exit): finite values and
-/// rewards on a policy run, zero rewards on an observation run. `false` means "look
-/// closer with [`first_problem`]".
+/// Fast check of an observation run (vectorised, no early exit): its rewards, if token
+/// rewards are given, are all zero. Policy runs are checked inside the estimators' loops.
+/// `false` means "look closer with [`first_problem`]".
 #[inline]
-pub(crate) fn run_ok(values: &[f32], rewards: Rewards<'_>, run: Range<usize>, policy: bool) -> bool {
-    match (rewards, policy) {
-        (Rewards::Token(r), true) => all_finite(&values[run.clone()]) & all_finite(&r[run]),
-        (Rewards::Score(_), true) => all_finite(&values[run]),
-        (Rewards::Token(r), false) => all_zero(&r[run]),
-        (Rewards::Score(_), false) => true,
+pub(crate) fn observation_run_ok(rewards: Rewards<'_>, run: Range<usize>) -> bool {
+    match rewards {
+        Rewards::Token(r) => all_zero(&r[run]),
+        Rewards::Score(_) => true,
     }
 }
 

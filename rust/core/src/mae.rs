@@ -8,11 +8,11 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::layout::{first_problem, run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
+use crate::layout::{first_problem, observation_run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
 use crate::output::{fill, OutBuf};
 use crate::params::MaeParams;
 use crate::parallel::try_for_each_trajectory;
-use crate::turns::{segment, Turns};
+use crate::turns::{fill_trajectory, TurnBufs, Turns};
 
 /// Per-token advantages and value targets (0 off-policy), per-turn advantages, and the
 /// segmentation they were computed on.
@@ -35,26 +35,28 @@ pub fn mae_advantages(
     let layout = Layout::new(offsets, mask.len())?;
     layout.expect_tokens("values", values.len())?;
     rewards.check_shape(&layout)?;
-    let turns = segment(&layout, mask)?;
+    let mut turn_bufs = TurnBufs::count(&layout, mask)?;
+    let (traj_offsets, starts, ends, token_turn) = turn_bufs.split(&layout);
 
     let n_tokens = layout.n_tokens();
     let mut advantages = OutBuf::<f32>::new(n_tokens);
     let mut returns = OutBuf::<f32>::new(n_tokens);
-    let mut turn_advantages = OutBuf::<f32>::new(turns.n_turns());
+    let mut turn_advantages = OutBuf::<f32>::new(*traj_offsets.last().unwrap_or(&0) as usize);
     let parts = advantages
         .parts(offsets)
         .into_par_iter()
         .zip(returns.parts(offsets))
-        .zip(turn_advantages.parts(&turns.traj_offsets));
-    try_for_each_trajectory(parts, |j, ((adv, ret), turn_adv)| {
-        let turn_range = turns.of_trajectory(j);
-        let ends = &turns.ends[turn_range.clone()];
+        .zip(turn_advantages.parts(traj_offsets))
+        .zip(starts.into_par_iter().zip(ends).zip(token_turn));
+    try_for_each_trajectory(parts, |j, (((adv, ret), turn_adv), ((starts, ends), token_turn))| {
+        // Segment while the trajectory's mask is hot, then estimate on its turns.
+        let (starts, ends) = fill_trajectory(&layout, mask, j, traj_offsets[j], starts, ends, token_turn);
         let last_policy = ends.last().map(|&e| e as usize - 1);
         let traj = Trajectory {
             range: layout.range(j),
             values,
             source: rewards,
-            starts: &turns.starts[turn_range],
+            starts,
             ends,
             params,
             out: Outputs { adv, ret, turn_adv },
@@ -64,10 +66,16 @@ pub fn mae_advantages(
         }
         score_ok(rewards, j)
     })?;
-    // SAFETY: `Trajectory::visit` writes every token of its trajectory (turn tokens in
-    // the passes, observation gaps with 0) and every one of its turns.
-    let (advantages, returns, turn_advantages) = unsafe {
-        (advantages.assume_written(), returns.assume_written(), turn_advantages.assume_written())
+    // SAFETY: every trajectory ran `fill_trajectory`, and `Trajectory::visit` wrote every
+    // token of its trajectory (turn tokens in the passes, observation gaps with 0) and
+    // every one of its turns.
+    let (advantages, returns, turn_advantages, turns) = unsafe {
+        (
+            advantages.assume_written(),
+            returns.assume_written(),
+            turn_advantages.assume_written(),
+            turn_bufs.finish(),
+        )
     };
     Ok(MaeOutput { advantages, returns, turn_advantages, turns })
 }
@@ -127,7 +135,7 @@ impl Trajectory<'_, '_> {
         let mut ok = true;
         for t in (0..starts.len()).rev() {
             let (s, e) = (starts[t] as usize, ends[t] as usize);
-            ok &= run_ok(values, source, e..gap_end, false) & run_ok(values, source, s..e, true);
+            ok &= observation_run_ok(source, e..gap_end);
             fill(&mut adv[e - base..gap_end - base], 0.0);
             fill(&mut ret[e - base..gap_end - base], 0.0);
 
@@ -136,7 +144,9 @@ impl Trajectory<'_, '_> {
             let mut intra = 0.0f64;
             let mut intra_sum = 0.0f64;
             let mut turn_reward = 0.0f64;
+            let mut poison = 0.0f64; // NaN unless every value and reward of the turn is finite
             for q in (s..e).rev() {
+                poison += v(q) * 0.0 + rewards.at(q) * 0.0;
                 let d = delta(q, e, next_turn_v);
                 intra = d + p.lam_intra * intra;
                 intra_buf[q - s] = intra;
@@ -147,6 +157,7 @@ impl Trajectory<'_, '_> {
                 ret[q - base].write((v(q) + carry) as f32);
             }
 
+            ok &= poison == 0.0;
             let first_v = v(s);
             let a_turn = turn_reward + p.gamma * next_turn_v - first_v + p.gamma * p.lam * next_turn_adv;
             turn_adv[t].write(a_turn as f32);
@@ -165,7 +176,7 @@ impl Trajectory<'_, '_> {
             next_turn_adv = a_turn;
             gap_end = s;
         }
-        ok &= run_ok(values, source, base..gap_end, false);
+        ok &= observation_run_ok(source, base..gap_end);
         fill(&mut adv[..gap_end - base], 0.0);
         fill(&mut ret[..gap_end - base], 0.0);
         ok

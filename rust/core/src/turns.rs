@@ -43,47 +43,115 @@ pub fn segment_turns(mask: &[u8], offsets: &[i64]) -> Result<Turns> {
 }
 
 pub(crate) fn segment(layout: &Layout<'_>, mask: &[u8]) -> Result<Turns> {
-    let n = layout.n_trajectories();
-    let counts = try_map_trajectories(n, |j| {
-        let (count, max) = count_turns(&mask[layout.range(j)]);
-        if max > 1 {
-            check_mask(layout, mask, j)?; // reports the first bad entry
-        }
-        Ok(count)
-    })?;
-
-    let mut traj_offsets = Vec::with_capacity(n + 1);
-    traj_offsets.push(0i64);
-    let mut total = 0i64;
-    for c in counts {
-        total += c as i64;
-        traj_offsets.push(total);
-    }
-    if total > i32::MAX as i64 {
-        return Err(MpoError::Capacity(format!(
-            "the batch has {total} turns; turn indices are int32, split the batch"
-        )));
-    }
-
-    let n_turns = total as usize;
-    let mut starts = OutBuf::<i64>::new(n_turns);
-    let mut ends = OutBuf::<i64>::new(n_turns);
-    let mut token_turn = OutBuf::<i32>::new(layout.n_tokens());
-    let parts = starts
-        .parts(&traj_offsets)
-        .into_par_iter()
-        .zip(ends.parts(&traj_offsets))
-        .zip(token_turn.parts(layout.offsets()));
+    let mut bufs = TurnBufs::count(layout, mask)?;
+    let (traj_offsets, starts, ends, token_turn) = bufs.split(layout);
+    let parts = starts.into_par_iter().zip(ends).zip(token_turn);
     try_for_each_trajectory(parts, |j, ((starts, ends), token_turn)| {
-        let range = layout.range(j);
-        fill_turns(&mask[range.clone()], range.start, traj_offsets[j] as i32, starts, ends, token_turn);
+        fill_trajectory(layout, mask, j, traj_offsets[j], starts, ends, token_turn);
         Ok(())
     })?;
-    // SAFETY: `fill_turns` writes every token of each trajectory, and a start and an end
-    // for each of the turns `count_turns` counted in it.
-    let (starts, ends, token_turn) =
-        unsafe { (starts.assume_written(), ends.assume_written(), token_turn.assume_written()) };
-    Ok(Turns { starts, ends, traj_offsets, token_turn })
+    // SAFETY: `fill_trajectory` ran on every trajectory.
+    Ok(unsafe { bufs.finish() })
+}
+
+/// The turn offsets and per-trajectory output slices of a segmentation:
+/// (traj_offsets, starts, ends, token_turn).
+pub(crate) type TurnSlices<'b> = (
+    &'b [i64],
+    Vec<&'b mut [MaybeUninit<i64>]>,
+    Vec<&'b mut [MaybeUninit<i64>]>,
+    Vec<&'b mut [MaybeUninit<i32>]>,
+);
+
+/// A segmentation's outputs, sized by a counting pass and filled trajectory by trajectory
+/// with [`fill_trajectory`] -- by `segment`, or inside an estimator's own per-trajectory
+/// pass so the mask is read while it is hot.
+pub(crate) struct TurnBufs {
+    traj_offsets: Vec<i64>,
+    starts: OutBuf<i64>,
+    ends: OutBuf<i64>,
+    token_turn: OutBuf<i32>,
+}
+
+impl TurnBufs {
+    /// Counts every trajectory's turns (checking the mask is 0/1) and allocates.
+    pub(crate) fn count(layout: &Layout<'_>, mask: &[u8]) -> Result<Self> {
+        let counts = try_map_trajectories(layout.n_trajectories(), |j| {
+            let (count, max) = count_turns(&mask[layout.range(j)]);
+            if max > 1 {
+                check_mask(layout, mask, j)?; // reports the first bad entry
+            }
+            Ok(count)
+        })?;
+        let mut traj_offsets = Vec::with_capacity(counts.len() + 1);
+        traj_offsets.push(0i64);
+        let mut total = 0i64;
+        for c in counts {
+            total += c as i64;
+            traj_offsets.push(total);
+        }
+        if total > i32::MAX as i64 {
+            return Err(MpoError::Capacity(format!(
+                "the batch has {total} turns; turn indices are int32, split the batch"
+            )));
+        }
+        Ok(Self {
+            traj_offsets,
+            starts: OutBuf::new(total as usize),
+            ends: OutBuf::new(total as usize),
+            token_turn: OutBuf::new(layout.n_tokens()),
+        })
+    }
+
+    /// The turn offsets and the per-trajectory output slices.
+    pub(crate) fn split(&mut self, layout: &Layout<'_>) -> TurnSlices<'_> {
+        (
+            &self.traj_offsets,
+            self.starts.parts(&self.traj_offsets),
+            self.ends.parts(&self.traj_offsets),
+            self.token_turn.parts(layout.offsets()),
+        )
+    }
+
+    /// # Safety
+    /// [`fill_trajectory`] must have run on every trajectory's slices.
+    pub(crate) unsafe fn finish(self) -> Turns {
+        // SAFETY: `fill_trajectory` writes every token of its trajectory, and a start and
+        // an end for each of the turns `count_turns` counted in it.
+        unsafe {
+            Turns {
+                starts: self.starts.assume_written(),
+                ends: self.ends.assume_written(),
+                traj_offsets: self.traj_offsets,
+                token_turn: self.token_turn.assume_written(),
+            }
+        }
+    }
+}
+
+/// Writes trajectory `j`'s turns (its first turn has global index `first_turn`) and
+/// returns their flat (starts, ends), now initialised.
+pub(crate) fn fill_trajectory<'b>(
+    layout: &Layout<'_>,
+    mask: &[u8],
+    j: usize,
+    first_turn: i64,
+    starts: &'b mut [MaybeUninit<i64>],
+    ends: &'b mut [MaybeUninit<i64>],
+    token_turn: &mut [MaybeUninit<i32>],
+) -> (&'b [i64], &'b [i64]) {
+    let range = layout.range(j);
+    fill_turns(&mask[range.clone()], range.start, first_turn as i32, starts, ends, token_turn);
+    // SAFETY: `fill_turns` wrote one start and one end per turn of the trajectory, and
+    // the slices hold exactly its turns (sized by `count_turns` on the same mask).
+    unsafe { (assume_init(starts), assume_init(ends)) }
+}
+
+/// # Safety
+/// Every element of `s` must be initialised.
+unsafe fn assume_init<T>(s: &[MaybeUninit<T>]) -> &[T] {
+    // SAFETY: MaybeUninit<T> has T's layout; the caller guarantees initialisation.
+    unsafe { &*(s as *const [MaybeUninit<T>] as *const [T]) }
 }
 
 /// Number of turns (policy runs) and the OR of all mask bytes (> 1 iff one is not 0/1).
