@@ -258,6 +258,28 @@ def test_sigkill_of_the_command_itself(big_log_file, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["big.parquet", "out.parquet"]
 
 
+def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"an earlier output")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpo_rs.cli", "advantages", str(big_log_file), "-o", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        # A parent that ignores SIGINT (a background job) would pass that on; undo it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while not any(".mpo-rs-" in p.name for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before Ctrl-C"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err == "mpo-rs: error: interrupted\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+    assert out.read_bytes() == b"an earlier output"
+
+
 def test_output_equal_to_input_is_refused(log_file, tmp_path):
     before = log_file.read_bytes()
     for out in (log_file, log_file.parent / "." / log_file.name):

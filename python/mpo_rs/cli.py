@@ -159,7 +159,7 @@ def _advantages(args: argparse.Namespace) -> int:
         return _fail(e.strerror if e.strerror and e.errno is not None else str(e), EXIT_FAILED)
     except KeyboardInterrupt:
         progress.clear()
-        return _fail("interrupted; OUTPUT left as it was", EXIT_INTERRUPTED)
+        return _fail("interrupted", EXIT_INTERRUPTED)  # OUTPUT is the earlier one, or complete
     progress.clear()
     if not args.quiet:
         print(summary_line(args.output, summary))
