@@ -367,11 +367,16 @@ fn stream(work: &Work<'_>, sink: Sink<'_>, clock: &mut Clock<'_>) -> Result<(Bat
             .map_err(|e| LogError::io("<thread>", "cannot start the encoder thread", e))?;
         let computed = compute_all(work, decoded_rx, write_tx, clock);
         let written = encoder.join().unwrap_or_else(|_| Err(internal("the encoder thread panicked")));
-        let _ = decoder.join();
+        let decoded = decoder.join();
         // A compute or decode failure is the cause; the encoder then only saw the channel
         // close. An encoder failure makes the compute stage stop early without an error.
-        let counts = computed?;
-        Ok((counts, written?))
+        let (counts, files_done) = computed?;
+        let bytes = written?;
+        if decoded.is_err() || files_done != work.sources.len() {
+            // Never report success for a run that did not see every file to its end.
+            return Err(internal("the run ended before all input was written"));
+        }
+        Ok((counts, bytes))
     })
 }
 
@@ -384,13 +389,17 @@ fn compute_all(
     decoded: Receiver<Result<Decoded, LogError>>,
     to_write: SyncSender<ToWrite>,
     clock: &mut Clock<'_>,
-) -> Result<BatchCounts, LogError> {
+) -> Result<(BatchCounts, usize), LogError> {
     let mut counts = BatchCounts::default();
+    let mut files_done = 0;
     for item in decoded {
         let out = match item? {
             Decoded::FileStart(i) => ToWrite::FileStart(i),
             Decoded::RowGroupEnd => ToWrite::RowGroupEnd,
-            Decoded::FileEnd => ToWrite::FileEnd,
+            Decoded::FileEnd => {
+                files_done += 1;
+                ToWrite::FileEnd
+            }
             Decoded::Batch { file, row_group, row_base, batch } => {
                 let s = &work.sources[file];
                 let compute = || annotate(&batch, work.columns, work.estimator, work.groups);
@@ -409,7 +418,7 @@ fn compute_all(
             break; // the encoder failed; its error is reported
         }
     }
-    Ok(counts)
+    Ok((counts, files_done))
 }
 
 /// Why a stage stopped early.
@@ -429,22 +438,21 @@ fn decode_all(
     let result = sources.iter().enumerate().try_for_each(|(i, s)| {
         send(Decoded::FileStart(i))?;
         for (g, base) in s.row_group_starts().into_iter().enumerate() {
-            let failed = |e: DecodeError| {
-                Stop::Failed(LogError::Corrupt { at: s.at(Some(g)), column: e.column, message: e.message })
-            };
-            let mut reader = RowGroupReader::new(|| File::open(&s.path), &s.meta, g, s.batch_rows(g, None, batch_bytes))
-                .map_err(failed)?;
-            let mut row_base = base;
-            while let Some(batch) = reader.next_batch(pool) {
-                let batch = batch.map_err(failed)?;
-                let n = batch.num_rows() as u64;
-                send(Decoded::Batch { file: i, row_group: g, row_base, batch })?;
-                row_base += n;
-            }
-            let expected = s.meta.metadata().row_group(g).num_rows().max(0) as u64;
-            if row_base - base != expected {
-                let message = format!("decoded {} rows, the footer says {expected}", row_base - base);
-                return Err(Stop::Failed(s.corrupt(Some(g), message)));
+            // A reader that panics on a malformed page must not take the run down
+            // unexplained: it becomes this row group's error.
+            let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                decode_row_group(i, s, g, base, batch_bytes, pool, &send)
+            }));
+            match decoded {
+                Ok(done) => done?,
+                Err(panic) => {
+                    let why = panic
+                        .downcast_ref::<&str>()
+                        .map(|m| m.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    return Err(Stop::Failed(s.corrupt(Some(g), format!("the reader failed: {why}"))));
+                }
             }
             send(Decoded::RowGroupEnd)?;
         }
@@ -453,6 +461,35 @@ fn decode_all(
     if let Err(Stop::Failed(e)) = result {
         let _ = tx.send(Err(e));
     }
+}
+
+/// Sends the batches of row group `g` of file `i` (whose first row is file row `base`).
+fn decode_row_group(
+    i: usize,
+    s: &Source,
+    g: usize,
+    base: u64,
+    batch_bytes: usize,
+    pool: Option<&rayon::ThreadPool>,
+    send: &dyn Fn(Decoded) -> Result<(), Stop>,
+) -> Result<(), Stop> {
+    let failed =
+        |e: DecodeError| Stop::Failed(LogError::Corrupt { at: s.at(Some(g)), column: e.column, message: e.message });
+    let mut reader =
+        RowGroupReader::new(|| File::open(&s.path), &s.meta, g, s.batch_rows(g, None, batch_bytes)).map_err(failed)?;
+    let mut row_base = base;
+    while let Some(batch) = reader.next_batch(pool) {
+        let batch = batch.map_err(failed)?;
+        let n = batch.num_rows() as u64;
+        send(Decoded::Batch { file: i, row_group: g, row_base, batch })?;
+        row_base += n;
+    }
+    let expected = s.meta.metadata().row_group(g).num_rows().max(0) as u64;
+    if row_base - base != expected {
+        let message = format!("decoded {} rows, the footer says {expected}", row_base - base);
+        return Err(Stop::Failed(s.corrupt(Some(g), message)));
+    }
+    Ok(())
 }
 
 /// An output file being encoded.

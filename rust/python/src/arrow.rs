@@ -105,9 +105,19 @@ fn arrow_advantages(
     let out_schema = Arc::new(Schema::new(output_fields(columns.list_kind(&schema)).to_vec()));
     let pool = crate::pool::current().map_err(PyRuntimeError::new_err)?;
     let out = py
-        .detach(|| pool.install(|| annotate_all(&batches, &columns, &estimator, &out_schema)))
+        .detach(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.install(|| annotate_all(&batches, &columns, &estimator, &out_schema))
+            }))
+        })
+        .map_err(|_| internal_error())?
         .map_err(to_py)?;
     PyTable::try_new(out, out_schema)
+}
+
+/// What a panic in the Rust code becomes (a bug, never expected from bad input).
+pub(crate) fn internal_error() -> PyErr {
+    PyRuntimeError::new_err("mpo_rs failed unexpectedly (an internal error); please report it with the input's schema")
 }
 
 /// Annotates every batch; errors name the row in the whole table.

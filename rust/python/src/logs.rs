@@ -88,12 +88,14 @@ fn advantages_parquet<'py>(
                 outcome.map_err(|e| raised = Some(e)).is_ok()
             })
         };
-        run(&job, Some(pool), &mut report)
+        // A panic is a bug, but it should reach Python as an ordinary exception.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&job, Some(pool), &mut report)))
     });
     let summary = match (result, raised) {
-        (Ok(summary), _) => summary,
-        (Err(LogError::Interrupted), Some(e)) => return Err(e),
-        (Err(e), _) => return Err(to_py(e)),
+        (Ok(Ok(summary)), _) => summary,
+        (Ok(Err(LogError::Interrupted)), Some(e)) => return Err(e),
+        (Ok(Err(e)), _) => return Err(to_py(e)),
+        (Err(_), _) => return Err(super::internal_error()),
     };
     let d = PyDict::new(py);
     d.set_item("files", summary.files)?;
