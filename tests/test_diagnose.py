@@ -111,7 +111,7 @@ def test_bad_data_names_file_batch_and_column(tmp_path, capsys):
 
 _RSS_SCRIPT = textwrap.dedent(
     """
-    import resource, sys
+    import sys
     import numpy as np
     import pyarrow.parquet as pq
     from mpo_rs.diagnose import diagnose_logs
@@ -121,7 +121,10 @@ _RSS_SCRIPT = textwrap.dedent(
         t = pq.read_table(sys.argv[1], columns=["values", "loss_mask"])
         flat = [np.asarray(t.column(c).combine_chunks().flatten()) for c in ("values", "loss_mask")]
         rows = t.num_rows
-    print(rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    # VmHWM is this process image's own peak; ru_maxrss would inherit the forking
+    # parent's (pytest's) high-water mark across exec.
+    hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    print(rows, int(hwm.split()[1]))
     """
 )
 
