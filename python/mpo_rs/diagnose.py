@@ -171,7 +171,8 @@ def diagnose_logs(
     row0 = 0
     batches = 0
     for file in _parquet_files(Path(path)):
-        pf = pq.ParquetFile(file)
+        # pre_buffer would read the selected columns of every row group ahead: unbounded.
+        pf = pq.ParquetFile(file, pre_buffer=False)
         names = set(pf.schema_arrow.names)
         for col in (values_col, mask_col):
             if col not in names:
