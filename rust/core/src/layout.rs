@@ -77,11 +77,6 @@ impl<'a> Layout<'a> {
     pub fn expect_trajectories(&self, arg: &'static str, len: usize) -> Result<()> {
         expect_len(arg, len, self.n_trajectories(), "one per trajectory, len(offsets) - 1")
     }
-
-    /// Cuts a flat per-token buffer into one mutable slice per trajectory.
-    pub fn split_tokens<'b, T>(&self, buf: &'b mut [T]) -> Vec<&'b mut [T]> {
-        split_by(buf, self.offsets)
-    }
 }
 
 pub(crate) fn expect_len(
@@ -271,8 +266,7 @@ mod tests {
     #[test]
     fn split_gives_one_slice_per_trajectory() {
         let mut buf = [0u8; 6];
-        let l = Layout::new(&[0, 2, 2, 6], 6).unwrap();
-        let parts = l.split_tokens(&mut buf);
+        let parts = split_by(&mut buf, &[0i64, 2, 2, 6]);
         assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![2, 0, 4]);
     }
 }
