@@ -7,9 +7,9 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::layout::{first_problem, observation_run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
-use crate::output::{fill, OutBuf};
-use crate::runs::runs_rev;
+use crate::compact::{with_scratch, Compact};
+use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
+use crate::output::OutBuf;
 use crate::params::GaeParams;
 use crate::parallel::try_for_each_trajectory;
 
@@ -40,26 +40,13 @@ pub fn gae_advantages(
         let range = layout.range(j);
         let traj_mask = &mask[range.clone()];
         let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
-        let n_policy = match params.length_adaptive_alpha {
-            Some(_) => traj_mask.iter().map(|&m| (m != 0) as usize).sum(),
-            None => 0,
-        };
-        let traj = Trajectory {
-            base: range.start,
-            mask: traj_mask,
-            values,
-            source: rewards,
-            gamma_lam: params.gamma * params.lam_for(n_policy),
-            params,
-            adv,
-            ret,
-        };
+        let traj = Trajectory { base: range.start, mask: traj_mask, values, source: rewards, params, adv, ret };
         if !rewards.with_trajectory(j, last_policy, traj) {
             first_problem(&layout, mask, values, rewards, j)?;
         }
         score_ok(rewards, j)
     })?;
-    // SAFETY: `Trajectory::visit` writes every token of its trajectory.
+    // SAFETY: `Trajectory::visit` wrote every token of every trajectory (or failed).
     let (advantages, returns) = unsafe { (advantages.assume_written(), returns.assume_written()) };
     Ok(GaeOutput { advantages, returns })
 }
@@ -69,46 +56,42 @@ struct Trajectory<'a, 'o> {
     mask: &'a [u8],
     values: &'a [f32],
     source: Rewards<'a>,
-    gamma_lam: f64,
     params: &'a GaeParams,
     adv: &'o mut [MaybeUninit<f32>],
     ret: &'o mut [MaybeUninit<f32>],
 }
 
 impl RewardsVisitor<bool> for Trajectory<'_, '_> {
-    /// One backward sweep, run by run: observation runs get 0 and leave the recursion as
-    /// it was. Returns whether the fast input checks passed.
+    /// Gathers the policy tokens, runs one backward sweep over them and scatters the
+    /// results (see [`crate::compact`]). Returns whether the fast input checks passed;
+    /// the outputs are written only if they did.
     fn visit<R: RewardAt>(self, rewards: R) -> bool {
-        let Trajectory { base, mask, values, source, gamma_lam, params, adv, ret } = self;
-        let gamma = params.gamma;
-        let gamma_lam_critic = gamma * params.lam_critic;
-        let (mut next_v, mut a, mut c) = (0.0f64, 0.0f64, 0.0f64);
-        let mut ok = true;
-        for (run, m) in runs_rev(mask) {
-            let flat = base + run.start..base + run.end;
-            if m != 1 {
-                ok &= m == 0 && observation_run_ok(source, flat);
-                fill(&mut adv[run.clone()], 0.0);
-                fill(&mut ret[run], 0.0);
-                continue;
+        let Trajectory { base, mask, values, source, params, adv, ret } = self;
+        with_scratch(|cs| {
+            if !cs.gather(mask, base, values, source, rewards) {
+                return false;
             }
-            // Inf·0 and NaN·0 are NaN: the sum stays 0 only if every value and reward of
-            // the run is finite (the check rides along the latency-bound recursion).
-            let mut poison = 0.0f64;
-            for q in flat.rev() {
-                let v = values[q] as f64;
-                let r = rewards.at(q);
-                poison += v * 0.0 + r * 0.0;
+            cs.prepare_results();
+            let Compact { values, rewards, advantages, returns, .. } = &mut *cs;
+            let gamma = params.gamma;
+            let gamma_lam = gamma * params.lam_for(values.len());
+            let gamma_lam_critic = gamma * params.lam_critic;
+            // A policy token bootstraps from the next policy token's value, across
+            // observations: in the compact order that is simply the next element.
+            let (mut next_v, mut a, mut c) = (0.0f64, 0.0f64, 0.0f64);
+            let inputs = values.iter().zip(rewards.iter());
+            let outputs = advantages.iter_mut().zip(returns.iter_mut());
+            for ((&v, &r), (adv, ret)) in inputs.zip(outputs).rev() {
                 let delta = r + gamma * next_v - v;
                 a = delta + gamma_lam * a;
                 c = delta + gamma_lam_critic * c;
-                adv[q - base].write(a as f32);
-                ret[q - base].write((v + c) as f32);
+                *adv = a as f32;
+                *ret = (v + c) as f32;
                 next_v = v;
             }
-            ok &= poison == 0.0;
-        }
-        ok
+            cs.scatter(adv, ret);
+            true
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use crate::error::{MpoError, Result, TokenAt};
-use crate::runs::all_zero;
+use crate::runs::{all_finite, all_zero};
 
 /// Validated trajectory boundaries: `offsets[j]..offsets[j+1]` is trajectory `j`.
 #[derive(Debug, Clone, Copy)]
@@ -139,6 +139,9 @@ impl<'a> Rewards<'a> {
 /// Reward of flat token `q` of one trajectory.
 pub(crate) trait RewardAt: Copy {
     fn at(&self, q: usize) -> f64;
+
+    /// Appends the rewards of flat tokens `flat` to `out`; `false` if one is not finite.
+    fn gather(&self, flat: Range<usize>, out: &mut Vec<f64>) -> bool;
 }
 
 #[derive(Clone, Copy)]
@@ -148,6 +151,13 @@ impl RewardAt for TokenRewards<'_> {
     #[inline(always)]
     fn at(&self, q: usize) -> f64 {
         self.0[q] as f64
+    }
+
+    #[inline]
+    fn gather(&self, flat: Range<usize>, out: &mut Vec<f64>) -> bool {
+        let rs = &self.0[flat];
+        out.extend(rs.iter().map(|&r| r as f64));
+        all_finite(rs)
     }
 }
 
@@ -166,6 +176,13 @@ impl RewardAt for ScoreReward {
         } else {
             0.0
         }
+    }
+
+    /// The score's finiteness is checked per trajectory (`score_ok`).
+    #[inline]
+    fn gather(&self, flat: Range<usize>, out: &mut Vec<f64>) -> bool {
+        out.extend(flat.map(|q| self.at(q)));
+        true
     }
 }
 

@@ -8,6 +8,7 @@
 //! identical for any thread count. No function panics on bad input: it returns an
 //! [`MpoError`] that names the argument and the trajectory/token.
 
+mod compact;
 mod diagnostics;
 mod error;
 mod gae;

@@ -1,18 +1,17 @@
 //! Multiscale advantage estimation (spec §2.1): a GAE over turns, refined inside each
 //! turn by a centred token-level GAE, plus the critic's value targets.
 
-use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::ops::Range;
 
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::layout::{first_problem, observation_run_ok, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
-use crate::output::{fill, OutBuf};
+use crate::compact::{with_scratch, Compact};
+use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
+use crate::output::OutBuf;
 use crate::params::MaeParams;
 use crate::parallel::try_for_each_trajectory;
-use crate::turns::{fill_trajectory, TurnBufs, Turns};
+use crate::turns::{fill_turns, TurnBufs, Turns};
 
 /// Per-token advantages and value targets (0 off-policy), per-turn advantages, and the
 /// segmentation they were computed on.
@@ -49,26 +48,25 @@ pub fn mae_advantages(
         .zip(turn_advantages.parts(traj_offsets))
         .zip(starts.into_par_iter().zip(ends).zip(token_turn));
     try_for_each_trajectory(parts, |j, (((adv, ret), turn_adv), ((starts, ends), token_turn))| {
-        // Segment while the trajectory's mask is hot, then estimate on its turns.
-        let (starts, ends) = fill_trajectory(&layout, mask, j, traj_offsets[j], starts, ends, token_turn);
-        let last_policy = ends.last().map(|&e| e as usize - 1);
+        let range = layout.range(j);
+        let traj_mask = &mask[range.clone()];
+        let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
         let traj = Trajectory {
-            range: layout.range(j),
+            base: range.start,
+            mask: traj_mask,
             values,
             source: rewards,
-            starts,
-            ends,
             params,
-            out: Outputs { adv, ret, turn_adv },
+            first_turn: traj_offsets[j],
+            out: Outputs { adv, ret, turn_adv, starts, ends, token_turn },
         };
         if !rewards.with_trajectory(j, last_policy, traj) {
             first_problem(&layout, mask, values, rewards, j)?;
         }
         score_ok(rewards, j)
     })?;
-    // SAFETY: every trajectory ran `fill_trajectory`, and `Trajectory::visit` wrote every
-    // token of its trajectory (turn tokens in the passes, observation gaps with 0) and
-    // every one of its turns.
+    // SAFETY: `Trajectory::visit` succeeded on every trajectory, and then wrote every token
+    // of it, every one of its turns and its segmentation.
     let (advantages, returns, turn_advantages, turns) = unsafe {
         (
             advantages.assume_written(),
@@ -85,101 +83,94 @@ struct Outputs<'o> {
     adv: &'o mut [MaybeUninit<f32>],
     ret: &'o mut [MaybeUninit<f32>],
     turn_adv: &'o mut [MaybeUninit<f32>],
+    starts: &'o mut [MaybeUninit<i64>],
+    ends: &'o mut [MaybeUninit<i64>],
+    token_turn: &'o mut [MaybeUninit<i32>],
 }
 
-/// One trajectory: its flat token range, its turns (flat ranges) and where to write.
+/// One trajectory: where it starts, its mask, the inputs and where to write.
 struct Trajectory<'a, 'o> {
-    range: Range<usize>,
+    base: usize,
+    mask: &'a [u8],
     values: &'a [f32],
     source: Rewards<'a>,
-    starts: &'a [i64],
-    ends: &'a [i64],
     params: &'a MaeParams,
+    /// Global index of the trajectory's first turn.
+    first_turn: i64,
     out: Outputs<'o>,
 }
 
 impl RewardsVisitor<bool> for Trajectory<'_, '_> {
-    /// Turns are visited last to first. Inside a turn, one backward pass runs the two
-    /// dependent recursions (intra-turn GAE, critic targets) side by side and keeps the
-    /// intra advantages in a per-thread scratch buffer; a second, dependency-free pass
-    /// centres them on the turn mean. Observation gaps get 0. Returns whether the fast
-    /// input checks passed.
+    /// Gathers the policy tokens (see [`crate::compact`]), writes the segmentation, runs
+    /// the turn- and token-scale recursions backwards over the gathered turns and scatters
+    /// the results. Returns whether the fast input checks passed; the outputs are written
+    /// only if they did.
     fn visit<R: RewardAt>(self, rewards: R) -> bool {
-        SCRATCH.with(|scratch| self.estimate(rewards, &mut scratch.borrow_mut()))
+        let Trajectory { base, mask, values, source, params, first_turn, out } = self;
+        let Outputs { adv, ret, turn_adv, starts, ends, token_turn } = out;
+        with_scratch(|cs| {
+            if !cs.gather(mask, base, values, source, rewards) {
+                return false;
+            }
+            let turns = cs.runs.iter().map(|r| (r.tokens.clone(), r.policy as u8));
+            fill_turns(turns, base, first_turn as i32, starts, ends, token_turn);
+            cs.prepare_results();
+            cs.work.resize(cs.n_policy(), 0.0);
+            estimate(cs, params, turn_adv);
+            cs.scatter(adv, ret);
+            true
+        })
     }
 }
 
-thread_local! {
-    /// Intra-turn advantages of the current turn (f64, so centring loses nothing); grows
-    /// to the longest turn a thread has seen, so no allocation per turn.
-    static SCRATCH: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
-}
-
-impl Trajectory<'_, '_> {
-    fn estimate<R: RewardAt>(self, rewards: R, intra_buf: &mut Vec<f64>) -> bool {
-        let Trajectory { range, values, source, starts, ends, params: p, out } = self;
-        let Outputs { adv, ret, turn_adv } = out;
-        let base = range.start;
-        let v = |q: usize| values[q] as f64;
-        // Token residual of flat token q in a turn ending (exclusively) at `end`: it
-        // bootstraps from the next token inside the turn, else from γ·V of the next turn.
-        let delta = |q: usize, end: usize, next_turn_v: f64| {
-            let next = if q + 1 == end { p.gamma * next_turn_v } else { v(q + 1) };
-            rewards.at(q) + next - v(q)
-        };
-
-        let mut next_turn_v = 0.0f64; // V_{t+1,1}, 0 past the last turn
-        let mut next_turn_adv = 0.0f64; // A^turn_{t+1}
-        let mut carry = 0.0f64; // C at the first token of turn t+1
-        let mut gap_end = range.end; // observation tokens after the current turn end here
-        let mut ok = true;
-        for t in (0..starts.len()).rev() {
-            let (s, e) = (starts[t] as usize, ends[t] as usize);
-            ok &= observation_run_ok(source, e..gap_end);
-            fill(&mut adv[e - base..gap_end - base], 0.0);
-            fill(&mut ret[e - base..gap_end - base], 0.0);
-
-            intra_buf.clear();
-            intra_buf.resize(e - s, 0.0);
-            let mut intra = 0.0f64;
-            let mut intra_sum = 0.0f64;
-            let mut turn_reward = 0.0f64;
-            let mut poison = 0.0f64; // NaN unless every value and reward of the turn is finite
-            for q in (s..e).rev() {
-                poison += v(q) * 0.0 + rewards.at(q) * 0.0;
-                let d = delta(q, e, next_turn_v);
-                intra = d + p.lam_intra * intra;
-                intra_buf[q - s] = intra;
-                intra_sum += intra;
-                turn_reward += rewards.at(q);
-                let g = if q + 1 == e { p.gamma } else { 1.0 };
-                carry = d + g * p.lam_critic * carry;
-                ret[q - base].write((v(q) + carry) as f32);
-            }
-
-            ok &= poison == 0.0;
-            let first_v = v(s);
-            let a_turn = turn_reward + p.gamma * next_turn_v - first_v + p.gamma * p.lam * next_turn_adv;
-            turn_adv[t].write(a_turn as f32);
-
-            let turn_out = &mut adv[s - base..e - base];
-            if p.beta == 0.0 {
-                fill(turn_out, a_turn as f32);
-            } else {
-                let mean = intra_sum / (e - s) as f64;
-                for (o, &intra) in turn_out.iter_mut().zip(intra_buf.iter()) {
-                    o.write((a_turn + p.beta * (intra - mean)) as f32);
-                }
-            }
-
-            next_turn_v = first_v;
-            next_turn_adv = a_turn;
-            gap_end = s;
+/// The recursions over one gathered trajectory. Turns are visited last to first. Inside a
+/// turn, one backward pass runs the two dependent recursions (intra-turn GAE, critic
+/// targets) side by side and keeps the intra advantages in `work`; a second,
+/// dependency-free pass centres them on the turn mean.
+fn estimate(cs: &mut Compact, p: &MaeParams, turn_adv: &mut [MaybeUninit<f32>]) {
+    let Compact { runs, values: v, rewards: r, advantages, returns, work: intra_buf } = cs;
+    let mut next_turn_v = 0.0f64; // V_{t+1,1}, 0 past the last turn
+    let mut next_turn_adv = 0.0f64; // A^turn_{t+1}
+    let mut carry = 0.0f64; // C at the first token of turn t+1
+    let mut end = v.len(); // compact end of the current turn
+    let turns = runs.iter().rev().filter(|run| run.policy);
+    for (t, run) in (0..turn_adv.len()).rev().zip(turns) {
+        let start = end - run.tokens.len();
+        let mut intra = 0.0f64;
+        let mut intra_sum = 0.0f64;
+        let mut turn_reward = 0.0f64;
+        // The turn's last token bootstraps from γ·V of the next turn and discounts the
+        // critic's carry by γ; inside the turn, from the next token, undiscounted.
+        let mut next = p.gamma * next_turn_v;
+        let mut g = p.gamma;
+        for k in (start..end).rev() {
+            let d = r[k] + next - v[k];
+            intra = d + p.lam_intra * intra;
+            intra_buf[k] = intra;
+            intra_sum += intra;
+            turn_reward += r[k];
+            carry = d + g * p.lam_critic * carry;
+            returns[k] = (v[k] + carry) as f32;
+            next = v[k];
+            g = 1.0;
         }
-        ok &= observation_run_ok(source, base..gap_end);
-        fill(&mut adv[..gap_end - base], 0.0);
-        fill(&mut ret[..gap_end - base], 0.0);
-        ok
+
+        let first_v = v[start];
+        let a_turn = turn_reward + p.gamma * next_turn_v - first_v + p.gamma * p.lam * next_turn_adv;
+        turn_adv[t].write(a_turn as f32);
+        let turn_out = &mut advantages[start..end];
+        if p.beta == 0.0 {
+            turn_out.fill(a_turn as f32);
+        } else {
+            let mean = intra_sum / (end - start) as f64;
+            for (o, &intra) in turn_out.iter_mut().zip(&intra_buf[start..end]) {
+                *o = (a_turn + p.beta * (intra - mean)) as f32;
+            }
+        }
+
+        next_turn_v = first_v;
+        next_turn_adv = a_turn;
+        end = start;
     }
 }
 

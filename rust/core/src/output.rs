@@ -83,3 +83,11 @@ pub(crate) fn fill<T: Copy>(dst: &mut [MaybeUninit<T>], value: T) {
         d.write(value);
     }
 }
+
+/// Copies `src` into `dst` (same length).
+#[inline]
+pub(crate) fn copy_into<T: Copy>(dst: &mut [MaybeUninit<T>], src: &[T]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        d.write(s);
+    }
+}

@@ -25,21 +25,6 @@ pub(crate) fn run_end(mask: &[u8], from: usize) -> usize {
     i
 }
 
-/// Start of the run that ends (exclusively) at `to > 0`.
-#[inline]
-pub(crate) fn run_start(mask: &[u8], to: usize) -> usize {
-    let v = mask[to - 1];
-    let pattern = u64::from_ne_bytes([v; 8]);
-    let mut i = to - 1;
-    while i >= 8 && word(mask, i - 8) == pattern {
-        i -= 8;
-    }
-    while i > 0 && mask[i - 1] == v {
-        i -= 1;
-    }
-    i
-}
-
 /// The runs of `mask` in order, as (range, byte).
 pub(crate) fn runs(mask: &[u8]) -> impl Iterator<Item = (Range<usize>, u8)> + '_ {
     let mut at = 0;
@@ -50,20 +35,6 @@ pub(crate) fn runs(mask: &[u8]) -> impl Iterator<Item = (Range<usize>, u8)> + '_
         let end = run_end(mask, at);
         let run = (at..end, mask[at]);
         at = end;
-        Some(run)
-    })
-}
-
-/// The runs of `mask`, last first.
-pub(crate) fn runs_rev(mask: &[u8]) -> impl Iterator<Item = (Range<usize>, u8)> + '_ {
-    let mut at = mask.len();
-    std::iter::from_fn(move || {
-        if at == 0 {
-            return None;
-        }
-        let start = run_start(mask, at);
-        let run = (start..at, mask[at - 1]);
-        at = start;
         Some(run)
     })
 }
@@ -102,7 +73,7 @@ mod tests {
     }
 
     #[test]
-    fn runs_match_a_naive_scan_both_ways() {
+    fn runs_match_a_naive_scan() {
         let mut state = 12345u64;
         for len in 0..200 {
             let mask: Vec<u8> = (0..len)
@@ -118,9 +89,6 @@ mod tests {
                 .collect();
             let expect = naive(&mask);
             assert_eq!(runs(&mask).collect::<Vec<_>>(), expect);
-            let mut back: Vec<_> = runs_rev(&mask).collect();
-            back.reverse();
-            assert_eq!(back, expect);
         }
     }
 }

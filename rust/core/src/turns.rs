@@ -141,7 +141,7 @@ pub(crate) fn fill_trajectory<'b>(
     token_turn: &mut [MaybeUninit<i32>],
 ) -> (&'b [i64], &'b [i64]) {
     let range = layout.range(j);
-    fill_turns(&mask[range.clone()], range.start, first_turn as i32, starts, ends, token_turn);
+    fill_turns(runs(&mask[range.clone()]), range.start, first_turn as i32, starts, ends, token_turn);
     // SAFETY: `fill_turns` wrote one start and one end per turn of the trajectory, and
     // the slices hold exactly its turns (sized by `count_turns` on the same mask).
     unsafe { (assume_init(starts), assume_init(ends)) }
@@ -164,10 +164,10 @@ fn count_turns(mask: &[u8]) -> (usize, u8) {
     (runs(mask).filter(|&(_, m)| m == 1).count(), bits)
 }
 
-/// Writes one trajectory's turns. `base` is its first flat token, `first_turn` the global
-/// index of its first turn.
-fn fill_turns(
-    mask: &[u8],
+/// Writes one trajectory's turns from its runs (local ranges; mask byte 1 = policy).
+/// `base` is its first flat token, `first_turn` the global index of its first turn.
+pub(crate) fn fill_turns(
+    runs: impl Iterator<Item = (std::ops::Range<usize>, u8)>,
     base: usize,
     first_turn: i32,
     starts: &mut [MaybeUninit<i64>],
@@ -175,7 +175,7 @@ fn fill_turns(
     token_turn: &mut [MaybeUninit<i32>],
 ) {
     let mut t = 0usize;
-    for (run, m) in runs(mask) {
+    for (run, m) in runs {
         if m == 0 {
             fill(&mut token_turn[run], -1);
         } else {

@@ -1,0 +1,114 @@
+//! One trajectory's policy tokens gathered into contiguous f64 scratch.
+//!
+//! The recursions run backwards and turns are short (~10² tokens) between longer
+//! observations, so a backward sweep over the flat arrays starts a new descending memory
+//! stream at every turn, and its latency-bound loop keeps too few loads in flight to hide
+//! the misses. Instead every estimator works in three passes over one trajectory:
+//! 1. [`Compact::gather`] streams the trajectory forwards: it checks the inputs (vectorised)
+//!    and converts the policy tokens' values and rewards to f64, back to back;
+//! 2. the estimator's recursions run backwards over that scratch, which stays in L1/L2,
+//!    and write compact f32 results;
+//! 3. [`Compact::scatter`] writes the outputs forwards: zeros on observation runs, the
+//!    compact results on policy runs.
+//! The arithmetic is the same, in the same order, as a sweep over the flat arrays.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use crate::layout::{observation_run_ok, RewardAt, Rewards};
+use crate::output::{copy_into, fill};
+use crate::runs::{all_finite, runs};
+
+/// A maximal run of one mask value, in trajectory-local token indices.
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    pub(crate) tokens: Range<usize>,
+    pub(crate) policy: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct Compact {
+    /// The trajectory's runs, in order.
+    pub(crate) runs: Vec<Run>,
+    /// Values and rewards of its policy tokens, in order.
+    pub(crate) values: Vec<f64>,
+    pub(crate) rewards: Vec<f64>,
+    /// Per policy token results, written by the estimator and scattered.
+    pub(crate) advantages: Vec<f32>,
+    pub(crate) returns: Vec<f32>,
+    /// Estimator-private per policy token scratch.
+    pub(crate) work: Vec<f64>,
+}
+
+thread_local! {
+    /// One per worker thread; grows to the longest trajectory the thread has seen, so
+    /// there is no allocation per trajectory.
+    static SCRATCH: RefCell<Compact> = RefCell::new(Compact::default());
+}
+
+/// Runs `f` with this thread's scratch.
+pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut Compact) -> T) -> T {
+    SCRATCH.with(|s| f(&mut s.borrow_mut()))
+}
+
+impl Compact {
+    /// Pass 1: records the runs of `mask` (the trajectory starting at flat token `base`)
+    /// and gathers its policy tokens. Returns whether the fast input checks passed: mask
+    /// bytes 0/1, finite values and rewards on policy tokens, zero token rewards elsewhere.
+    /// On `false` the caller looks closer (`first_problem`); the scratch is then partial.
+    pub(crate) fn gather<R: RewardAt>(
+        &mut self,
+        mask: &[u8],
+        base: usize,
+        values: &[f32],
+        source: Rewards<'_>,
+        rewards: R,
+    ) -> bool {
+        self.runs.clear();
+        self.values.clear();
+        self.rewards.clear();
+        let mut ok = true;
+        for (tokens, m) in runs(mask) {
+            let flat = base + tokens.start..base + tokens.end;
+            if m == 1 {
+                let vs = &values[flat.clone()];
+                ok &= all_finite(vs);
+                self.values.extend(vs.iter().map(|&v| v as f64));
+                ok &= rewards.gather(flat, &mut self.rewards);
+            } else {
+                ok &= m == 0 && observation_run_ok(source, flat);
+            }
+            self.runs.push(Run { tokens, policy: m == 1 });
+        }
+        ok
+    }
+
+    pub(crate) fn n_policy(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Sizes the result buffers to the policy tokens (their contents are overwritten).
+    pub(crate) fn prepare_results(&mut self) {
+        let n = self.n_policy();
+        self.advantages.resize(n, 0.0);
+        self.returns.resize(n, 0.0);
+    }
+
+    /// Pass 3: the trajectory's outputs, forwards: 0 on observation runs, the compact
+    /// results on policy runs.
+    pub(crate) fn scatter(&self, adv: &mut [MaybeUninit<f32>], ret: &mut [MaybeUninit<f32>]) {
+        let mut k = 0;
+        for run in &self.runs {
+            let n = run.tokens.len();
+            if run.policy {
+                copy_into(&mut adv[run.tokens.clone()], &self.advantages[k..k + n]);
+                copy_into(&mut ret[run.tokens.clone()], &self.returns[k..k + n]);
+                k += n;
+            } else {
+                fill(&mut adv[run.tokens.clone()], 0.0);
+                fill(&mut ret[run.tokens.clone()], 0.0);
+            }
+        }
+    }
+}
