@@ -47,6 +47,18 @@ thread_local! {
     static SCRATCH: RefCell<Compact> = RefCell::new(Compact::default());
 }
 
+/// Asks for the cache lines of `xs` ahead of use (a hint: no effect on results).
+#[inline]
+fn prefetch(xs: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in xs.chunks(16) {
+        // SAFETY: SSE is part of x86-64; a prefetch never faults.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr() as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = xs;
+}
+
 /// Runs `f` with this thread's scratch.
 pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut Compact) -> T) -> T {
     SCRATCH.with(|s| f(&mut s.borrow_mut()))
@@ -70,16 +82,29 @@ impl Compact {
         self.rewards.clear();
         let mut ok = true;
         for (tokens, m) in runs(mask) {
-            let flat = base + tokens.start..base + tokens.end;
-            if m == 1 {
+            ok &= m <= 1;
+            self.runs.push(Run { tokens, policy: m == 1 });
+        }
+        // Values are read on policy runs only, so their stream jumps over every observation
+        // run and the hardware prefetcher loses it at each turn: fetch the next turn's
+        // values while this one is converted.
+        let turn = |i: usize| self.runs.get(i).filter(|r| r.policy).map(|r| base + r.tokens.start..base + r.tokens.end);
+        if let Some(first) = turn(0).or_else(|| turn(1)) {
+            prefetch(&values[first]);
+        }
+        for (i, run) in self.runs.iter().enumerate() {
+            let flat = base + run.tokens.start..base + run.tokens.end;
+            if run.policy {
+                if let Some(next) = turn(i + 2) {
+                    prefetch(&values[next]);
+                }
                 let vs = &values[flat.clone()];
                 ok &= all_finite(vs);
                 self.values.extend(vs.iter().map(|&v| v as f64));
                 ok &= rewards.gather(flat, &mut self.rewards);
             } else {
-                ok &= m == 0 && observation_run_ok(source, flat);
+                ok &= observation_run_ok(source, flat);
             }
-            self.runs.push(Run { tokens, policy: m == 1 });
         }
         ok
     }
