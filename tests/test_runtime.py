@@ -100,6 +100,71 @@ def test_the_pool_works_in_forked_children():
         assert h == parent
 
 
+def _child_resized(queue):
+    mpo_rs.set_num_threads(2)
+    queue.put((mpo_rs.get_num_threads(), digest(*all_outputs(*synthetic(400)))))
+
+
+def test_a_forked_child_can_grow_its_pool():
+    """The child's main thread carries the parent's worker state (the parent's main thread
+    is the parent pool's worker 0); its own pool must still run calls, at any size."""
+    parent = digest(*all_outputs(*synthetic(400)))
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child_resized, args=(queue,))
+    proc.start()
+    threads, h = queue.get(timeout=60)
+    proc.join(timeout=60)
+    assert proc.exitcode == 0 and threads == 2 and h == parent
+
+
+_POOL_THREADS_SCRIPT = """
+import os, mpo_rs, numpy as np
+mpo_rs.gae_advantages(np.zeros(8, np.float32), np.ones(8, bool), [0, 4, 8], scores=[1.0, 0.0])
+import time
+for _ in range(200):  # spawned threads name themselves once they have started
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    if sum(n.startswith("mpo-rs-") for n in names) >= 2:
+        break
+    time.sleep(0.01)
+time.sleep(0.1)
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print(mpo_rs.get_num_threads(), sum(n.startswith("mpo-rs-") for n in names))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_the_main_thread_is_one_of_the_pools_workers():
+    env = {**os.environ, "RAYON_NUM_THREADS": "3"}
+    out = subprocess.run([sys.executable, "-c", _POOL_THREADS_SCRIPT], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3", "2"], "3 workers: the main thread and 2 spawned threads"
+
+
+def test_calls_from_several_threads_at_once_agree_with_the_main_thread():
+    batch = synthetic(1500)
+    expect = digest(*all_outputs(*batch))
+    got: list[str] = []
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            for _ in range(3):
+                got.append(digest(*all_outputs(*batch)))
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for _ in range(3):  # the main thread (the pool's worker 0) works meanwhile
+        got.append(digest(*all_outputs(*batch)))
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a call from another thread never finished"
+    assert not errors, errors
+    assert got == [expect] * 12
+
+
 def test_contiguous_inputs_of_the_right_dtype_are_not_copied():
     values, mask, offsets, scores = synthetic(10)
     assert _arrays.float32(values, "values") is values

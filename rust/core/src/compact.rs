@@ -10,6 +10,7 @@
 //!    and write compact f32 results;
 //! 3. [`Compact::scatter`] writes the outputs forwards: zeros on observation runs, the
 //!    compact results on policy runs.
+//!
 //! The arithmetic is the same, in the same order, as a sweep over the flat arrays.
 
 use std::cell::RefCell;

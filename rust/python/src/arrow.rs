@@ -103,7 +103,7 @@ fn arrow_advantages(
     let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
     let columns = spec.resolve(&schema, estimator.needs()).map_err(to_py)?;
     let out_schema = Arc::new(Schema::new(output_fields(columns.list_kind(&schema)).to_vec()));
-    let pool = crate::pool::current().map_err(PyRuntimeError::new_err)?;
+    let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;
     let out = py
         .detach(|| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -39,7 +39,7 @@ fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) ->
 
 /// Runs `f` on the extension's pool with the GIL released.
 fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, MpoError> + Send) -> PyResult<T> {
-    let pool = pool::current().map_err(PyRuntimeError::new_err)?;
+    let pool = pool::for_calls().map_err(PyRuntimeError::new_err)?;
     py.detach(|| pool.install(f)).map_err(to_py)
 }
 
@@ -221,6 +221,8 @@ fn get_num_threads() -> PyResult<usize> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let threading = m.py().import("threading")?;
+    pool::on_import(threading.call_method0("main_thread")?.is(&threading.call_method0("current_thread")?));
     m.add("InvalidBatchError", m.py().get_type::<InvalidBatchError>())?;
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
     m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;

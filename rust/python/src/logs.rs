@@ -67,7 +67,7 @@ fn advantages_parquet<'py>(
             max_row_group_bytes: max_row_group_bytes.unwrap_or(defaults.max_row_group_bytes).max(1),
         },
     };
-    let pool = crate::pool::current().map_err(PyRuntimeError::new_err)?;
+    let pool = crate::pool::for_stages().map_err(PyRuntimeError::new_err)?;
     // An exception raised in Python during the run (Ctrl-C, the callback) stops it and is
     // re-raised as is.
     let mut raised: Option<PyErr> = None;
