@@ -45,7 +45,7 @@ pub(crate) struct Compact {
 thread_local! {
     /// One per worker thread; grows to the longest trajectory the thread has seen, so
     /// there is no allocation per trajectory.
-    static SCRATCH: RefCell<Compact> = RefCell::new(Compact::default());
+    static SCRATCH: RefCell<[Compact; 2]> = RefCell::new([Compact::default(), Compact::default()]);
 }
 
 /// Asks for the cache lines of `xs` ahead of use (a hint: no effect on results).
@@ -62,6 +62,11 @@ fn prefetch(xs: &[f32]) {
 
 /// Runs `f` with this thread's scratch.
 pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut Compact) -> T) -> T {
+    SCRATCH.with(|s| f(&mut s.borrow_mut()[0]))
+}
+
+/// Runs `f` with this thread's two scratches (two trajectories at a time).
+pub(crate) fn with_scratch_pair<T>(f: impl FnOnce(&mut [Compact; 2]) -> T) -> T {
     SCRATCH.with(|s| f(&mut s.borrow_mut()))
 }
 

@@ -2,16 +2,14 @@
 //! observation tokens are skipped, so a policy token bootstraps from the next *policy*
 //! token's value, across observations.
 
-use std::mem::MaybeUninit;
-
 use rayon::prelude::*;
 
 use crate::error::Result;
-use crate::compact::{with_scratch, Compact};
+use crate::compact::{with_scratch_pair, Compact};
 use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
 use crate::output::OutBuf;
 use crate::params::GaeParams;
-use crate::parallel::try_for_each_trajectory;
+use crate::parallel::try_for_each_chunk;
 
 /// Per-token advantages and value targets, 0 off-policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,63 +34,124 @@ pub fn gae_advantages(
     let mut advantages = OutBuf::<f32>::new(n_tokens);
     let mut returns = OutBuf::<f32>::new(n_tokens);
     let parts = advantages.parts(offsets).into_par_iter().zip(returns.parts(offsets));
-    try_for_each_trajectory(parts, |j, (adv, ret)| {
-        let range = layout.range(j);
-        let traj_mask = &mask[range.clone()];
-        let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
-        let traj = Trajectory { base: range.start, mask: traj_mask, values, source: rewards, params, adv, ret };
-        if !rewards.with_trajectory(j, last_policy, traj) {
-            first_problem(&layout, mask, values, rewards, j)?;
-        }
-        score_ok(rewards, j)
+    // Trajectories go two at a time: the recursion is latency-bound (a multiply and an add
+    // per token on each of two chains), so two trajectories' chains run interleaved.
+    try_for_each_chunk(parts, 2, |first, chunk| {
+        with_scratch_pair(|scratch| {
+            let mut chains = [Chain::default(), Chain::default()];
+            for (k, cs) in scratch.iter_mut().enumerate().take(chunk.len()) {
+                let j = first + k;
+                let range = layout.range(j);
+                let traj_mask = &mask[range.clone()];
+                let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
+                let gather = Gather { base: range.start, mask: traj_mask, values, source: rewards, cs: &mut *cs };
+                if !rewards.with_trajectory(j, last_policy, gather) {
+                    first_problem(&layout, mask, values, rewards, j)?;
+                }
+                score_ok(rewards, j)?;
+                cs.prepare_results();
+                chains[k] = Chain::new(params, cs.n_policy());
+            }
+            let [a, b] = scratch;
+            let [chain_a, chain_b] = &mut chains;
+            if chunk.len() == 2 {
+                sweep_pair(a, chain_a, b, chain_b);
+            } else {
+                sweep(a, chain_a, a.n_policy());
+            }
+            for ((adv, ret), cs) in chunk.into_iter().zip(scratch.iter()) {
+                cs.scatter(adv, ret);
+            }
+            Ok(())
+        })
     })?;
-    // SAFETY: `Trajectory::visit` wrote every token of every trajectory (or failed).
+    // SAFETY: every trajectory was gathered, swept and scattered (or the call failed).
     let (advantages, returns) = unsafe { (advantages.assume_written(), returns.assume_written()) };
     Ok(GaeOutput { advantages, returns })
 }
 
-struct Trajectory<'a, 'o> {
+/// Pass 1 of one trajectory (see [`crate::compact`]), generic over the reward reader.
+struct Gather<'a, 's> {
     base: usize,
     mask: &'a [u8],
     values: &'a [f32],
     source: Rewards<'a>,
-    params: &'a GaeParams,
-    adv: &'o mut [MaybeUninit<f32>],
-    ret: &'o mut [MaybeUninit<f32>],
+    cs: &'s mut Compact,
 }
 
-impl RewardsVisitor<bool> for Trajectory<'_, '_> {
-    /// Gathers the policy tokens, runs one backward sweep over them and scatters the
-    /// results (see [`crate::compact`]). Returns whether the fast input checks passed;
-    /// the outputs are written only if they did.
+impl RewardsVisitor<bool> for Gather<'_, '_> {
+    /// Whether the fast input checks passed.
     fn visit<R: RewardAt>(self, rewards: R) -> bool {
-        let Trajectory { base, mask, values, source, params, adv, ret } = self;
-        with_scratch(|cs| {
-            if !cs.gather(mask, base, values, source, rewards) {
-                return false;
-            }
-            cs.prepare_results();
-            let Compact { values, rewards, advantages, returns, .. } = &mut *cs;
-            let gamma = params.gamma;
-            let gamma_lam = gamma * params.lam_for(values.len());
-            let gamma_lam_critic = gamma * params.lam_critic;
-            // A policy token bootstraps from the next policy token's value, across
-            // observations: in the compact order that is simply the next element.
-            let (mut next_v, mut a, mut c) = (0.0f64, 0.0f64, 0.0f64);
-            let inputs = values.iter().zip(rewards.iter());
-            let outputs = advantages.iter_mut().zip(returns.iter_mut());
-            for ((&v, &r), (adv, ret)) in inputs.zip(outputs).rev() {
-                let delta = r + gamma * next_v - v;
-                a = delta + gamma_lam * a;
-                c = delta + gamma_lam_critic * c;
-                *adv = a as f32;
-                *ret = (v + c) as f32;
-                next_v = v;
-            }
-            cs.scatter(adv, ret);
-            true
-        })
+        self.cs.gather(self.mask, self.base, self.values, self.source, rewards)
     }
+}
+
+/// The backward recursions of one trajectory. A policy token bootstraps from the next
+/// policy token's value, across observations: in the gathered order, the next element.
+#[derive(Default)]
+struct Chain {
+    gamma: f64,
+    gamma_lam: f64,
+    gamma_lam_critic: f64,
+    next_v: f64,
+    a: f64,
+    c: f64,
+}
+
+impl Chain {
+    fn new(params: &GaeParams, n_policy: usize) -> Self {
+        let gamma = params.gamma;
+        Chain {
+            gamma,
+            gamma_lam: gamma * params.lam_for(n_policy),
+            gamma_lam_critic: gamma * params.lam_critic,
+            ..Chain::default()
+        }
+    }
+
+    /// One token, last to first: its advantage and value target.
+    #[inline(always)]
+    fn step(&mut self, v: f64, r: f64) -> (f32, f32) {
+        let delta = r + self.gamma * self.next_v - v;
+        self.a = delta + self.gamma_lam * self.a;
+        self.c = delta + self.gamma_lam_critic * self.c;
+        self.next_v = v;
+        (self.a as f32, (v + self.c) as f32)
+    }
+}
+
+/// The gathered tokens `..end` of `cs` (its inputs, and its results to write).
+#[inline(always)]
+fn lanes(cs: &mut Compact, end: usize) -> impl DoubleEndedIterator<Item = ((&f64, &f64), (&mut f32, &mut f32))> + ExactSizeIterator {
+    let Compact { values, rewards, advantages, returns, .. } = cs;
+    let inputs = values[..end].iter().zip(&rewards[..end]);
+    inputs.zip(advantages[..end].iter_mut().zip(returns[..end].iter_mut()))
+}
+
+/// Pass 2 for tokens `..end` of one trajectory, last to first.
+fn sweep(cs: &mut Compact, chain: &mut Chain, end: usize) {
+    for ((&v, &r), (adv, ret)) in lanes(cs, end).rev() {
+        (*adv, *ret) = chain.step(v, r);
+    }
+}
+
+/// Pass 2 for two trajectories: their last `min(len)` tokens interleaved, then the rest of
+/// the longer one. Each chain sees its own tokens in the same order as alone.
+fn sweep_pair(a: &mut Compact, chain_a: &mut Chain, b: &mut Compact, chain_b: &mut Chain) {
+    let (na, nb) = (a.n_policy(), b.n_policy());
+    let common = na.min(nb);
+    {
+        let Compact { values: va, rewards: ra, advantages: aa, returns: ta, .. } = &mut *a;
+        let Compact { values: vb, rewards: rb, advantages: ab, returns: tb, .. } = &mut *b;
+        let lane_a = va[na - common..].iter().zip(&ra[na - common..]).zip(aa[na - common..].iter_mut().zip(&mut ta[na - common..]));
+        let lane_b = vb[nb - common..].iter().zip(&rb[nb - common..]).zip(ab[nb - common..].iter_mut().zip(&mut tb[nb - common..]));
+        for (((&v1, &r1), (adv1, ret1)), ((&v2, &r2), (adv2, ret2))) in lane_a.zip(lane_b).rev() {
+            (*adv1, *ret1) = chain_a.step(v1, r1);
+            (*adv2, *ret2) = chain_b.step(v2, r2);
+        }
+    }
+    sweep(a, chain_a, na - common);
+    sweep(b, chain_b, nb - common);
 }
 
 #[cfg(test)]

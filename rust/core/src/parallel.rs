@@ -23,6 +23,27 @@ where
     }
 }
 
+/// Calls `f(first, chunk)` for consecutive chunks of `size` trajectories (the last may be
+/// shorter), `first` being the index of the chunk's first trajectory, in parallel; `f`
+/// must report a chunk's errors in trajectory order, so the first failing trajectory (by
+/// index) is the one reported.
+pub(crate) fn try_for_each_chunk<I, F>(items: I, size: usize, f: F) -> Result<()>
+where
+    I: IndexedParallelIterator,
+    F: Fn(usize, Vec<I::Item>) -> Result<()> + Sync + Send,
+{
+    match items
+        .chunks(size)
+        .enumerate()
+        .with_min_len(2)
+        .map(|(c, chunk)| f(c * size, chunk))
+        .find_map_first(|r| r.err())
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Maps every trajectory in `0..n` to a value in parallel, in order; the first failing
 /// trajectory (by index) is the one reported.
 pub(crate) fn try_map_trajectories<T, F>(n: usize, f: F) -> Result<Vec<T>>
