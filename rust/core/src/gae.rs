@@ -187,6 +187,23 @@ mod tests {
     }
 
     #[test]
+    fn a_trajectory_gets_the_same_bits_alone_as_paired_with_another() {
+        // Three trajectories of different policy lengths: (0, 1) are swept as a pair, 2 alone.
+        let mask: Vec<u8> = [vec![0, 1, 1, 1, 0, 1], vec![1, 1, 0, 0, 1, 1, 1, 1, 1], vec![0, 1, 1]].concat();
+        let offsets = [0i64, 6, 15, 18];
+        let values: Vec<f32> = (0..mask.len()).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
+        let rewards: Vec<f32> = mask.iter().enumerate().map(|(i, &m)| if m == 1 { (i % 3) as f32 * 0.5 } else { 0.0 }).collect();
+        let p = GaeParams { gamma: 0.97, lam: 0.9, lam_critic: 0.8, length_adaptive_alpha: None };
+        let batch = gae_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap();
+        for w in offsets.windows(2) {
+            let (s, e) = (w[0] as usize, w[1] as usize);
+            let alone = gae_advantages(&values[s..e], &mask[s..e], &[0, (e - s) as i64], Rewards::Token(&rewards[s..e]), &p).unwrap();
+            assert_eq!(batch.advantages[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), alone.advantages.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            assert_eq!(batch.returns[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), alone.returns.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
     fn length_adaptive_lambda() {
         let p = GaeParams { length_adaptive_alpha: Some(0.05), ..Default::default() };
         assert!((p.lam_for(200) - 0.9).abs() < 1e-12);
