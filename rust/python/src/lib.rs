@@ -219,8 +219,9 @@ fn value_structure<'py>(
     ))
 }
 
-/// Sets the size of the extension's thread pool (0 = default: RAYON_NUM_THREADS, else
-/// one per core).
+/// Sets the size of the extension's thread pools (0 = default: RAYON_NUM_THREADS, else
+/// one per core). Call it before the first estimator call: the Python main thread counts
+/// as one of the threads of a pool built there, and a later resize cannot adopt it.
 #[pyfunction]
 fn set_num_threads(threads: usize) -> PyResult<()> {
     pool::set_num_threads(threads).map_err(PyRuntimeError::new_err)
