@@ -43,9 +43,8 @@ pub fn gae_advantages(
                 let j = first + k;
                 let range = layout.range(j);
                 let traj_mask = &mask[range.clone()];
-                let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
                 let gather = Gather { base: range.start, mask: traj_mask, values, source: rewards, cs: &mut *cs };
-                if !rewards.with_trajectory(j, last_policy, gather) {
+                if !rewards.with_trajectory(j, traj_mask, range.start, gather) {
                     first_problem(&layout, mask, values, rewards, j)?;
                 }
                 score_ok(rewards, j)?;

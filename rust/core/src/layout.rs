@@ -125,13 +125,17 @@ impl<'a> Rewards<'a> {
         }
     }
 
-    /// Calls `f` with the reward reader of trajectory `j` (whose last policy token is
-    /// `last_policy`), monomorphised per reward kind so the inner loops do not branch on it.
+    /// Calls `f` with the reward reader of trajectory `j` (whose mask is `traj_mask`,
+    /// starting at flat token `base`), monomorphised per reward kind so the inner loops do
+    /// not branch on it. A score sits on the trajectory's last policy token.
     #[inline]
-    pub(crate) fn with_trajectory<R>(&self, j: usize, last_policy: Option<usize>, f: impl RewardsVisitor<R>) -> R {
+    pub(crate) fn with_trajectory<R>(&self, j: usize, traj_mask: &[u8], base: usize, f: impl RewardsVisitor<R>) -> R {
         match *self {
             Rewards::Token(r) => f.visit(TokenRewards(r)),
-            Rewards::Score(s) => f.visit(ScoreReward { at: last_policy.unwrap_or(usize::MAX), score: s[j] as f64 }),
+            Rewards::Score(s) => {
+                let last_policy = traj_mask.iter().rposition(|&m| m != 0).map_or(usize::MAX, |k| base + k);
+                f.visit(ScoreReward { at: last_policy, score: s[j] as f64 })
+            }
         }
     }
 }

@@ -50,7 +50,6 @@ pub fn mae_advantages(
     try_for_each_trajectory(parts, |j, (((adv, ret), turn_adv), ((starts, ends), token_turn))| {
         let range = layout.range(j);
         let traj_mask = &mask[range.clone()];
-        let last_policy = traj_mask.iter().rposition(|&m| m != 0).map(|k| range.start + k);
         let traj = Trajectory {
             base: range.start,
             mask: traj_mask,
@@ -60,7 +59,7 @@ pub fn mae_advantages(
             first_turn: traj_offsets[j],
             out: Outputs { adv, ret, turn_adv, starts, ends, token_turn },
         };
-        if !rewards.with_trajectory(j, last_policy, traj) {
+        if !rewards.with_trajectory(j, traj_mask, range.start, traj) {
             first_problem(&layout, mask, values, rewards, j)?;
         }
         score_ok(rewards, j)
