@@ -2,6 +2,8 @@
 //! observation tokens are skipped, so a policy token bootstraps from the next *policy*
 //! token's value, across observations.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::error::Result;
@@ -119,17 +121,20 @@ impl Chain {
     }
 }
 
-/// The gathered tokens `..end` of `cs` (its inputs, and its results to write).
+/// The gathered tokens `tokens` of `cs` (its inputs, and its results to write).
 #[inline(always)]
-fn lanes(cs: &mut Compact, end: usize) -> impl DoubleEndedIterator<Item = ((&f64, &f64), (&mut f32, &mut f32))> + ExactSizeIterator {
+fn lanes(
+    cs: &mut Compact,
+    tokens: Range<usize>,
+) -> impl DoubleEndedIterator<Item = ((&f64, &f64), (&mut f32, &mut f32))> + ExactSizeIterator {
     let Compact { values, rewards, advantages, returns, .. } = cs;
-    let inputs = values[..end].iter().zip(&rewards[..end]);
-    inputs.zip(advantages[..end].iter_mut().zip(returns[..end].iter_mut()))
+    let inputs = values[tokens.clone()].iter().zip(&rewards[tokens.clone()]);
+    inputs.zip(advantages[tokens.clone()].iter_mut().zip(&mut returns[tokens]))
 }
 
 /// Pass 2 for tokens `..end` of one trajectory, last to first.
 fn sweep(cs: &mut Compact, chain: &mut Chain, end: usize) {
-    for ((&v, &r), (adv, ret)) in lanes(cs, end).rev() {
+    for ((&v, &r), (adv, ret)) in lanes(cs, 0..end).rev() {
         (*adv, *ret) = chain.step(v, r);
     }
 }
@@ -139,15 +144,11 @@ fn sweep(cs: &mut Compact, chain: &mut Chain, end: usize) {
 fn sweep_pair(a: &mut Compact, chain_a: &mut Chain, b: &mut Compact, chain_b: &mut Chain) {
     let (na, nb) = (a.n_policy(), b.n_policy());
     let common = na.min(nb);
+    for (((&v1, &r1), (adv1, ret1)), ((&v2, &r2), (adv2, ret2))) in
+        lanes(a, na - common..na).zip(lanes(b, nb - common..nb)).rev()
     {
-        let Compact { values: va, rewards: ra, advantages: aa, returns: ta, .. } = &mut *a;
-        let Compact { values: vb, rewards: rb, advantages: ab, returns: tb, .. } = &mut *b;
-        let lane_a = va[na - common..].iter().zip(&ra[na - common..]).zip(aa[na - common..].iter_mut().zip(&mut ta[na - common..]));
-        let lane_b = vb[nb - common..].iter().zip(&rb[nb - common..]).zip(ab[nb - common..].iter_mut().zip(&mut tb[nb - common..]));
-        for (((&v1, &r1), (adv1, ret1)), ((&v2, &r2), (adv2, ret2))) in lane_a.zip(lane_b).rev() {
-            (*adv1, *ret1) = chain_a.step(v1, r1);
-            (*adv2, *ret2) = chain_b.step(v2, r2);
-        }
+        (*adv1, *ret1) = chain_a.step(v1, r1);
+        (*adv2, *ret2) = chain_b.step(v2, r2);
     }
     sweep(a, chain_a, na - common);
     sweep(b, chain_b, nb - common);
