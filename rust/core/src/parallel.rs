@@ -32,16 +32,7 @@ where
     I: IndexedParallelIterator,
     F: Fn(usize, Vec<I::Item>) -> Result<()> + Sync + Send,
 {
-    match items
-        .chunks(size)
-        .enumerate()
-        .with_min_len(2)
-        .map(|(c, chunk)| f(c * size, chunk))
-        .find_map_first(|r| r.err())
-    {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    try_for_each_trajectory(items.chunks(size), |c, chunk| f(c * size, chunk))
 }
 
 /// Maps every trajectory in `0..n` to a value in parallel, in order; the first failing
