@@ -80,42 +80,39 @@ def test_set_num_threads_resizes_the_pool():
         mpo_rs.set_num_threads(0)  # back to the default size
 
 
-def _child(queue):
+def _child(queue, threads):
+    if threads:
+        mpo_rs.set_num_threads(threads)
     queue.put((mpo_rs.get_num_threads(), digest(*all_outputs(*synthetic(400)))))
 
 
-def test_the_pool_works_in_forked_children():
-    parent = digest(*all_outputs(*synthetic(400)))  # the parent's pool is now running
+def _in_forked_children(n: int, threads: int = 0) -> list[tuple[int, str]]:
+    """(pool size, output digest) from each of `n` forked children; `threads` > 0 resizes
+    the child's pool first."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(queue,)) for _ in range(2)]
+    procs = [ctx.Process(target=_child, args=(queue, threads)) for _ in range(n)]
     for p in procs:
         p.start()
     results = [queue.get(timeout=60) for _ in procs]
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    for threads, h in results:
+    return results
+
+
+def test_the_pool_works_in_forked_children():
+    parent = digest(*all_outputs(*synthetic(400)))  # the parent's pool is now running
+    for threads, h in _in_forked_children(2):
         assert threads == 1, "a forked child defaults to one thread, like torch's workers"
         assert h == parent
-
-
-def _child_resized(queue):
-    mpo_rs.set_num_threads(2)
-    queue.put((mpo_rs.get_num_threads(), digest(*all_outputs(*synthetic(400)))))
 
 
 def test_a_forked_child_can_grow_its_pool():
     """The child's main thread carries the parent's worker state (the parent's main thread
     is the parent pool's worker 0); its own pool must still run calls, at any size."""
     parent = digest(*all_outputs(*synthetic(400)))
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child_resized, args=(queue,))
-    proc.start()
-    threads, h = queue.get(timeout=60)
-    proc.join(timeout=60)
-    assert proc.exitcode == 0 and threads == 2 and h == parent
+    assert _in_forked_children(1, threads=2) == [(2, parent)]
 
 
 _POOL_THREADS_SCRIPT = """
