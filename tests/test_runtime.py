@@ -162,6 +162,48 @@ def test_calls_from_several_threads_at_once_agree_with_the_main_thread():
     assert got == [expect] * 12
 
 
+_OTHER_THREAD_SCRIPT = """
+import os, sys, threading, numpy as np, mpo_rs
+if sys.argv[1] == "set":
+    mpo_rs.set_num_threads(1)
+m = np.array([1, 1, 0, 1], np.uint8)
+o = np.array([0, 4])
+s = np.array([1.0, 0.0], np.float32)
+mpo_rs.segment_turns(m, o)  # the main thread's first call builds the pool
+calls = [
+    lambda: mpo_rs.segment_turns(m, o),
+    lambda: mpo_rs.mae_advantages(np.zeros(4, np.float32), m, o, scores=s[:1]),
+    lambda: mpo_rs.group_advantages(s, np.array([0, 0])),
+]
+for call in calls:
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():
+        print("hung", flush=True)
+        os._exit(3)  # a thread stuck in the pool would also block a normal exit
+print("ok", mpo_rs.get_num_threads())
+"""
+
+
+@pytest.mark.parametrize(
+    "how, env",
+    [("env", {"RAYON_NUM_THREADS": "1"}), ("set", {}), ("env", {"RAYON_NUM_THREADS": "2"})],
+)
+def test_a_pool_of_one_thread_serves_calls_from_other_threads(how, env):
+    # A one-thread pool whose worker was the adopted main thread never ran another
+    # thread's call: the call waited forever and the process could not exit.
+    out = subprocess.run(
+        [sys.executable, "-c", _OTHER_THREAD_SCRIPT, how],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert out.stdout.split()[0] == "ok"
+
+
 def test_contiguous_inputs_of_the_right_dtype_are_not_copied():
     values, mask, offsets, scores = synthetic(10)
     assert _arrays.float32(values, "values") is values

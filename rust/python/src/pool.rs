@@ -16,7 +16,9 @@
 //!   the caller made the kernel start both workers on one core in about half the calls,
 //!   which doubled the wall time of a 5 ms call (measured: GAE median 6.0 -> 4.2 ms, MAE
 //!   9.2 -> 5.8 ms, 3.36M tokens, cold caches). Calls from other threads are queued as
-//!   before and run on the spawned workers.
+//!   before and run on the spawned workers — so a pool of one thread (RAYON_NUM_THREADS=1,
+//!   `set_num_threads(1)`, a 1-CPU container) has no adopted thread: its one worker is
+//!   spawned, or calls from other threads would wait for a worker that never comes.
 //! - [`for_stages`] has only spawned workers: the Parquet pipeline submits work from its
 //!   decode and encode threads, and an adopted main thread, blocked between batches, would
 //!   leave those stages one worker short.
@@ -63,12 +65,28 @@ pub fn on_import(is_main: bool) {
     }
 }
 
+/// The number of threads rayon gives a pool asked for `requested` (0 = its default:
+/// RAYON_NUM_THREADS if a positive number, else the CPUs this process may run on).
+fn effective_threads(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    match std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.trim().parse::<usize>().ok()) {
+        Some(n) if n > 0 => n,
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
 fn build(threads: usize, adopt_main_thread: bool) -> Result<&'static Pool, String> {
     let builder = || ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("mpo-rs-{i}"));
     let on_main = MAIN_THREAD.get() == Some(&std::thread::current().id());
-    // Adoption fails if this thread already belongs to a pool (an earlier pool of ours,
-    // or the parent's, inherited through fork): build without it then.
-    let adopted = if adopt_main_thread && on_main { builder().use_current_thread().build().ok() } else { None };
+    // An adopted main thread works for the pool only while it is inside a call of its
+    // own; a pool whose one worker is that thread would never run another thread's call
+    // (it would wait forever). Adopt only when at least one spawned worker remains.
+    // Adoption also fails if this thread already belongs to a pool (an earlier pool of
+    // ours, or the parent's, inherited through fork): build without it then.
+    let adopt = adopt_main_thread && on_main && effective_threads(threads) >= 2;
+    let adopted = if adopt { builder().use_current_thread().build().ok() } else { None };
     let pool = match adopted {
         Some(pool) => pool,
         None => builder().build().map_err(|e| format!("cannot start the mpo_rs thread pool: {e}"))?,
