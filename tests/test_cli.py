@@ -428,6 +428,24 @@ def test_path_combinations_exit_2(log_file, tmp_path):
     assert r.returncode == 2 and "holds no .parquet files" in r.stderr
 
 
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_an_input_linked_to_a_file_inside_output_is_refused_and_kept(log_file, tmp_path, link):
+    # `in/` holds a link to `out/real.parquet`: replacing `out/` would delete the input.
+    out = tmp_path / "out"
+    ok("advantages", log_file, "-o", tmp_path / "first.parquet")
+    out.mkdir()
+    real = out / "real.parquet"
+    shutil.copy(log_file, real)
+    before = real.read_bytes()
+    src = tmp_path / "in"
+    src.mkdir()
+    (os.symlink if link == "symlink" else os.link)(real, src / "a.parquet")
+    r = run_cli("advantages", src, "-o", out)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "replacing OUTPUT would delete it" in r.stderr, r.stderr
+    assert real.read_bytes() == before
+
+
 def test_progress_line_on_a_terminal(log_file, tmp_path):
     from mpo_rs import cli
 

@@ -1,6 +1,7 @@
 //! INPUT and OUTPUT of a run: finding the Parquet files, and refusing combinations that
 //! could modify or destroy an input or unrelated files.
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -74,6 +75,9 @@ impl Targets {
             if files.is_empty() {
                 return Err(LogError::Usage(format!("INPUT directory {} holds no .parquet files", input.display())));
             }
+            if out_meta.is_some() {
+                refuse_inputs_inside_output(input, &files, output, &out_canon)?;
+            }
             Ok(Targets::Dir { input: input.to_path_buf(), output: output.to_path_buf(), files })
         } else {
             if out_meta.as_ref().is_some_and(|m| m.is_dir()) {
@@ -93,6 +97,54 @@ impl Targets {
             Targets::Dir { input, files, .. } => files.iter().map(|f| (input.join(f), f.clone())).collect(),
         }
     }
+}
+
+/// Replacing OUTPUT deletes every file in its tree, so no input may be one of them: not
+/// through a symlink (its resolved path), a hard link or a bind mount (its device and
+/// inode, which every name of a file shares).
+fn refuse_inputs_inside_output(input: &Path, files: &[PathBuf], output: &Path, out_canon: &Path) -> Result<(), LogError> {
+    let mut in_output = HashSet::new();
+    file_ids_under(output, &mut in_output)?;
+    for file in files {
+        let path = input.join(file);
+        let canon = fs::canonicalize(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
+        let meta = fs::metadata(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
+        if canon.starts_with(out_canon) || file_id(&meta).is_some_and(|id| in_output.contains(&id)) {
+            return Err(LogError::Usage(format!(
+                "INPUT file {} is a file inside OUTPUT {} (through a link or a mount); replacing OUTPUT would delete it",
+                path.display(),
+                output.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// (device, inode) of a file; `None` where the platform has no such identity.
+#[cfg(unix)]
+fn file_id(m: &fs::Metadata) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    Some((m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id(_: &fs::Metadata) -> Option<(u64, u64)> {
+    None
+}
+
+/// The ids of the files a replacement of `dir` would delete: its tree, symlinks not
+/// followed (deleting a symlink leaves its target alone).
+fn file_ids_under(dir: &Path, ids: &mut HashSet<(u64, u64)>) -> Result<(), LogError> {
+    for entry in sorted_entries(dir)? {
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path).map_err(|e| LogError::io(&path, "cannot read", e))?;
+        if meta.is_dir() {
+            file_ids_under(&path, ids)?;
+        } else if meta.is_file() {
+            ids.extend(file_id(&meta));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(unix)]
@@ -199,6 +251,24 @@ mod tests {
         fs::create_dir_all(&other).unwrap();
         fs::write(other.join("thesis.tex"), b"x").unwrap();
         assert!(usage(&input, &other));
+        // An input that is, through a link, a file inside OUTPUT: replacing OUTPUT
+        // would delete it.
+        let out = d.join("out");
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("real.parquet"), b"x").unwrap();
+        let linked = d.join("linked");
+        fs::create_dir_all(&linked).unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(out.join("real.parquet"), linked.join("sym.parquet")).unwrap();
+            assert!(usage(&linked, &out), "a symlink into OUTPUT");
+            fs::remove_file(linked.join("sym.parquet")).unwrap();
+        }
+        fs::hard_link(out.join("real.parquet"), linked.join("hard.parquet")).unwrap();
+        assert!(usage(&linked, &out), "a hard link into OUTPUT");
+        fs::remove_file(linked.join("hard.parquet")).unwrap();
+        fs::write(linked.join("own.parquet"), b"x").unwrap();
+        assert!(Targets::resolve(&linked, &out).is_ok(), "an unrelated input");
         // A missing input is an I/O error, not a usage error.
         let e = Targets::resolve(&d.join("nope.parquet"), &d.join("o.parquet")).unwrap_err();
         assert!(matches!(e, LogError::Io { .. }), "{e}");
