@@ -28,8 +28,10 @@ ratios and dual-clip constant.
 verl calls registered estimators without ``values``. The critic estimators get them
 through a wrapper around verl's ``compute_advantage`` (:func:`install_values_hook`),
 installed on import unless ``MPO_RS_VERL_VALUES_HOOK=0``; the critic itself runs only with
-``critic.enable=True``. Estimator options beyond ``algorithm.gamma`` / ``algorithm.lam``
-live under ``algorithm.mpo`` (see :class:`MPOOptions`). Details: ``docs/integrations.md``.
+``critic.enable=True``. The same hook makes verl's v1 trainer group multi-output sessions
+for ``mpo_grpo`` as it does for ``grpo`` (:data:`SESSION_GROUPED_ESTIMATORS`). Estimator
+options beyond ``algorithm.gamma`` / ``algorithm.lam`` live under ``algorithm.mpo`` (see
+:class:`MPOOptions`). Details: ``docs/integrations.md``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ __all__ = [
     "InvalidConfigError",
     "MPOOptions",
     "MissingCriticValuesError",
+    "SESSION_GROUPED_ESTIMATORS",
     "compute_gae_advantage_return",
     "compute_mpo_gae_advantage",
     "compute_mpo_grpo_advantage",
@@ -82,6 +85,13 @@ LOSS_MODES = ("mpo", "mpo_geo_mean")
 VALUES_HOOK_ENV = "MPO_RS_VERL_VALUES_HOOK"
 
 _RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+_V1_UTILS = "verl.trainer.ppo.v1.utils"
+
+# Plug-in estimator -> the verl estimator whose multi-output session grouping it gets in the
+# v1 trainer. verl 0.9.1's compute_advantage_for_multi_trajectories groups `{uid}_{session}`
+# outputs only for "grpo": it scores each session by its final output and gives that row's
+# advantage to every output of the session, which is right only for one advantage per row.
+SESSION_GROUPED_ESTIMATORS = {"mpo_grpo": "grpo"}
 
 
 class MissingCriticValuesError(ValueError):
@@ -272,6 +282,13 @@ def _whiten(advantages: np.ndarray, policy: np.ndarray) -> np.ndarray:
 # Set by the compute_advantage wrapper for the duration of one call (see install_values_hook).
 _CRITIC_VALUES: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar(
     "mpo_rs_verl_critic_values", default=None
+)
+
+
+# Set by the compute_advantage_for_multi_trajectories wrapper to the plug-in estimator that
+# verl's session grouping, run for the mirrored name, must call instead (see install_values_hook).
+_SESSION_ESTIMATOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "mpo_rs_verl_session_estimator", default=None
 )
 
 
@@ -641,11 +658,17 @@ def compute_policy_loss_mpo_geo_mean(
 
 def _wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
     """verl's ``compute_advantage``, which for the critic estimators makes the batch's
-    ``values`` visible to them for the duration of the call. Everything else is verl's."""
+    ``values`` visible to them for the duration of the call, and inside a session-grouped
+    multi-trajectory call runs the plug-in estimator where verl asks for the one it mirrors.
+    Everything else is verl's."""
 
     @functools.wraps(original)
     def compute_advantage(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(adv_estimator, "value", adv_estimator)
+        session = _SESSION_ESTIMATOR.get()
+        if session is not None and name == SESSION_GROUPED_ESTIMATORS[session]:
+            _SESSION_ESTIMATOR.set(None)  # consumed: the wrapper below checks it was
+            adv_estimator = name = session
         if name not in CRITIC_ESTIMATORS:
             return original(data, adv_estimator, *args, **kwargs)
         batch = data.batch
@@ -660,50 +683,106 @@ def _wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
     return compute_advantage
 
 
-def _patch_compute_advantage(ray_trainer: ModuleType) -> None:
-    original = ray_trainer.compute_advantage
+def _wrap_multi_trajectories(original: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's v1 ``compute_advantage_for_multi_trajectories``, which for a session-grouped
+    plug-in estimator runs verl's own session grouping (taken only for the mirrored name) with
+    the plug-in estimator computing the sessions' final outputs. Everything else is verl's."""
+
+    @functools.wraps(original)
+    def compute_advantage_for_multi_trajectories(
+        data: Any, batch_keys: Any, adv_estimator: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        name = getattr(adv_estimator, "value", adv_estimator)
+        mirrored = SESSION_GROUPED_ESTIMATORS.get(name)
+        if mirrored is None:
+            return original(data, batch_keys, adv_estimator, *args, **kwargs)
+        token = _SESSION_ESTIMATOR.set(name)
+        try:
+            out = original(data, batch_keys, mirrored, *args, **kwargs)
+            if _SESSION_ESTIMATOR.get() is not None:
+                # verl's grouping ran its own estimator: refuse its result rather than pass it off.
+                raise RuntimeError(
+                    f"verl's compute_advantage_for_multi_trajectories did not call the mpo_rs-hooked "
+                    f"compute_advantage, so {name!r} could not be grouped by session; call "
+                    "mpo_rs.integrations.verl.install_values_hook() before verl.trainer.ppo.v1 is imported"
+                )
+            return out
+        finally:
+            _SESSION_ESTIMATOR.reset(token)
+
+    compute_advantage_for_multi_trajectories.__mpo_rs_values_hook__ = True  # type: ignore[attr-defined]
+    return compute_advantage_for_multi_trajectories
+
+
+def _patch(module: ModuleType, attribute: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = getattr(module, attribute)
     if getattr(original, "__mpo_rs_values_hook__", False):
         return
-    wrapped = _wrap_compute_advantage(original)
-    setattr(ray_trainer, "compute_advantage", wrapped)
-    # Trainers that already ran `from ...ray_trainer import compute_advantage` hold their own
-    # binding (verl.trainer.ppo.v1.utils does); modules imported later read the patched one.
-    for name, module in list(sys.modules.items()):
-        if name.startswith("verl.") and getattr(module, "compute_advantage", None) is original:
-            setattr(module, "compute_advantage", wrapped)
+    wrapped = wrap(original)
+    setattr(module, attribute, wrapped)
+    # Modules that already ran `from ... import <attribute>` hold their own binding
+    # (verl.trainer.ppo.v1.utils does for compute_advantage); later imports read the patched one.
+    for name, other in list(sys.modules.items()):
+        if name.startswith("verl.") and getattr(other, attribute, None) is original:
+            setattr(other, attribute, wrapped)
+
+
+def _patch_compute_advantage(ray_trainer: ModuleType) -> None:
+    _patch(ray_trainer, "compute_advantage", _wrap_compute_advantage)
+
+
+def _patch_multi_trajectories(v1_utils: ModuleType) -> None:
+    _patch(v1_utils, "compute_advantage_for_multi_trajectories", _wrap_multi_trajectories)
+
+
+# Module -> (the function patched in it, the patch), applied right after the module executes.
+_PATCHES: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
+    _RAY_TRAINER: ("compute_advantage", _patch_compute_advantage),
+    _V1_UTILS: ("compute_advantage_for_multi_trajectories", _patch_multi_trajectories),
+}
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Patches ``compute_advantage`` right after verl's ``ray_trainer`` module executes, so
+    """Patches verl's ``ray_trainer`` and v1 ``utils`` modules right after each executes, so
     that the hook costs nothing (and imports nothing) in processes that never train."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname != _RAY_TRAINER:
+        if fullname not in _PATCHES:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
+                spec.loader = _PatchingLoader(spec.loader, _PATCHES[fullname][1])
                 return spec
         return None
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, patch: Callable[[ModuleType], None]) -> None:
         self.loader = loader
+        self.patch = patch
 
     def create_module(self, spec: Any) -> ModuleType | None:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
-        _patch_compute_advantage(module)
-        _remove_import_patcher()
+        self.patch(module)
+        if _all_patched():
+            _remove_import_patcher()
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package, ...
         return getattr(self.loader, name)
+
+
+def _all_patched() -> bool:
+    for name, (attribute, _) in _PATCHES.items():
+        fn = getattr(sys.modules.get(name), attribute, None)
+        if not getattr(fn, "__mpo_rs_values_hook__", False):
+            return False
+    return True
 
 
 def _is_import_patcher(finder: object) -> bool:
@@ -717,20 +796,28 @@ def _remove_import_patcher() -> None:
 
 
 def install_values_hook() -> None:
-    """Lets ``mpo_gae`` and ``mpo_mae`` read the critic's values inside verl.
+    """Lets ``mpo_gae`` and ``mpo_mae`` read the critic's values inside verl, and makes the
+    v1 trainer group multi-output sessions for ``mpo_grpo`` as it does for ``grpo``.
 
     verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``) passes ``values`` only to
     its built-in ``gae``. This wraps it: for the mpo_rs critic estimators the wrapper exposes
     ``data.batch["values"]`` to the estimator for the duration of the call and otherwise
-    calls verl's function unchanged. Idempotent; if ``ray_trainer`` is not imported yet the
-    patch is applied when it is (nothing is imported here). The plug-in calls this on
-    import unless ``MPO_RS_VERL_VALUES_HOOK=0``. The critic must run: ``critic.enable=True``.
+    calls verl's function unchanged. It also wraps the v1 trainer's
+    ``compute_advantage_for_multi_trajectories`` (``verl.trainer.ppo.v1.utils``), which groups
+    sessions only for ``grpo``: for the estimators in :data:`SESSION_GROUPED_ESTIMATORS` it
+    runs verl's grouping for the mirrored name with the plug-in estimator in its place.
+    Idempotent; a module not imported yet is patched when it is (nothing is imported here).
+    The plug-in calls this on import unless ``MPO_RS_VERL_VALUES_HOOK=0``. The critic must
+    run: ``critic.enable=True``.
     """
-    module = sys.modules.get(_RAY_TRAINER)
-    if module is not None and hasattr(module, "compute_advantage"):
-        _patch_compute_advantage(module)
-        return
-    if not any(_is_import_patcher(f) for f in sys.meta_path):
+    pending = False
+    for name, (attribute, patch) in _PATCHES.items():
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, attribute):
+            patch(module)
+        else:
+            pending = True
+    if pending and not any(_is_import_patcher(f) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchAfterImport())
 
 
