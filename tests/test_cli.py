@@ -481,6 +481,40 @@ def test_corrupt_truncated_and_missing_files(log_file, tmp_path):
     assert not (tmp_path / "out.parquet").exists()
 
 
+def _flip_inside_a_data_page(src: Path, dst: Path, column: str) -> None:
+    """Copies `src` to `dst` with 4 bytes of `column`'s last data page in row group 0
+    inverted: its payload, not a header and not the footer."""
+    md = pq.ParquetFile(src).metadata.row_group(0)
+    chunk = next(md.column(j) for j in range(md.num_columns) if md.column(j).path_in_schema.split(".")[0] == column)
+    assert not chunk.has_dictionary_page
+    end = chunk.data_page_offset + chunk.total_compressed_size
+    data = bytearray(src.read_bytes())
+    data[end - 8 : end - 4] = bytes(b ^ 0xFF for b in data[end - 8 : end - 4])
+    dst.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("estimator", ["mae", "grpo"])
+def test_page_checksums_are_verified(log, tmp_path, estimator):
+    src = tmp_path / "crc.parquet"
+    # Plain, uncompressed pages: a flipped byte changes a value and nothing else notices.
+    pq.write_table(table_of(log, slice(0, 60)), src, write_page_checksum=True, compression="NONE", use_dictionary=False)
+    out = tmp_path / "out.parquet"
+    ok("advantages", src, "-o", out, "-q", "--estimator", estimator)
+    before = out.read_bytes()
+    column = "values" if estimator == "mae" else "score"
+    bad = tmp_path / "bad.parquet"
+    _flip_inside_a_data_page(src, bad, column)
+    with pytest.raises(OSError, match="CRC checksum verification failed"):
+        pq.read_table(bad, page_checksum_verification=True)
+    r = run_cli("advantages", bad, "-o", out, "--estimator", estimator)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert f"{bad}: row group 0: column `{column}`: cannot read Parquet" in r.stderr, r.stderr
+    assert "CRC checksum mismatch" in r.stderr, r.stderr
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet", "crc.parquet", "out.parquet"]
+
+
 @pytest.mark.parametrize(
     "args, pattern",
     [
