@@ -204,6 +204,10 @@ def _bad_tables():
     nan[5][first_policy] = float("nan")
     masks = [list(map(int, log["mask"][a:b])) for a, b in zip(log["offsets"][:-1], log["offsets"][1:])]
     masks[1][0] = 2
+    huge = [v.copy() for v in values]
+    huge[2][-1] = 1e300  # float64 only: it would become inf in float32
+    huge_scores = log["scores"].astype(np.float64)
+    huge_scores[4] = -3.5e38
     f32 = pa.list_(pa.float32())
     return [
         (_replace(t, "values", pa.array(null_list, f32)), r"row 4, column `values`: null list"),
@@ -211,6 +215,8 @@ def _bad_tables():
         (_replace(t, "values", pa.array(short, f32)), r"row 2: column `values` has \d+ tokens but `loss_mask` has"),
         (_replace(t, "values", pa.array(nan, f32)), rf"row 5, column `values`: NaN is not finite at token {first_policy}"),
         (_replace(t, "loss_mask", pa.array(masks, pa.list_(pa.int8()))), r"row 1, column `loss_mask`: the mask must hold 0 or 1, found 2 at token 0"),
+        (_replace(t, "values", pa.array(huge, pa.list_(pa.float64()))), rf"row 2, column `values`: 1e300 at token {lens[2] - 1} is outside float32's range"),
+        (_replace(t, "score", pa.array(huge_scores)).drop_columns(["rewards"]), r"row 4, column `score`: -3.5e38 is outside float32's range"),
         (t.drop_columns(["values"]), r"missing column `values`"),
         (_replace(t, "values", pa.array([["x"]] * 6)), r"column `values` has type List\(.*Utf8.*\), expected list<float or integer>"),
         (t.append_column("advantages", t["score"]), r"column `advantages` is already in the input"),

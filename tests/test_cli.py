@@ -195,20 +195,25 @@ def _slow_run_script(src: Path, dst: Path) -> str:
     )
 
 
-def _kill_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int) -> None:
-    """SIGKILLs `proc` once a staged temporary in `directory` has `min_bytes`."""
+def _signal_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int, sig: int) -> None:
+    """Sends `sig` to `proc` once a staged temporary in `directory` has `min_bytes`."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        assert proc.poll() is None, "the run finished before it could be killed"
+        assert proc.poll() is None, "the run finished before it could be signalled"
         for p in directory.rglob("*"):
             staged = ".mpo-rs-" in str(p.relative_to(directory))  # a temp file or inside a temp dir
             if staged and p.is_file() and p.stat().st_size >= min_bytes:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+                proc.send_signal(sig)
                 return
         time.sleep(0.002)
     proc.kill()
     raise AssertionError("no staged output appeared")
+
+
+def _kill_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int) -> None:
+    """SIGKILLs `proc` once a staged temporary in `directory` has `min_bytes`."""
+    _signal_when_staged(proc, directory, min_bytes, signal.SIGKILL)
+    proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -278,6 +283,105 @@ def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
     assert err == "mpo-rs: error: interrupted\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
     assert out.read_bytes() == b"an earlier output"
+
+
+# What the installed `mpo-rs` script runs (pip writes the same three lines), so the tests
+# need no script on PATH.
+CONSOLE_SCRIPT = [sys.executable, "-c", "import re\nimport sys\nfrom _mpo_rs_cli import main\nsys.exit(main())"]
+
+
+def _console_script(*args: object, **kw) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CONSOLE_SCRIPT, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A parent that ignores SIGINT (a background job) would pass that on; undo it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_sigterm_midway_stops_like_ctrl_c(big_log_file, tmp_path, kind, sig):
+    if kind == "file":
+        src, out = big_log_file, tmp_path / "out.parquet"
+        out.write_bytes(b"an earlier output")
+    else:
+        src, out = tmp_path / "in", tmp_path / "out"
+        src.mkdir()
+        shutil.copy(big_log_file, src / "a.parquet")
+        out.mkdir()
+        (out / "a.parquet").write_bytes(b"an earlier output")
+    proc = _console_script("advantages", src, "-o", out)
+    _signal_when_staged(proc, tmp_path, min_bytes=1, sig=sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err == f"mpo-rs: error: terminated by {signal.Signals(sig).name}\n"
+    # No temporary is left behind, and the earlier output is as it was.
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out.parquet"] if kind == "file" else ["in", "out"])
+    earlier = out if kind == "file" else out / "a.parquet"
+    assert earlier.read_bytes() == b"an earlier output"
+    if kind == "directory":
+        assert [p.name for p in out.iterdir()] == ["a.parquet"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, sig):
+    # In the first few tenths of a second the command is still importing numpy and the
+    # extension; a signal there must be as quiet as one during the run.
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"an earlier output")
+    message = "interrupted" if sig == signal.SIGINT else "terminated by SIGTERM"
+
+    def check(proc: subprocess.Popen[str], err: str, when: object) -> None:
+        assert proc.returncode in (128 + sig, -sig), (when, proc.returncode, err)
+        assert err in ("", f"mpo-rs: error: {message}\n"), (when, err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet"]
+        assert out.read_bytes() == b"an earlier output"
+
+    for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5):
+        proc = _console_script("advantages", big_log_file, "-o", out)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        if "init_import_site" in err:
+            # The interpreter itself was still starting (its `site` import, before any
+            # line of mpo-rs ran); that is CPython's own message, a few ms on an idle
+            # machine.
+            continue
+        # A signal before Python installed its handlers ends the process silently.
+        check(proc, err, delay)
+    # The same, deterministically inside the import of numpy: an audit hook says when
+    # that import starts and holds it there.
+    hold = (
+        "import sys, time\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'numpy':\n"
+        "        print('importing numpy', flush=True); time.sleep(30)\n"
+        "sys.addaudithook(hook)\n"
+    )
+    argv = [sys.executable, "-c", hold + CONSOLE_SCRIPT[2], "advantages", str(big_log_file), "-o", str(out)]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "importing numpy\n"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig and err == f"mpo-rs: error: {message}\n", (proc.returncode, err)
+    check(proc, err, "during the import of numpy")
+
+
+def test_importing_mpo_rs_leaves_signal_handling_alone():
+    code = (
+        "import signal, mpo_rs, mpo_rs.cli, mpo_rs.arrow\n"
+        "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,"
+        " signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["True", "True"], r.stderr
 
 
 def test_output_equal_to_input_is_refused(log_file, tmp_path):
@@ -377,6 +481,40 @@ def test_corrupt_truncated_and_missing_files(log_file, tmp_path):
     assert not (tmp_path / "out.parquet").exists()
 
 
+def _flip_inside_a_data_page(src: Path, dst: Path, column: str) -> None:
+    """Copies `src` to `dst` with 4 bytes of `column`'s last data page in row group 0
+    inverted: its payload, not a header and not the footer."""
+    md = pq.ParquetFile(src).metadata.row_group(0)
+    chunk = next(md.column(j) for j in range(md.num_columns) if md.column(j).path_in_schema.split(".")[0] == column)
+    assert not chunk.has_dictionary_page
+    end = chunk.data_page_offset + chunk.total_compressed_size
+    data = bytearray(src.read_bytes())
+    data[end - 8 : end - 4] = bytes(b ^ 0xFF for b in data[end - 8 : end - 4])
+    dst.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("estimator", ["mae", "grpo"])
+def test_page_checksums_are_verified(log, tmp_path, estimator):
+    src = tmp_path / "crc.parquet"
+    # Plain, uncompressed pages: a flipped byte changes a value and nothing else notices.
+    pq.write_table(table_of(log, slice(0, 60)), src, write_page_checksum=True, compression="NONE", use_dictionary=False)
+    out = tmp_path / "out.parquet"
+    ok("advantages", src, "-o", out, "-q", "--estimator", estimator)
+    before = out.read_bytes()
+    column = "values" if estimator == "mae" else "score"
+    bad = tmp_path / "bad.parquet"
+    _flip_inside_a_data_page(src, bad, column)
+    with pytest.raises(OSError, match="CRC checksum verification failed"):
+        pq.read_table(bad, page_checksum_verification=True)
+    r = run_cli("advantages", bad, "-o", out, "--estimator", estimator)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert f"{bad}: row group 0: column `{column}`: cannot read Parquet" in r.stderr, r.stderr
+    assert "CRC checksum mismatch" in r.stderr, r.stderr
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet", "crc.parquet", "out.parquet"]
+
+
 @pytest.mark.parametrize(
     "args, pattern",
     [
@@ -473,4 +611,4 @@ def test_console_script_is_declared():
     scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
     if "mpo-rs" not in scripts:
         pytest.skip("package metadata not installed (source tree)")
-    assert scripts["mpo-rs"] == "mpo_rs.cli:main"
+    assert scripts["mpo-rs"] == "_mpo_rs_cli:main"

@@ -177,3 +177,22 @@ def test_no_input_crashes_the_process(values, mask, offsets, rewards, as_scores,
         mpo_rs.group_advantages(values, mask)
     except ValueError:
         pass
+
+
+@pytest.mark.parametrize("fn", ESTIMATORS)
+def test_float64_beyond_float32_is_named_with_its_value_and_no_warning(fn):
+    import warnings
+
+    values = np.array([1, 2, 0, 3, 1e300, 5], np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow RuntimeWarning would fail here
+        with pytest.raises(mpo_rs.InvalidBatchError, match=r"^`values`: 1e300 at token 4 is outside float32's range$"):
+            call(fn, values=values)
+        with pytest.raises(mpo_rs.InvalidBatchError, match=r"^`scores`: -3.5e38 at trajectory 1 is outside float32's range$"):
+            call(fn, scores=np.array([1.0, -3.5e38]))
+        # Up to float32's largest value is in range; an infinite float64 is still "not finite".
+        from mpo_rs._arrays import float32
+
+        assert float32(np.array([3.4028235e38, -1e-300]), "values").tolist() == [np.finfo(np.float32).max, -0.0]
+        with pytest.raises(mpo_rs.InvalidBatchError, match=r"`values` is not finite \(inf\) at token 4"):
+            call(fn, values=np.where(np.arange(6) == 4, np.inf, VALUES.astype(np.float64)))

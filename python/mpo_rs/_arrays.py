@@ -41,12 +41,35 @@ def _one_dim(arr: np.ndarray, name: str) -> None:
         raise InvalidBatchError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
 
 
+# Arguments with one number per trajectory rather than per token (for error messages).
+_PER_TRAJECTORY = frozenset({"scores", "per_trajectory"})
+
+
 def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
     arr = as_numpy(x, name)
     if arr.dtype.kind not in "fiub":
         raise TypeError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
     _one_dim(arr, name)
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.dtype.kind != "f" or arr.dtype.itemsize <= 4:
+        return np.ascontiguousarray(arr, dtype=np.float32)  # integers and halves always fit
+    # A wider float beyond float32's range would become ±inf (with a RuntimeWarning) and
+    # then be blamed as "inf is not finite"; name the value instead.
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(out).all():
+        beyond = np.flatnonzero(np.isinf(out) & np.isfinite(arr))
+        if beyond.size:
+            i = int(beyond[0])
+            where = "trajectory" if name in _PER_TRAJECTORY else "token"
+            raise InvalidBatchError(
+                f"`{name}`: {_number(arr[i])} at {where} {i} is outside float32's range"
+            )
+    return out
+
+
+def _number(x: Any) -> str:
+    """A float as the Parquet tool prints it: 1e300, -3.5e38."""
+    return repr(float(x)).replace("e+", "e")
 
 
 def int64(x: Any, name: str) -> npt.NDArray[np.int64]:

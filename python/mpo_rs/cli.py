@@ -131,36 +131,35 @@ def _fail(message: str, code: int) -> int:
 def _advantages(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
     try:
-        summary = advantages_parquet(
-            args.input,
-            args.output,
-            estimator=args.estimator,
-            lam=args.lam,
-            lam_intra=args.lam_intra,
-            beta=args.beta,
-            gamma=args.gamma,
-            lam_critic=args.lam_critic,
-            mask_col=args.mask_col,
-            values_col=args.values_col,
-            rewards_col=args.rewards_col,
-            score_col=args.score_col,
-            group_col=args.group_col,
-            progress=progress.update if progress.enabled else None,
-        )
+        try:
+            summary = advantages_parquet(
+                args.input,
+                args.output,
+                estimator=args.estimator,
+                lam=args.lam,
+                lam_intra=args.lam_intra,
+                beta=args.beta,
+                gamma=args.gamma,
+                lam_critic=args.lam_critic,
+                mask_col=args.mask_col,
+                values_col=args.values_col,
+                rewards_col=args.rewards_col,
+                score_col=args.score_col,
+                group_col=args.group_col,
+                progress=progress.update if progress.enabled else None,
+            )
+        finally:
+            # Before any message, and before SIGTERM's exception leaves for the console script.
+            progress.clear()
     except InvalidOptionError as e:
-        progress.clear()
         return _fail(str(e), EXIT_USAGE)
     except _native.InvalidBatchError as e:
-        progress.clear()
         return _fail(str(e), EXIT_FAILED)
     except OSError as e:
-        progress.clear()
         # Errors from the extension carry the whole message (path, action, cause) as strerror.
         return _fail(e.strerror if e.strerror and e.errno is not None else str(e), EXIT_FAILED)
     except KeyboardInterrupt:
-        progress.clear()
         return _fail("interrupted", EXIT_INTERRUPTED)  # OUTPUT is the earlier one, or complete
-    progress.clear()
     if not args.quiet:
         print(summary_line(args.output, summary))
     return EXIT_OK
@@ -184,7 +183,9 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``mpo-rs`` console script; returns the exit code."""
+    """The command line; returns the exit code. The ``mpo-rs`` console script calls it
+    through ``_mpo_rs_cli.main``, which first makes SIGTERM and SIGHUP stop a run the way
+    Ctrl-C does."""
     args = _parser().parse_args(argv)
     if args.command == "advantages":
         return _advantages(args)
@@ -194,4 +195,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _mpo_rs_cli import main as console_script
+
+    sys.exit(console_script())

@@ -287,6 +287,9 @@ pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Res
                     }
                     sum += r as f64;
                 }
+                if (sum as f32).is_infinite() {
+                    return Err(DataError::RewardSumOutOfRange { column: name.clone(), row: row as u64, value: sum });
+                }
                 scores.push(sum as f32);
             }
             Ok(Cow::Owned(scores))
@@ -301,11 +304,13 @@ pub fn read_numbers<'a>(batch: &'a RecordBatch, name: &str) -> Result<Cow<'a, [f
     if let Some(row) = first_null(array.nulls(), 0..array.len()) {
         return Err(DataError::NullValue { column: name.into(), row: row as u64 });
     }
-    let scores = to_f32(array, 0..array.len()).ok_or_else(|| DataError::ColumnType {
-        column: name.into(),
-        found: array.data_type().to_string(),
-        expected: "float or integer",
-    })?;
+    let scores = to_f32(array, 0..array.len())
+        .ok_or_else(|| DataError::ColumnType {
+            column: name.into(),
+            found: array.data_type().to_string(),
+            expected: "float or integer",
+        })?
+        .map_err(|(row, value)| DataError::OutOfRangeRow { column: name.into(), row: row as u64, value })?;
     if let Some(row) = scores.iter().position(|s| !s.is_finite()) {
         return Err(DataError::NonFiniteRow { column: name.into(), row: row as u64, value: scores[row] });
     }
@@ -435,11 +440,16 @@ impl<'a, 'n> ListCol<'a, 'n> {
     }
 
     fn numbers(&self) -> Result<Cow<'a, [f32]>, DataError> {
-        to_f32(self.child, self.offsets.span()).ok_or_else(|| DataError::ColumnType {
-            column: self.name.into(),
-            found: format!("list<{}>", self.child.data_type()),
-            expected: "list<float or integer>",
-        })
+        to_f32(self.child, self.offsets.span())
+            .ok_or_else(|| DataError::ColumnType {
+                column: self.name.into(),
+                found: format!("list<{}>", self.child.data_type()),
+                expected: "list<float or integer>",
+            })?
+            .map_err(|(k, value)| {
+                let (row, token) = self.offsets.locate(k);
+                DataError::OutOfRangeToken { column: self.name.into(), row, token, value }
+            })
     }
 
     fn mask(&self) -> Result<Cow<'a, [u8]>, DataError> {
@@ -497,23 +507,44 @@ fn unpack_bits(b: &BooleanArray, span: std::ops::Range<usize>) -> Vec<u8> {
 }
 
 /// `array[span]` as f32: borrowed for float32, converted for other numeric types; None
-/// for anything else.
-fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Cow<'_, [f32]>> {
+/// for anything else. A finite float64 beyond float32's range would turn into ±inf and
+/// be reported as "inf is not finite"; the first one comes back as `Err((index, value))`.
+fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Result<Cow<'_, [f32]>, (usize, f64)>> {
     if let Some(p) = array.as_primitive_opt::<dt::Float32Type>() {
-        return Some(Cow::Borrowed(&p.values()[span]));
+        return Some(Ok(Cow::Borrowed(&p.values()[span])));
     }
     if let Some(p) = array.as_primitive_opt::<dt::Float16Type>() {
-        return Some(Cow::Owned(p.values()[span].iter().map(|x| x.to_f32()).collect()));
+        return Some(Ok(Cow::Owned(p.values()[span].iter().map(|x| x.to_f32()).collect())));
     }
+    if let Some(p) = array.as_primitive_opt::<dt::Float64Type>() {
+        let wide = &p.values()[span.clone()];
+        let mut infinite = false;
+        let narrow: Vec<f32> = wide
+            .iter()
+            .map(|&x| {
+                let v = x as f32;
+                infinite |= v.is_infinite();
+                v
+            })
+            .collect();
+        // Only an infinite result can be an overflow, so the search runs only then.
+        if infinite {
+            if let Some(i) = wide.iter().zip(&narrow).position(|(x, v)| x.is_finite() && v.is_infinite()) {
+                return Some(Err((span.start + i, wide[i])));
+            }
+        }
+        return Some(Ok(Cow::Owned(narrow)));
+    }
+    // Every integer type fits float32's range (u64::MAX is about 1.8e19).
     macro_rules! convert {
         ($($t:ty),*) => {$(
             if let Some(p) = array.as_primitive_opt::<$t>() {
-                return Some(Cow::Owned(p.values()[span].iter().map(|&x| x as f32).collect()));
+                return Some(Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as f32).collect())));
             }
         )*};
     }
     convert!(
-        dt::Float64Type, dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type,
+        dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type,
         dt::UInt8Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type
     );
     None
@@ -577,6 +608,34 @@ mod tests {
         assert_eq!(&*r.mask, &[0, 1, 1, 1]);
         assert!(matches!(r.values, Some(Cow::Borrowed(v)) if v == [0.0, 1.0, 2.0, 3.0]));
         assert!(matches!(r.rewards, RewardData::Score(ref s) if **s == [1.0, 0.5]));
+    }
+
+    #[test]
+    fn float64_beyond_float32_is_named_with_its_value_not_as_inf() {
+        use arrow::datatypes::Float64Type;
+        let f64_list = |rows: Vec<Vec<f64>>| -> ArrayRef {
+            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(rows.into_iter().map(|r| Some(r.into_iter().map(Some)))))
+        };
+        let mask = bool_list(&[vec![true; 2], vec![true; 4]]);
+        let values = f64_list(vec![vec![0.0, 1.0], vec![0.0, -3.4e38, 2.0, 1e300]]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 0.0]));
+        let b = batch(vec![("loss_mask", mask.clone()), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e.to_string(), "row 1, column `values`: 1e300 at token 3 is outside float32's range");
+        // Rounding to float32's largest value is in range; inf and NaN stay "not finite".
+        let edge = f64_list(vec![vec![f32::MAX as f64 * (1.0 + 1e-9), f64::INFINITY], vec![f64::NAN; 4]]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![-1e39, 0.0]));
+        let b = batch(vec![("loss_mask", mask), ("values", edge), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e.to_string(), "row 0, column `score`: -1e39 is outside float32's range");
+        let b = b.project(&[0, 1]).unwrap();
+        let r = Rollouts::read(&b, &Columns { values: None, ..cols(RewardColumn::Token("values".into())) }).unwrap();
+        assert!(matches!(r.rewards, RewardData::Token(ref v) if v[0] == f32::MAX && v[1].is_infinite()));
+        // Token rewards whose sum leaves float32 are refused by the score pass.
+        let big = f64_list(vec![vec![0.0; 2], vec![0.0, 2f64.powi(127), 2f64.powi(127), 0.0]]);
+        let b = batch(vec![("loss_mask", bool_list(&[vec![true; 2], vec![true; 4]])), ("rewards", big)]);
+        let e = read_row_scores(&b, &RewardColumn::Token("rewards".into())).unwrap_err();
+        assert_eq!(e.to_string(), format!("row 1, column `rewards`: the rewards sum to {:e}, outside float32's range", 2f64.powi(128)));
     }
 
     #[test]

@@ -40,6 +40,16 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: {value} is not finite")]
     NonFiniteRow { column: String, row: u64, value: f32 },
 
+    /// A finite float64 too large for float32 (it would become ±inf).
+    #[error("row {row}, column `{column}`: {value:e} at token {token} is outside float32's range")]
+    OutOfRangeToken { column: String, row: u64, token: u64, value: f64 },
+
+    #[error("row {row}, column `{column}`: {value:e} is outside float32's range")]
+    OutOfRangeRow { column: String, row: u64, value: f64 },
+
+    #[error("row {row}, column `{column}`: the rewards sum to {value:e}, outside float32's range")]
+    RewardSumOutOfRange { column: String, row: u64, value: f64 },
+
     #[error("row {row}, column `{column}`: reward {value} at observation token {token}; rewards must be 0 where the mask is 0")]
     ObservationReward { column: String, row: u64, token: u64, value: f32 },
 
@@ -69,6 +79,9 @@ impl DataError {
             | DataError::MaskValue { row, .. }
             | DataError::NonFiniteToken { row, .. }
             | DataError::NonFiniteRow { row, .. }
+            | DataError::OutOfRangeToken { row, .. }
+            | DataError::OutOfRangeRow { row, .. }
+            | DataError::RewardSumOutOfRange { row, .. }
             | DataError::ObservationReward { row, .. }
             | DataError::UnknownGroup { row, .. } => *row += base,
             _ => {}
@@ -86,6 +99,9 @@ impl DataError {
             | DataError::MaskValue { row, .. }
             | DataError::NonFiniteToken { row, .. }
             | DataError::NonFiniteRow { row, .. }
+            | DataError::OutOfRangeToken { row, .. }
+            | DataError::OutOfRangeRow { row, .. }
+            | DataError::RewardSumOutOfRange { row, .. }
             | DataError::ObservationReward { row, .. }
             | DataError::UnknownGroup { row, .. } => Some(*row),
             _ => None,

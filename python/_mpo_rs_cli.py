@@ -1,0 +1,64 @@
+"""The ``mpo-rs`` console script: signal handling first, then the command line.
+
+A stop request ends the command the way Ctrl-C does: the run unwinds, its hidden
+temporary is removed, OUTPUT stays as it was, one line goes to stderr and the exit code
+is 128 + the signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). Importing
+``mpo_rs`` loads numpy and the extension (a few tenths of a second), and a signal then
+must be just as quiet, so the handlers go in before that import. This module sits outside
+the package because importing any ``mpo_rs`` submodule runs ``mpo_rs/__init__.py`` first;
+it imports only the standard library. Library users who import ``mpo_rs`` keep Python's
+own signal handling.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+PROG = "mpo-rs"
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived. A BaseException, like KeyboardInterrupt, so no
+    ``except Exception`` swallows it on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _install() -> None:
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        # A signal the parent ignores (nohup) stays ignored.
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _terminate)
+
+
+def _stopped(message: str, code: int) -> int:
+    # A second signal while the first one's message is written must not add a traceback.
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN)
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return code
+
+
+def main() -> int:
+    """Entry point of the ``mpo-rs`` console script; returns the exit code."""
+    _install()
+    try:
+        from mpo_rs.cli import main as cli_main
+
+        return cli_main()
+    except KeyboardInterrupt:
+        return _stopped("interrupted", 128 + signal.SIGINT)
+    except Terminated as t:
+        return _stopped(f"terminated by {t}", 128 + t.signum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
