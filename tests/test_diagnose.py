@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,12 +102,158 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, capsys, args, code, messa
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_bad_data_names_file_batch_and_column(tmp_path, capsys):
-    path = _log(tmp_path / "bad.parquet", [([0, 1], [1, 1]), ([0, float("nan")], [1, 1])], score=[1, 0])
+def test_bad_data_names_file_row_group_row_and_column(tmp_path, capsys):
+    path = _log(tmp_path / "bad.parquet", [([0, 1], [1, 1]), ([0, 1], [1, 1]), ([0, float("nan")], [1, 1])], score=[1, 0, 1])
     assert main(["diagnose", str(path)]) == 1
     err = capsys.readouterr().err
-    assert "bad.parquet: batch 0" in err and "`values` is not finite" in err
+    # The third row is row 2 of the file, in its second row group (two rows per group).
+    assert "bad.parquet: row group 1: row 2, column `values`: NaN is not finite at token 1" in err, err
     assert main(["diagnose", str(tmp_path / "missing.parquet")]) == 1
+
+
+# Issue 11, item 3: diagnose reads, checks and exits as `advantages` does.
+
+
+def _rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=5).astype(np.float32).tolist(), [1, 1, 0, 1, 1]) for _ in range(n)]
+
+
+def _run(capsys, *args):
+    code = main(["diagnose", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _one_line_error(err):
+    assert err.count("\n") == 1 and err.startswith("mpo-rs: error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_a_log_split_into_subdirectories_is_read_like_advantages_reads_it(tmp_path, capsys):
+    """One listing, in Rust: recursive, name order, hidden and `_` names skipped."""
+    from mpo_rs import _native
+
+    log = tmp_path / "log"
+    (log / "step=1").mkdir(parents=True)
+    _log(log / "a.parquet", _rows(20, 1), score=[1.0, 0.0] * 10)
+    _log(log / "step=1" / "b.parquet", _rows(20, 2), score=[1.0, 0.0] * 10)
+    _log(log / "_tmp.parquet", _rows(3), score=[1.0] * 3)
+    _log(log / ".hidden.parquet", _rows(3), score=[1.0] * 3)
+    (log / "_SUCCESS").write_text("")
+    listed = [p.relative_to(log).as_posix() for p in map(Path, _native.list_parquet_inputs(log))]
+    assert listed == ["a.parquet", "step=1/b.parquet"]
+    assert diagnose_logs(log).rows == 40
+    assert main(["advantages", str(log), "-o", str(tmp_path / "out"), "-q"]) == 0
+    written = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.parquet"))
+    assert written == listed
+
+
+def test_an_empty_directory_is_a_usage_error_in_both_commands(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = _run(capsys, empty)
+    assert code == 2 and "holds no .parquet files" in _one_line_error(err)
+    assert main(["advantages", str(empty), "-o", str(tmp_path / "out")]) == 2
+
+
+def test_list_of_strings_is_bad_data_naming_the_column(tmp_path, capsys):
+    t = pa.table({
+        "values": pa.array([["a", "b"]], pa.list_(pa.string())),
+        "loss_mask": pa.array([[True, True]], pa.list_(pa.bool_())),
+        "score": pa.array([1.0], pa.float32()),
+    })
+    pq.write_table(t, tmp_path / "s.parquet")
+    code, _, err = _run(capsys, tmp_path / "s.parquet")
+    assert code == 1 and "s.parquet: column `values` has type list<Utf8>" in _one_line_error(err), err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "footer"])
+def test_corrupt_and_truncated_files_are_bad_data_naming_the_file(tmp_path, capsys, damage):
+    good = tmp_path / "good.parquet"
+    write_rollout_log(good, 64, row_group_rows=16, seed=4, compression="none")
+    data = bytearray(good.read_bytes())
+    bad = tmp_path / "bad.parquet"
+    if damage == "garbage":
+        bad.write_bytes(b"not a parquet file at all\n" * 100)
+    elif damage == "truncated":
+        bad.write_bytes(bytes(data[: len(data) // 2]))
+    else:  # a valid footer over pages overwritten with noise
+        rng = np.random.default_rng(0)
+        data[4 : len(data) // 2] = rng.integers(0, 256, len(data) // 2 - 4, dtype=np.uint8).tobytes()
+        bad.write_bytes(bytes(data))
+    code, _, err = _run(capsys, bad)
+    assert code == 1 and str(bad) in _one_line_error(err) and "cannot read Parquet" in err, err
+
+
+def test_a_null_step_is_refused_not_labelled_int64_min(tmp_path, capsys):
+    t = pa.table({
+        "values": pa.array([[0.0, 1.0]] * 3, pa.list_(pa.float32())),
+        "loss_mask": pa.array([[True, True]] * 3, pa.list_(pa.bool_())),
+        "score": pa.array([1.0, 0.0, 1.0], pa.float32()),
+        "step": pa.array([1, None, 2], pa.int64()),
+    })
+    pq.write_table(t, tmp_path / "s.parquet")
+    code, out, err = _run(capsys, tmp_path / "s.parquet")
+    assert code == 1 and "s.parquet: row group 0: row 1, column `step`: null value" in _one_line_error(err), err
+    assert "-9223372036854775808" not in out
+
+
+@pytest.mark.parametrize("bad, message", [(float("nan"), "NaN is not finite"), (None, "null value")])
+def test_a_nan_or_null_outcome_is_refused(tmp_path, capsys, bad, message):
+    """Before: dropped from both the success and the failure rows (NaN) or passed (null)."""
+    t = pa.table({
+        "values": pa.array([[0.0, 1.0]] * 3, pa.list_(pa.float32())),
+        "loss_mask": pa.array([[True, True]] * 3, pa.list_(pa.bool_())),
+        "score": pa.array([1.0, bad, 0.0], pa.float64()),
+    })
+    pq.write_table(t, tmp_path / "s.parquet")
+    code, _, err = _run(capsys, tmp_path / "s.parquet")
+    assert code == 1 and f"s.parquet: row group 0: row 1, column `score`: {message}" in _one_line_error(err), err
+
+
+def test_rewards_are_checked_like_the_mask(tmp_path, capsys):
+    def write(rewards):
+        t = pa.table({
+            "values": pa.array([[0.0, 1.0, 2.0]] * 2, pa.list_(pa.float32())),
+            "loss_mask": pa.array([[1, 0, 1]] * 2, pa.list_(pa.uint8())),
+            "rewards": pa.array(rewards, pa.list_(pa.float32())),
+        })
+        pq.write_table(t, tmp_path / "r.parquet")
+        return _run(capsys, tmp_path / "r.parquet")
+
+    code, _, err = write([[0, 0, 1], [0, 1]])
+    assert code == 1 and "row 1: column `rewards` has 2 tokens but `loss_mask` has 3" in _one_line_error(err), err
+    code, _, err = write([[0, 0, 1], [0, 0, float("inf")]])
+    assert code == 1 and "row 1, column `rewards`: inf is not finite at token 2" in _one_line_error(err), err
+    code, out, _ = write([[0, 0, 1], [0, 0, -1]])
+    assert code == 0 and "trajectories read" in out
+
+
+def test_without_matplotlib_summary_json_is_written_and_one_line_says_why_no_figures(tmp_path):
+    log = tmp_path / "l.parquet"
+    write_rollout_log(log, 16, row_group_rows=8, seed=5)
+    out = tmp_path / "report"
+    script = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from mpo_rs.cli import main\n"
+        f"sys.exit(main(['diagnose', {str(log)!r}, '-o', {str(out)!r}]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("\n") == 1 and "pip install 'mpo-rs[plot]'" in r.stderr and "Traceback" not in r.stderr
+    assert json.loads((out / "summary.json").read_text())["rows"] == 16
+    assert not list(out.glob("*.png"))
+
+
+def test_report_dir_that_is_a_file_is_refused_before_reading(tmp_path, capsys):
+    log = tmp_path / "l.parquet"
+    write_rollout_log(log, 4, row_group_rows=4)
+    target = tmp_path / "report"
+    target.write_text("keep me")
+    code, _, err = _run(capsys, log, "-o", target)
+    assert code == 2 and "is a file" in _one_line_error(err)
+    assert target.read_text() == "keep me"
 
 
 _RSS_SCRIPT = textwrap.dedent(

@@ -2,13 +2,16 @@
 
 The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
 ``group_advantages``) need only numpy. ``mpo_rs.losses`` and ``mpo_rs.learner`` need the
-``torch`` extra and are imported on demand.
+``torch`` extra and are imported on demand. A module or command whose optional
+dependency is not installed raises ``MissingDependencyError`` (an ImportError) whose one-line
+message names the extra that installs it, e.g. ``pip install 'mpo-rs[torch]'``.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._deps import MissingDependencyError
 from ._native import InvalidBatchError, get_num_threads, set_num_threads
 from .estimators import (
     GAEResult,
@@ -30,6 +33,7 @@ __all__ = [
     "GAEResult",
     "InvalidBatchError",
     "MAEResult",
+    "MissingDependencyError",
     "Turns",
     "__version__",
     "broadcast_to_tokens",

@@ -119,3 +119,29 @@ def advantages_parquet(
     batch_bytes: int | None = None,
     max_row_group_bytes: int | None = None,
 ) -> dict[str, int | float]: ...
+
+# What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/diagnose.rs).
+from pathlib import Path
+
+def list_parquet_inputs(input: str | os.PathLike[str]) -> list[Path]: ...
+def diagnose_batch(
+    batch: object,
+    path: str | os.PathLike[str],
+    row_group: int | None,
+    row_base: int,
+    mask_col: str,
+    values_col: str,
+    reward: tuple[str, str],
+    step_col: str | None = None,
+) -> tuple[
+    npt.NDArray[np.float32],
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.int64] | None,
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float32],
+    npt.NDArray[np.int64],
+]: ...

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _native
+from ._deps import missing
 
 __all__ = [
     "ESTIMATORS",
@@ -87,8 +88,7 @@ def with_advantages(
     if polars is not None:
         return _with_advantages_polars(polars, table, names, estimator, options, columns)
 
-    import pyarrow as pa
-
+    pa = _pyarrow()
     if isinstance(table, pa.Table):
         _refuse_existing_outputs(table.column_names)
         out = _compute(table.select([n for n in names if n in table.column_names]), estimator, options, columns)
@@ -218,6 +218,15 @@ def _module_of(obj: Any, name: str) -> Any:
     return None
 
 
+def _pyarrow() -> Any:
+    """pyarrow, or the one-line error naming the extra that installs it."""
+    try:
+        import pyarrow
+    except ModuleNotFoundError as e:
+        raise missing("mpo_rs.arrow", "arrow", e) from None
+    return pyarrow
+
+
 def _native_table(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
     mask_col, values_col, rewards_col, score_col, group_col = columns
     return _native.arrow_advantages(
@@ -227,9 +236,7 @@ def _native_table(data: Any, estimator: str, options: _Options, columns: _Column
 
 def _compute(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
     """The output columns as a pyarrow Table, one chunk per input batch."""
-    import pyarrow as pa
-
-    return pa.table(_native_table(data, estimator, options, columns))
+    return _pyarrow().table(_native_table(data, estimator, options, columns))
 
 
 def _with_advantages_polars(
@@ -248,9 +255,7 @@ def _with_advantages_polars(
     try:
         new = pl.DataFrame(out)
     except TypeError:  # polars releases without PyCapsule import go through pyarrow
-        import pyarrow as pa
-
-        new = pl.from_arrow(pa.table(out))
+        new = pl.from_arrow(_pyarrow().table(out))
     return frame.hstack(new.get_columns())
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn, TextIO
 
 from . import _native, diagnose
+from ._deps import MissingDependencyError
 from .arrow import ESTIMATORS, InvalidOptionError, advantages_parquet
 
 PROG = "mpo-rs"
@@ -167,13 +168,16 @@ def _advantages(args: argparse.Namespace) -> int:
 
 def _diagnose(args: argparse.Namespace) -> int:
     try:
-        table, written = diagnose.run(args)
+        table, written = diagnose.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
+    except InvalidOptionError as e:
+        return _fail(str(e), EXIT_USAGE)
     except _native.InvalidBatchError as e:
         return _fail(str(e), EXIT_FAILED)
-    except ValueError as e:
-        return _fail(str(e), EXIT_USAGE)
+    except MissingDependencyError as e:
+        return _fail(str(e), EXIT_FAILED)  # checked before the log is read
     except OSError as e:
-        return _fail(str(e), EXIT_FAILED)
+        # Errors from the extension carry the whole message (path, action, cause) as strerror.
+        return _fail(e.strerror if e.strerror and e.errno is not None and not e.filename else str(e), EXIT_FAILED)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
     print(table)

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        print("the demo needs pyarrow: pip install 'mpo-rs[arrow]'", file=sys.stderr)
+        print("`mpo_rs.demo` needs pyarrow: pip install 'mpo-rs[arrow]'", file=sys.stderr)
         return 1
     from . import cli
 

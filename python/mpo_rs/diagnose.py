@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._native import InvalidBatchError
+from . import _native
+from ._deps import MissingDependencyError, require
+from ._native import InvalidBatchError, InvalidOptionError
 from .diagnostics import value_structure
 
 __all__ = ["Diagnosis", "diagnose_logs", "write_report", "add_parser", "run"]
@@ -115,32 +118,79 @@ def _f(x: Any) -> float:
     return float(x)
 
 
-def _parquet_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix == ".parquet" and not p.name.startswith("."))
-        if not files:
-            raise FileNotFoundError(f"{path}: no .parquet files in this directory")
-        return files
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or directory")
-    return [path]
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
-def _flat_list(column: Any, where: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(flat values, int64 offsets from 0) of a list / large_list column; nulls refused."""
+def _corrupt(file: Path, row_group: int | None, e: BaseException) -> InvalidBatchError:
+    """A file pyarrow cannot decode: bad data (exit 1), named as `advantages` names it."""
+    where = f"{file}: row group {row_group}" if row_group is not None else str(file)
+    return InvalidBatchError(f"{where}: cannot read Parquet: {_one_line(e)}")
+
+
+@dataclass
+class _Columns:
+    """The columns read, chosen on the first file's schema and used for every file."""
+
+    values: str
+    mask: str
+    reward: tuple[str, str]
+    """("score", name) or ("rewards", name)."""
+    step: str | None
+
+    @property
+    def names(self) -> list[str]:
+        return [c for c in (self.values, self.mask, self.reward[1], self.step) if c]
+
+    @classmethod
+    def choose(
+        cls, names: set[str], values: str, mask: str, score: str | None, rewards: str | None, step: str | None
+    ) -> _Columns:
+        if score and rewards:
+            raise InvalidOptionError("give --score-col or --rewards-col, not both")
+        if score:
+            reward = ("score", score)
+        elif rewards:
+            reward = ("rewards", rewards)
+        elif "score" in names:
+            reward = ("score", "score")
+        elif "rewards" in names:
+            reward = ("rewards", "rewards")
+        else:
+            reward = ("score", "score")  # reported as missing by the caller
+        return cls(values, mask, reward, step or ("step" if "step" in names else None))
+
+
+def _open(file: Path, cols: _Columns | None, options: dict[str, Any]) -> tuple[Any, _Columns]:
+    """Opens one input (footer and schema) and checks its columns' names and types, the
+    same checks as a batch's, before anything is read."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-        raise InvalidBatchError(f"{where}, column `{name}`: expected a list column, got {arr.type}")
-    if arr.null_count:
-        row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InvalidBatchError(f"{where}, row {row}, column `{name}`: null list")
-    flat = arr.flatten()
-    if flat.null_count:
-        raise InvalidBatchError(f"{where}, column `{name}`: null element inside a list")
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    return flat.to_numpy(zero_copy_only=False), offsets - offsets[0]
+    with open(file, "rb"):  # the OS's own errors (permissions, a vanished file) stay OSError
+        pass
+    try:
+        # pre_buffer would read the selected columns of every row group ahead: unbounded.
+        # Page checksums, where the writer stored them, are verified.
+        pf = pq.ParquetFile(file, pre_buffer=False, page_checksum_verification=True)
+        schema = pf.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise _corrupt(file, None, e) from None
+    names = set(schema.names)
+    have = ", ".join(schema.names) or "none"
+    if cols is None:
+        if not (options["score"] or options["rewards"] or names & {"score", "rewards"}):
+            raise InvalidBatchError(
+                f"{file}: missing column `score` or `rewards` (columns are: {have}); "
+                "name the outcome with --score-col or --rewards-col"
+            )
+        cols = _Columns.choose(names, **options)
+    absent = [c for c in cols.names if c not in names]
+    if absent:
+        raise InvalidBatchError(f"{file}: missing column `{absent[0]}` (columns are: {have})")
+    empty = pa.RecordBatch.from_pylist([], schema=pa.schema([schema.field(c) for c in cols.names]))
+    _native.diagnose_batch(empty, file, None, 0, cols.mask, cols.values, cols.reward, cols.step)
+    return pf, cols
 
 
 def diagnose_logs(
@@ -156,75 +206,75 @@ def diagnose_logs(
 ) -> Diagnosis:
     """Streams the log and returns the per-trajectory results.
 
-    The outcome of a trajectory is ``score_col`` if given (default: ``score`` when present),
-    else the sum of ``rewards_col`` (default: ``rewards``). ``step_col`` (default: ``step``
-    when present) splits the aggregates by training step. Traces for figures are kept for
-    the rows in ``keep_rows`` (global row numbers), else for the first success and the
-    first failure with at least two turns.
-    """
-    import pyarrow.parquet as pq
+    ``path`` is a Parquet file or a directory, whose files are found as ``mpo-rs
+    advantages`` finds them (one implementation, in Rust: recursively, in name order,
+    hidden and ``_`` names skipped). Every file is opened and its columns checked before
+    any row is read; every batch is checked as ``advantages`` checks it (types, nulls,
+    list lengths, mask values, finite values and outcomes), and bad data raises
+    :class:`mpo_rs.InvalidBatchError` naming file, row group, row (in the file) and column.
 
+    The outcome of a trajectory is ``score_col`` if given (default: ``score`` when present),
+    else the sum of ``rewards_col`` (default: ``rewards``); the column is chosen on the
+    first file. ``step_col`` (default: ``step`` when present) splits the aggregates by
+    training step. Traces for figures are kept for the rows in ``keep_rows`` (row numbers
+    over the whole log), else for the first success and the first failure with at least
+    two turns.
+    """
+    _require_pyarrow()
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("total", "between", "within", "n_turns", "outcome", "step", "jumps", "jump_row")}
     traces: list[TrajectoryTrace] = []
     wanted = set(keep_rows or [])
     seen_kinds: set[bool] = set()
+    options = dict(values=values_col, mask=mask_col, score=score_col, rewards=rewards_col, step=step_col)
+    cols: _Columns | None = None
+    sources = []
+    for file in _native.list_parquet_inputs(path):
+        pf, cols = _open(Path(file), cols, options)
+        sources.append((Path(file), pf))
+    assert cols is not None  # the listing is never empty
+    import pyarrow as pa
+
     row0 = 0
     batches = 0
-    for file in _parquet_files(Path(path)):
-        # pre_buffer would read the selected columns of every row group ahead: unbounded.
-        pf = pq.ParquetFile(file, pre_buffer=False)
-        names = set(pf.schema_arrow.names)
-        for col in (values_col, mask_col):
-            if col not in names:
-                raise InvalidBatchError(f"{file}: missing column `{col}` (have: {', '.join(sorted(names))})")
-        score = score_col or ("score" if "score" in names and rewards_col is None else None)
-        rewards = None if score else (rewards_col or ("rewards" if "rewards" in names else None))
-        if score and score not in names:
-            raise InvalidBatchError(f"{file}: missing column `{score}`")
-        if score is None and rewards is None:
-            raise InvalidBatchError(f"{file}: no outcome column: give --score-col or --rewards-col")
-        step = step_col or ("step" if "step" in names else None)
-        if step and step not in names:
-            raise InvalidBatchError(f"{file}: missing column `{step}`")
-        columns = [c for c in (values_col, mask_col, score, rewards, step) if c]
-        for b, batch in enumerate(pf.iter_batches(batch_size=batch_rows, columns=columns)):
-            where = f"{file}: batch {b} (rows {row0}..{row0 + batch.num_rows - 1})"
-            values, offsets = _flat_list(batch.column(values_col), where, values_col)
-            mask, mask_offsets = _flat_list(batch.column(mask_col), where, mask_col)
-            if not np.array_equal(offsets, mask_offsets):
-                bad = int(np.flatnonzero(np.diff(offsets) != np.diff(mask_offsets))[0])
-                raise InvalidBatchError(f"{where}, row {row0 + bad}: `{values_col}` and `{mask_col}` lists differ in length")
-            try:
-                vs = value_structure(values, mask, offsets)
-            except InvalidBatchError as e:
-                raise InvalidBatchError(f"{where}: {e} (token and trajectory numbers count from the batch start)") from None
-            if score:
-                outcome = batch.column(score).to_numpy(zero_copy_only=False).astype(np.float64)
-            else:
-                r, _ = _flat_list(batch.column(rewards), where, rewards or "")
-                outcome = np.add.reduceat(np.append(r.astype(np.float64), 0.0), offsets[:-1]) if len(r) else np.zeros(batch.num_rows)
-                outcome[np.diff(offsets) == 0] = 0.0
-            n_turns = vs.n_turns
-            rows = np.arange(row0, row0 + batch.num_rows)
-            finite = np.isfinite(vs.jumps)
-            parts["total"].append(vs.total)
-            parts["between"].append(vs.between)
-            parts["within"].append(vs.within)
-            parts["n_turns"].append(n_turns)
-            parts["outcome"].append(outcome)
-            if step:
-                parts["step"].append(batch.column(step).to_numpy(zero_copy_only=False).astype(np.int64))
-            parts["jumps"].append(vs.jumps[finite])
-            parts["jump_row"].append(np.repeat(rows, n_turns)[finite])
-            for k, row in enumerate(rows):
-                success = bool(outcome[k] > 0)
-                keep = row in wanted if wanted else (n_turns[k] >= 2 and success not in seen_kinds)
-                if keep:
-                    seen_kinds.add(success)
-                    sl = slice(offsets[k], offsets[k + 1])
-                    traces.append(TrajectoryTrace(int(row), float(outcome[k]), values[sl].astype(np.float32), mask[sl].astype(bool)))
-            row0 += batch.num_rows
-            batches += 1
+    for file, pf in sources:
+        file_row = 0
+        for g in range(pf.metadata.num_row_groups):
+            group_start = file_row
+            stream = pf.iter_batches(batch_size=batch_rows, row_groups=[g], columns=cols.names)
+            while True:
+                try:
+                    batch = next(stream, None)
+                except (pa.ArrowException, OSError, ValueError) as e:
+                    raise _corrupt(file, g, e) from None
+                if batch is None:
+                    break
+                (values, mask, offsets, outcome, step, total, between, within, jumps, n_turns) = _native.diagnose_batch(
+                    batch, file, g, file_row, cols.mask, cols.values, cols.reward, cols.step
+                )
+                rows = np.arange(row0, row0 + batch.num_rows)
+                finite = np.isfinite(jumps)
+                parts["total"].append(total)
+                parts["between"].append(between)
+                parts["within"].append(within)
+                parts["n_turns"].append(n_turns)
+                parts["outcome"].append(outcome)
+                if step is not None:
+                    parts["step"].append(step)
+                parts["jumps"].append(jumps[finite])
+                parts["jump_row"].append(np.repeat(rows, n_turns)[finite])
+                for k, row in enumerate(rows):
+                    success = bool(outcome[k] > 0)
+                    keep = row in wanted if wanted else (n_turns[k] >= 2 and success not in seen_kinds)
+                    if keep:
+                        seen_kinds.add(success)
+                        sl = slice(offsets[k], offsets[k + 1])
+                        traces.append(TrajectoryTrace(int(row), float(outcome[k]), values[sl].copy(), mask[sl].astype(bool)))
+                row0 += batch.num_rows
+                file_row += batch.num_rows
+                batches += 1
+            expected = pf.metadata.row_group(g).num_rows
+            if file_row - group_start != expected:
+                raise _corrupt(file, g, ValueError(f"decoded {file_row - group_start} rows, the footer says {expected}"))
     cat = lambda k, dt: np.concatenate(parts[k]).astype(dt) if parts[k] else np.zeros(0, dt)  # noqa: E731
     return Diagnosis(
         total=cat("total", np.float64),
@@ -232,12 +282,16 @@ def diagnose_logs(
         within=cat("within", np.float64),
         n_turns=cat("n_turns", np.int64),
         outcome=cat("outcome", np.float64),
-        step=cat("step", np.int64) if parts["step"] else None,
+        step=cat("step", np.int64) if cols.step else None,
         jumps=cat("jumps", np.float32),
         jump_row=cat("jump_row", np.int64),
         traces=traces,
         batches=batches,
     )
+
+
+def _require_pyarrow() -> None:
+    require("pyarrow", "mpo-rs diagnose", "arrow")
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -261,19 +315,25 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Writes summary.json and the PNG figures; returns the paths written."""
+def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: bool = True) -> list[Path]:
+    """Writes summary.json and, with ``figures``, the PNG figures; returns the paths
+    written. summary.json is written first (atomically), so it is there even when the
+    figures fail; figures without matplotlib raise MissingDependencyError naming the
+    ``plot`` extra."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary_path = out / "summary.json"
+    tmp = out / ".summary.json.tmp"
+    tmp.write_text(json.dumps(diag.summary(), indent=2) + "\n")
+    os.replace(tmp, summary_path)
+    written = [summary_path]
+    if not figures:
+        return written
+    _require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    summary = diag.summary()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    written.append(out / "summary.json")
 
     usable = (diag.n_turns >= 2) & (diag.total > 0)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -355,17 +415,37 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--batch-rows", type=int, default=1024, metavar="N", help="rows per streamed batch (1024)")
 
 
-def run(args: argparse.Namespace) -> tuple[str, list[Path]]:
+def _require_matplotlib() -> None:
+    require("matplotlib", "mpo-rs diagnose", "plot")
+
+
+def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> tuple[str, list[Path]]:
     """Runs the command; returns the table and the files written. Raises InvalidBatchError
-    (bad data), ValueError (usage) or OSError."""
+    (bad data), InvalidOptionError (usage), MissingDependencyError (pyarrow) or OSError.
+
+    Everything that can fail without reading the log is checked first: options, REPORT_DIR,
+    pyarrow, matplotlib. Without matplotlib the figures are skipped -- ``note`` gets one
+    line saying so and naming the ``plot`` extra -- and summary.json is still written."""
     keep = None
     if args.trajectories:
         try:
             keep = [int(x) for x in args.trajectories.split(",") if x.strip()]
         except ValueError:
-            raise ValueError(f"--trajectories must be comma-separated row numbers, got {args.trajectories!r}") from None
+            raise InvalidOptionError(f"--trajectories must be comma-separated row numbers, got {args.trajectories!r}") from None
     if args.batch_rows < 1:
-        raise ValueError("--batch-rows must be at least 1")
+        raise InvalidOptionError("--batch-rows must be at least 1")
+    if args.score_col and args.rewards_col:
+        raise InvalidOptionError("give --score-col or --rewards-col, not both")
+    if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise InvalidOptionError(f"REPORT_DIR {args.output} is a file; give a directory")
+    _require_pyarrow()
+    figures = bool(args.output)
+    if figures:
+        try:
+            _require_matplotlib()
+        except MissingDependencyError:
+            figures = False
+            note("figures skipped: they need matplotlib: pip install 'mpo-rs[plot]' (summary.json is written)")
     diag = diagnose_logs(
         args.input,
         values_col=args.values_col,
@@ -376,5 +456,5 @@ def run(args: argparse.Namespace) -> tuple[str, list[Path]]:
         keep_rows=keep,
         batch_rows=args.batch_rows,
     )
-    written = write_report(diag, args.output) if args.output else []
+    written = write_report(diag, args.output, figures=figures) if args.output else []
     return format_table(diag.summary()), written

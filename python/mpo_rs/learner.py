@@ -32,8 +32,14 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
-from torch import Tensor, nn
+
+from ._deps import missing
+
+try:
+    import torch
+    from torch import Tensor, nn
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.learner", "torch", _e) from None
 
 from . import estimators
 from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, policy_loss, value_loss

@@ -24,8 +24,14 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
+
+from ._deps import missing
+
+try:
+    import torch
+    from torch import Tensor
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.losses", "torch", _e) from None
 
 __all__ = [
     "AGGREGATIONS",

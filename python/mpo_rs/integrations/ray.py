@@ -29,9 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import ray
-import ray.data
+
+from .._deps import missing
+
+try:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import ray
+    import ray.data
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.integrations.ray", "ray", _e) from None
 
 from .. import _native
 from .._native import InvalidBatchError

@@ -47,10 +47,16 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
-from verl.trainer.ppo import core_algos
-from verl.utils import torch_functional as verl_F
+
+from .._deps import missing
+
+try:
+    import torch
+    from torch import Tensor
+    from verl.trainer.ppo import core_algos
+    from verl.utils import torch_functional as verl_F
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.integrations.verl", "verl", _e) from None
 
 from .. import losses as mpo_losses
 from .._native import InvalidBatchError

@@ -70,11 +70,7 @@ impl Targets {
                     )));
                 }
             }
-            let mut files = Vec::new();
-            list_parquet(input, Path::new(""), &mut files)?;
-            if files.is_empty() {
-                return Err(LogError::Usage(format!("INPUT directory {} holds no .parquet files", input.display())));
-            }
+            let files = dir_inputs(input)?;
             if out_meta.is_some() {
                 refuse_inputs_inside_output(input, &files, output, &out_canon)?;
             }
@@ -97,6 +93,28 @@ impl Targets {
             Targets::Dir { input, files, .. } => files.iter().map(|f| (input.join(f), f.clone())).collect(),
         }
     }
+}
+
+/// The Parquet files a run reads from INPUT, in processing order: INPUT itself if it is
+/// not a directory, else the files under it as [`Targets::resolve`] lists them. One
+/// listing for every command that reads a log (`advantages`, `diagnose`); nothing is
+/// written, and a directory without Parquet files is a usage error.
+pub fn list_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
+    let meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
+    if !meta.is_dir() {
+        return Ok(vec![input.to_path_buf()]);
+    }
+    Ok(dir_inputs(input)?.into_iter().map(|f| input.join(f)).collect())
+}
+
+/// The Parquet files under the directory `input`, relative to it; none is a usage error.
+fn dir_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
+    let mut files = Vec::new();
+    list_parquet(input, Path::new(""), &mut files)?;
+    if files.is_empty() {
+        return Err(LogError::Usage(format!("INPUT directory {} holds no .parquet files", input.display())));
+    }
+    Ok(files)
 }
 
 /// Replacing OUTPUT deletes every file in its tree, so no input may be one of them: not
@@ -230,6 +248,25 @@ mod tests {
         let Targets::Dir { files, .. } = &t else { panic!("{t:?}") };
         let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
         assert_eq!(names, ["a.parquet", "b=1/c.parquet", "z.parquet"]);
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn list_inputs_is_the_listing_of_a_run() {
+        let d = scratch("paths-inputs");
+        let input = d.join("in");
+        fs::create_dir_all(input.join("part=1")).unwrap();
+        for f in ["b.parquet", "part=1/a.parquet", "_SUCCESS", ".tmp.parquet"] {
+            fs::write(input.join(f), b"x").unwrap();
+        }
+        let listed = list_inputs(&input).unwrap();
+        let Targets::Dir { files, .. } = Targets::resolve(&input, &d.join("out")).unwrap() else { panic!() };
+        assert_eq!(listed, files.iter().map(|f| input.join(f)).collect::<Vec<_>>());
+        assert_eq!(list_inputs(&input.join("b.parquet")).unwrap(), [input.join("b.parquet")]);
+        let empty = d.join("empty");
+        fs::create_dir_all(&empty).unwrap();
+        assert!(list_inputs(&empty).unwrap_err().is_usage());
+        assert!(matches!(list_inputs(&d.join("nope")).unwrap_err(), LogError::Io { .. }));
         fs::remove_dir_all(d).unwrap();
     }
 

@@ -6,6 +6,7 @@
 //! without copying.
 
 mod arrow;
+mod diagnose;
 mod pool;
 
 /// Output buffers are tens of MB and written once; with the system allocator each call
@@ -248,5 +249,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     arrow::register(m)?;
+    diagnose::register(m)?;
     Ok(())
 }
