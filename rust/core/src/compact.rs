@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use crate::error::{MpoError, TokenAt};
 use crate::layout::{observation_run_ok, RewardAt, Rewards};
-use crate::output::{copy_into_finite, fill};
+use crate::output::{copy_into, fill};
 use crate::runs::{all_finite, runs};
 
 /// A maximal run of one mask value, in trajectory-local token indices.
@@ -132,13 +132,16 @@ impl Compact {
     /// still overflow float32); on `false` the caller names the place with
     /// [`Compact::overflow`] and the outputs are discarded.
     pub(crate) fn scatter(&self, adv: &mut [MaybeUninit<f32>], ret: &mut [MaybeUninit<f32>]) -> bool {
+        // Checked over the compact results, which are in L1/L2, in one vectorised pass
+        // each; a check fused into the per-run copies below made them scalar (callgrind:
+        // the scatter's instructions ×2.4).
+        let ok = all_finite(&self.advantages) & all_finite(&self.returns);
         let mut k = 0;
-        let mut ok = true;
         for run in &self.runs {
             let n = run.tokens.len();
             if run.policy {
-                ok &= copy_into_finite(&mut adv[run.tokens.clone()], &self.advantages[k..k + n]);
-                ok &= copy_into_finite(&mut ret[run.tokens.clone()], &self.returns[k..k + n]);
+                copy_into(&mut adv[run.tokens.clone()], &self.advantages[k..k + n]);
+                copy_into(&mut ret[run.tokens.clone()], &self.returns[k..k + n]);
                 k += n;
             } else {
                 fill(&mut adv[run.tokens.clone()], 0.0);

@@ -84,14 +84,10 @@ pub(crate) fn fill<T: Copy>(dst: &mut [MaybeUninit<T>], value: T) {
     }
 }
 
-/// Copies `src` into `dst` (same length) and says whether every element is finite. The
-/// check rides on the copy (no early exit, so it vectorises with it).
+/// Copies `src` into `dst` (same length).
 #[inline]
-pub(crate) fn copy_into_finite(dst: &mut [MaybeUninit<f32>], src: &[f32]) -> bool {
-    let mut ok = true;
+pub(crate) fn copy_into<T: Copy>(dst: &mut [MaybeUninit<T>], src: &[T]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         d.write(s);
-        ok &= s.is_finite();
     }
-    ok
 }
