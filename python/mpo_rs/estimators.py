@@ -8,6 +8,8 @@ trajectories; results are float32 numpy arrays owned by the caller.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,32 +174,94 @@ def group_advantages(
     ``group_ids`` may be of any kind numpy can factorize: ints, strings, objects.
     """
     s = float32(scores, "scores")
-    ids = as_group_ids(group_ids)
-    if ids.shape[0] != s.shape[0]:
+    codes, n_groups = group_codes(group_ids)
+    if codes.shape[0] != s.shape[0]:
         raise _native.InvalidBatchError(
-            f"`group_ids` has length {ids.shape[0]}, expected {s.shape[0]} (one per score)"
+            f"`group_ids` has length {codes.shape[0]}, expected {s.shape[0]} (one per score)"
         )
-    uniques, codes = np.unique(ids, return_inverse=True)
-    return _native.group_advantages(
-        s,
-        np.ascontiguousarray(codes.reshape(-1), dtype=np.int64),
-        int(uniques.shape[0]),
-        bool(norm_std),
-        float(eps),
-        bool(leave_one_out),
-    )
+    return _native.group_advantages(s, codes, n_groups, bool(norm_std), float(eps), bool(leave_one_out))
 
 
 def as_group_ids(group_ids: Any) -> np.ndarray:
-    """A 1-D numpy view of group ids of any kind numpy can factorize (no NaN)."""
-    ids = as_numpy(group_ids, "group_ids")
+    """A 1-D numpy array of group ids, checked by the group-id rule (see ``group_codes``).
+
+    Python lists and tuples become object arrays, so that ``[1, "1"]`` keeps two kinds
+    (numpy would turn both into the string ``"1"``).
+    """
+    if isinstance(group_ids, (list, tuple)):
+        ids = np.empty(len(group_ids), dtype=object)
+        ids[:] = group_ids
+    else:
+        ids = as_numpy(group_ids, "group_ids")
     if ids.ndim != 1:
         raise _native.InvalidBatchError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
-    if ids.dtype.kind == "f":
-        bad = np.flatnonzero(~np.isfinite(ids))
-        if bad.size:
-            raise _native.InvalidBatchError(f"`group_ids` is {ids[bad[0]]} at trajectory {bad[0]}")
     return ids
+
+
+def group_codes(group_ids: Any) -> tuple[npt.NDArray[np.int64], int]:
+    """Dense group codes (int64, in order of first appearance) and the number of groups.
+
+    The group-id rule, shared with ``mpo-rs advantages`` and the Ray and verl
+    integrations: numbers are one kind and compare by value (``1``, ``1.0``,
+    ``np.int64(1)`` and ``True`` are one group); strings and bytes are kinds of their own
+    (``1`` and ``"1"`` are two groups); any other hashable object is keyed by its type and
+    value. A missing id -- ``None``, NaN, ±inf, NaT -- raises ``InvalidBatchError`` naming
+    the trajectory: it is almost always a lost uid, and treating it as a group of its own
+    would silently give that rollout advantage 0.
+    """
+    ids = as_group_ids(group_ids)
+    kind = ids.dtype.kind
+    if kind == "O":
+        return _object_codes(ids)
+    if kind in "fc":
+        _reject_missing(np.flatnonzero(~np.isfinite(ids)), ids)
+    elif kind in "mM":
+        _reject_missing(np.flatnonzero(np.isnat(ids)), ids)
+    uniques, codes = np.unique(ids, return_inverse=True)
+    return np.ascontiguousarray(codes.reshape(-1), dtype=np.int64), int(uniques.shape[0])
+
+
+def _reject_missing(bad: np.ndarray, ids: np.ndarray) -> None:
+    if bad.size:
+        j = int(bad[0])
+        raise _native.InvalidBatchError(
+            f"`group_ids` is {ids[j]!r} at trajectory {j}; a group id must not be missing (None, NaN, inf)"
+        )
+
+
+def _group_key(x: Any) -> Any:
+    """The (kind, value) key of one id of an object array, or None for a missing id."""
+    if isinstance(x, str):
+        return ("str", x)
+    if isinstance(x, bytes):
+        return ("bytes", x)
+    if isinstance(x, (numbers.Number, np.bool_)):
+        try:
+            missing = bool(x != x) or abs(x) == math.inf  # NaN, then ±inf
+        except (TypeError, ValueError, ArithmeticError):
+            missing = False
+        return None if missing else ("number", x)
+    if x is None or (isinstance(x, (np.datetime64, np.timedelta64)) and np.isnat(x)):
+        return None
+    return (type(x), x)
+
+
+def _object_codes(ids: np.ndarray) -> tuple[npt.NDArray[np.int64], int]:
+    # Python's equality and hashing already make 1 == 1.0 == np.int64(1) == True, so a dict
+    # of (kind, value) keys is the rule; it is also faster than sorting Python objects.
+    table: dict[Any, int] = {}
+    codes = np.empty(ids.shape[0], dtype=np.int64)
+    for j, x in enumerate(ids.tolist()):
+        key = _group_key(x)
+        if key is None:
+            _reject_missing(np.array([j]), ids)
+        try:
+            codes[j] = table.setdefault(key, len(table))
+        except TypeError:
+            raise _native.InvalidBatchError(
+                f"`group_ids` holds an unhashable {type(x).__name__} at trajectory {j}"
+            ) from None
+    return codes, len(table)
 
 
 def broadcast_to_tokens(per_trajectory: Any, mask: Any, offsets: Any) -> npt.NDArray[np.float32]:

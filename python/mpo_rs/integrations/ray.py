@@ -280,7 +280,7 @@ def _merge_group_statistics(partial: pa.Table) -> pa.Table:
 
 def _stats_table(keys: np.ndarray, count: np.ndarray, total: np.ndarray, m2: np.ndarray) -> pa.Table:
     mean = np.divide(total, count, out=np.zeros_like(total, dtype=np.float64), where=count > 0)
-    key_type = pa.int64() if keys.dtype.kind in "iu" else pa.large_string()
+    key_type = {"i": pa.int64(), "u": pa.int64(), "f": pa.float64()}.get(keys.dtype.kind, pa.large_string())
     return pa.table(
         {
             "group": pa.array(keys, type=key_type),
@@ -489,14 +489,25 @@ def _group_keys(column: pa.ChunkedArray | pa.Array, name: str) -> np.ndarray:
             return array.cast(pa.int64()).to_numpy()
         except pa.ArrowInvalid:
             raise InvalidBatchError(f"column `{name}`: group ids beyond int64") from None
+    if pa.types.is_floating(kind):
+        # The group-id rule (mpo_rs.estimators.group_codes): floats by value, NaN and inf
+        # are missing ids and refused like nulls.
+        keys = array.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(~np.isfinite(keys))
+        if bad.size:
+            row = int(bad[0])
+            raise InvalidBatchError(f"row {row} of a batch, column `{name}`: group id {keys[row]} is missing")
+        return keys + 0.0  # -0.0 and 0.0 are one group
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         return array.to_numpy(zero_copy_only=False)
-    raise TypeError(f"column `{name}` must hold integer or string group ids (or a dictionary of them), got {kind}")
+    raise TypeError(
+        f"column `{name}` must hold integer, float or string group ids (or a dictionary of them), got {kind}"
+    )
 
 
 def _numpy_keys(column: pa.ChunkedArray) -> np.ndarray:
     array = _one_chunk(column)
-    if pa.types.is_integer(array.type):
+    if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
         return array.to_numpy()
     return array.to_numpy(zero_copy_only=False)
 

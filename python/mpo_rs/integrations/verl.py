@@ -60,7 +60,7 @@ except ModuleNotFoundError as _e:
 
 from .. import losses as mpo_losses
 from .._native import InvalidBatchError
-from ..estimators import as_group_ids, broadcast_to_tokens, gae_advantages, group_advantages, mae_advantages
+from ..estimators import broadcast_to_tokens, gae_advantages, group_advantages, group_codes, mae_advantages
 
 __all__ = [
     "CRITIC_ESTIMATORS",
@@ -390,10 +390,11 @@ def _group_ids(index: Any, rows: int, estimator: str) -> np.ndarray:
             f"advantage estimator {estimator!r} needs the group ids verl passes as `index` "
             "(non_tensor_batch['uid']), one per row"
         )
-    ids = as_group_ids(np.asarray(index))
-    if ids.shape[0] != rows:
-        raise InvalidBatchError(f"`index` has {ids.shape[0]} group ids, expected {rows} (one per row)")
-    return ids
+    # Dense codes by the group-id rule of `group_advantages` (estimators.group_codes).
+    codes, _ = group_codes(index)
+    if codes.shape[0] != rows:
+        raise InvalidBatchError(f"`index` has {codes.shape[0]} group ids, expected {rows} (one per row)")
+    return codes
 
 
 def _outcome_scores(token_level_rewards: Tensor) -> Tensor:

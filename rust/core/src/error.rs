@@ -51,6 +51,21 @@ pub enum MpoError {
         value: f32,
         trajectory: usize,
     },
+    /// A result that is not finite although every input was: finite values, rewards or a
+    /// β so large that the estimate overflows float32.
+    #[error("`{output}` would be {value} at {at}: the estimate overflows float32 (finite inputs, or beta, too large)")]
+    NonFiniteOutput {
+        output: &'static str,
+        value: f32,
+        at: TokenAt,
+    },
+    /// A per-trajectory result that is not finite although every input was.
+    #[error("`{output}` would be {value} at trajectory {trajectory}: the estimate overflows float32 (finite scores too large)")]
+    NonFiniteTrajectoryOutput {
+        output: &'static str,
+        value: f32,
+        trajectory: usize,
+    },
     /// A reward on a token the policy did not generate.
     #[error("`rewards` is {value} at observation {at}; rewards must be 0 where mask is 0")]
     ObservationReward { value: f32, at: TokenAt },

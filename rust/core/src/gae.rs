@@ -41,29 +41,43 @@ pub fn gae_advantages(
     try_for_each_chunk(parts, 2, |first, chunk| {
         with_scratch_pair(|scratch| {
             let mut chains = [Chain::default(), Chain::default()];
+            // The chunk's trajectories with good inputs, up to the first bad one, whose
+            // error waits until the ones before it are checked for overflow (the lowest
+            // trajectory's error is the one reported).
+            let mut good = 0;
+            let mut input_error = None;
             for (k, cs) in scratch.iter_mut().enumerate().take(chunk.len()) {
                 let j = first + k;
                 let range = layout.range(j);
                 let traj_mask = &mask[range.clone()];
                 let gather = Gather { base: range.start, mask: traj_mask, values, source: rewards, cs: &mut *cs };
-                if !rewards.with_trajectory(j, traj_mask, range.start, gather) {
-                    first_problem(&layout, mask, values, rewards, j)?;
+                let checked = if rewards.with_trajectory(j, traj_mask, range.start, gather) {
+                    Ok(())
+                } else {
+                    first_problem(&layout, mask, values, rewards, j)
+                };
+                if let Err(e) = checked.and_then(|()| score_ok(rewards, j)) {
+                    input_error = Some(e);
+                    break;
                 }
-                score_ok(rewards, j)?;
                 cs.prepare_results();
                 chains[k] = Chain::new(params, cs.n_policy());
+                good += 1;
             }
             let [a, b] = scratch;
             let [chain_a, chain_b] = &mut chains;
-            if chunk.len() == 2 {
-                sweep_pair(a, chain_a, b, chain_b);
-            } else {
-                sweep(a, chain_a, a.n_policy());
+            match good {
+                2 => sweep_pair(a, chain_a, b, chain_b),
+                1 => sweep(a, chain_a, a.n_policy()),
+                _ => {}
             }
-            for ((adv, ret), cs) in chunk.into_iter().zip(scratch.iter()) {
-                cs.scatter(adv, ret);
+            for (k, ((adv, ret), cs)) in chunk.into_iter().zip(scratch.iter()).take(good).enumerate() {
+                if !cs.scatter(adv, ret) {
+                    let j = first + k;
+                    return Err(cs.overflow(j, layout.range(j).start));
+                }
             }
-            Ok(())
+            input_error.map_or(Ok(()), Err)
         })
     })?;
     // SAFETY: every trajectory was gathered, swept and scattered (or the call failed).
@@ -157,6 +171,7 @@ fn sweep_pair(a: &mut Compact, chain_a: &mut Chain, b: &mut Compact, chain_b: &m
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{MpoError, TokenAt};
 
     #[test]
     fn observation_tokens_are_skipped() {
@@ -201,6 +216,29 @@ mod tests {
             assert_eq!(batch.advantages[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), alone.advantages.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
             assert_eq!(batch.returns[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), alone.returns.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn finite_inputs_that_overflow_float32_are_an_error_naming_the_token() {
+        // λ = 1: A = G − V = 3e38 + 3e38, beyond f32::MAX (issue 11 item 7).
+        let p = GaeParams { lam: 1.0, ..Default::default() };
+        let e = gae_advantages(&[-3e38], &[1], &[0, 1], Rewards::Score(&[3e38]), &p).unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteOutput { output: "advantages", at: TokenAt { token: 0, trajectory: 0, .. }, .. }), "{e}");
+        // The second of a swept pair, behind an observation token.
+        let e = gae_advantages(&[0.0, 0.0, 5.0, -3e38], &[1, 1, 0, 1], &[0, 2, 4], Rewards::Score(&[1.0, 3e38]), &p)
+            .unwrap_err();
+        assert_eq!(e.to_string().split(':').next().unwrap(), "`advantages` would be inf at token 3 (trajectory 1, position 1)");
+        // An overflow in trajectory 0 is reported before a bad input in trajectory 1.
+        let e = gae_advantages(&[-3e38, f32::NAN], &[1, 1], &[0, 1, 2], Rewards::Score(&[3e38, 0.0]), &p).unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteOutput { at: TokenAt { trajectory: 0, .. }, .. }), "{e}");
+        // ... and a bad input in trajectory 0 before an overflow in trajectory 1.
+        let e = gae_advantages(&[f32::NAN, -3e38], &[1, 1], &[0, 1, 2], Rewards::Score(&[0.0, 3e38]), &p).unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteToken { arg: "values", .. }), "{e}");
+        // Returns overflow too: the return of two rewards of 3e38 (λ = 0 keeps A = δ finite).
+        let rewards = [3e38, 3e38];
+        let e = gae_advantages(&[0.0, 0.0], &[1, 1], &[0, 2], Rewards::Token(&rewards), &GaeParams { lam: 0.0, ..p })
+            .unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteOutput { output: "returns", .. }), "{e}");
     }
 
     #[test]

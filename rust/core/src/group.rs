@@ -11,7 +11,9 @@ use crate::parallel::try_for_each_trajectory;
 
 /// `group_index[j]` in `0..n_groups` is trajectory `j`'s group (dense codes, e.g. from
 /// `numpy.unique(..., return_inverse=True)`). Sums run in trajectory order, so results do
-/// not depend on threads. A group of one gets 0.
+/// not depend on threads. A group of one gets 0. Finite scores can still give a result
+/// beyond float32 (RLOO or Dr. GRPO over scores near ±3.4e38): that is an error naming the
+/// trajectory, never an infinite advantage.
 pub fn group_advantages(
     scores: &[f32],
     group_index: &[i64],
@@ -39,7 +41,7 @@ pub fn group_advantages(
         let d = s as f64 - mean[g as usize];
         sq_dev[g as usize] += d * d;
     }
-    Ok(scores
+    let out: Vec<f32> = scores
         .iter()
         .zip(group_index)
         .map(|(&s, &g)| {
@@ -58,10 +60,15 @@ pub fn group_advantages(
             };
             a as f32
         })
-        .collect())
+        .collect();
+    if let Some(j) = out.iter().position(|a| !a.is_finite()) {
+        return Err(MpoError::NonFiniteTrajectoryOutput { output: "advantages", value: out[j], trajectory: j });
+    }
+    Ok(out)
 }
 
-/// Writes `per_trajectory[j]` on every policy token of trajectory `j`, 0 elsewhere.
+/// Writes `per_trajectory[j]` on every policy token of trajectory `j`, 0 elsewhere. A
+/// non-finite `per_trajectory[j]` is an error naming `j` (as for any estimator input).
 pub fn broadcast_to_tokens(per_trajectory: &[f32], mask: &[u8], offsets: &[i64]) -> Result<Vec<f32>> {
     let layout = Layout::new(offsets, mask.len())?;
     layout.expect_trajectories("per_trajectory", per_trajectory.len())?;
@@ -70,6 +77,9 @@ pub fn broadcast_to_tokens(per_trajectory: &[f32], mask: &[u8], offsets: &[i64])
     try_for_each_trajectory(parts, |j, out| {
         check_mask(&layout, mask, j)?;
         let value = per_trajectory[j];
+        if !value.is_finite() {
+            return Err(MpoError::NonFiniteTrajectory { arg: "per_trajectory", value, trajectory: j });
+        }
         for (o, &m) in out.iter_mut().zip(&mask[layout.range(j)]) {
             o.write(if m != 0 { value } else { 0.0 });
         }
@@ -102,6 +112,28 @@ mod tests {
     fn bad_group_index() {
         let e = group_advantages(&[1.0, 2.0], &[0, 3], 2, &GroupParams::default()).unwrap_err();
         assert!(e.to_string().contains("trajectory 1"), "{e}");
+    }
+
+    #[test]
+    fn eps_zero_is_refused_and_overflow_names_the_trajectory() {
+        // eps = 0 with equal scores was 0/0 = NaN (issue 11 item 7).
+        let e = group_advantages(&[1.0, 1.0], &[0, 0], 1, &GroupParams { eps: 0.0, ..Default::default() }).unwrap_err();
+        assert!(matches!(e, MpoError::Parameter { name: "eps", .. }), "{e}");
+        // RLOO over finite scores of ±3e38: 3e38 − (−3e38) overflows f32.
+        let rloo = GroupParams { leave_one_out: true, ..Default::default() };
+        let e = group_advantages(&[0.0, 3e38, -3e38], &[1, 0, 0], 2, &rloo).unwrap_err();
+        assert_eq!(e, MpoError::NonFiniteTrajectoryOutput { output: "advantages", value: f32::INFINITY, trajectory: 1 });
+        // GRPO is bounded by the std: the same scores are fine.
+        let grpo = group_advantages(&[0.0, 3e38, -3e38], &[1, 0, 0], 2, &GroupParams::default()).unwrap();
+        assert!(grpo.iter().all(|a| a.is_finite()));
+    }
+
+    #[test]
+    fn broadcast_refuses_non_finite_values() {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = broadcast_to_tokens(&[2.0, bad], &[0, 1, 1, 1, 0], &[0, 3, 5]).unwrap_err();
+            assert!(matches!(e, MpoError::NonFiniteTrajectory { arg: "per_trajectory", trajectory: 1, .. }), "{e}");
+        }
     }
 
     #[test]

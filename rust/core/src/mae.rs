@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::error::Result;
+use crate::error::{MpoError, Result, TokenAt};
 use crate::compact::{with_scratch, Compact};
 use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
 use crate::output::OutBuf;
@@ -51,6 +51,7 @@ pub fn mae_advantages(
         let range = layout.range(j);
         let traj_mask = &mask[range.clone()];
         let traj = Trajectory {
+            j,
             base: range.start,
             mask: traj_mask,
             values,
@@ -59,10 +60,10 @@ pub fn mae_advantages(
             first_turn: traj_offsets[j],
             out: Outputs { adv, ret, turn_adv, starts, ends, token_turn },
         };
-        if !rewards.with_trajectory(j, traj_mask, range.start, traj) {
+        if !rewards.with_trajectory(j, traj_mask, range.start, traj)? {
             first_problem(&layout, mask, values, rewards, j)?;
         }
-        score_ok(rewards, j)
+        Ok(())
     })?;
     // SAFETY: `Trajectory::visit` succeeded on every trajectory, and then wrote every token
     // of it, every one of its turns and its segmentation.
@@ -87,8 +88,9 @@ struct Outputs<'o> {
     token_turn: &'o mut [MaybeUninit<i32>],
 }
 
-/// One trajectory: where it starts, its mask, the inputs and where to write.
+/// One trajectory: its index, where it starts, its mask, the inputs and where to write.
 struct Trajectory<'a, 'o> {
+    j: usize,
     base: usize,
     mask: &'a [u8],
     values: &'a [f32],
@@ -99,25 +101,35 @@ struct Trajectory<'a, 'o> {
     out: Outputs<'o>,
 }
 
-impl RewardsVisitor<bool> for Trajectory<'_, '_> {
+impl RewardsVisitor<Result<bool>> for Trajectory<'_, '_> {
     /// Gathers the policy tokens (see [`crate::compact`]), writes the segmentation, runs
     /// the turn- and token-scale recursions backwards over the gathered turns and scatters
-    /// the results. Returns whether the fast input checks passed; the outputs are written
-    /// only if they did.
-    fn visit<R: RewardAt>(self, rewards: R) -> bool {
-        let Trajectory { base, mask, values, source, params, first_turn, out } = self;
+    /// the results. Returns `Ok(false)` if the fast input checks failed (nothing is then
+    /// written), the error of a non-finite score or of a result that overflows float32.
+    fn visit<R: RewardAt>(self, rewards: R) -> Result<bool> {
+        let Trajectory { j, base, mask, values, source, params, first_turn, out } = self;
         let Outputs { adv, ret, turn_adv, starts, ends, token_turn } = out;
         with_scratch(|cs| {
             if !cs.gather(mask, base, values, source, rewards) {
-                return false;
+                return Ok(false);
             }
+            score_ok(source, j)?;
             let turns = cs.runs.iter().map(|r| (r.tokens.clone(), r.policy as u8));
             fill_turns(turns, base, first_turn as i32, starts, ends, token_turn);
             cs.prepare_results();
             cs.work.resize(cs.n_policy(), 0.0);
-            estimate(cs, params, turn_adv);
-            cs.scatter(adv, ret);
-            true
+            let bad_turn = estimate(cs, params, turn_adv);
+            if !cs.scatter(adv, ret) {
+                return Err(cs.overflow(j, base));
+            }
+            if let Some((t, value)) = bad_turn {
+                // A turn advantage is the mean of its tokens', so this is rare: a mean just
+                // past f32::MAX whose tokens all rounded to finite values.
+                let first = cs.runs.iter().filter(|r| r.policy).nth(t).map_or(0, |r| r.tokens.start);
+                let at = TokenAt { token: base + first, trajectory: j, position: first };
+                return Err(MpoError::NonFiniteOutput { output: "turn_advantages", value, at });
+            }
+            Ok(true)
         })
     }
 }
@@ -126,12 +138,16 @@ impl RewardsVisitor<bool> for Trajectory<'_, '_> {
 /// turn, one backward pass runs the two dependent recursions (intra-turn GAE, critic
 /// targets) side by side and keeps the intra advantages in `work`; a second,
 /// dependency-free pass centres them on the turn mean.
-fn estimate(cs: &mut Compact, p: &MaeParams, turn_adv: &mut [MaybeUninit<f32>]) {
+///
+/// Returns the trajectory-local index and value of the first turn advantage that is not
+/// finite (the token results are checked by the scatter).
+fn estimate(cs: &mut Compact, p: &MaeParams, turn_adv: &mut [MaybeUninit<f32>]) -> Option<(usize, f32)> {
     let Compact { runs, values: v, rewards: r, advantages, returns, work: intra_buf } = cs;
     let mut next_turn_v = 0.0f64; // V_{t+1,1}, 0 past the last turn
     let mut next_turn_adv = 0.0f64; // A^turn_{t+1}
     let mut carry = 0.0f64; // C at the first token of turn t+1
     let mut end = v.len(); // compact end of the current turn
+    let mut bad_turn = None;
     let turns = runs.iter().rev().filter(|run| run.policy);
     for (t, run) in (0..turn_adv.len()).rev().zip(turns) {
         let start = end - run.tokens.len();
@@ -156,7 +172,11 @@ fn estimate(cs: &mut Compact, p: &MaeParams, turn_adv: &mut [MaybeUninit<f32>]) 
 
         let first_v = v[start];
         let a_turn = turn_reward + p.gamma * next_turn_v - first_v + p.gamma * p.lam * next_turn_adv;
-        turn_adv[t].write(a_turn as f32);
+        let a_turn32 = a_turn as f32;
+        turn_adv[t].write(a_turn32);
+        if !a_turn32.is_finite() {
+            bad_turn = Some((t, a_turn32)); // turns go last to first: the lowest one stays
+        }
         let turn_out = &mut advantages[start..end];
         if p.beta == 0.0 {
             turn_out.fill(a_turn as f32);
@@ -171,11 +191,13 @@ fn estimate(cs: &mut Compact, p: &MaeParams, turn_adv: &mut [MaybeUninit<f32>]) 
         next_turn_adv = a_turn;
         end = start;
     }
+    bad_turn
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{MpoError, TokenAt};
 
     fn close(a: f32, b: f64) -> bool {
         (a as f64 - b).abs() < 1e-5
@@ -242,6 +264,28 @@ mod tests {
         let rewards = vec![0.0, 2.0, 0.0, 0.0];
         let by_reward = mae_advantages(&values, &mask, &[0, 4], Rewards::Token(&rewards), &MaeParams::default()).unwrap();
         assert_eq!(by_score, by_reward);
+    }
+
+    #[test]
+    fn a_huge_beta_or_huge_values_are_an_error_naming_the_token() {
+        // Intra-turn spread 0.525 × β = 1e308 overflows f32 (issue 11 item 7: --beta 1e308).
+        let mask = [0, 1, 1];
+        let p = MaeParams { beta: 1e308, ..Default::default() };
+        let e = mae_advantages(&[9.0, 0.0, 1.0], &mask, &[0, 3], Rewards::Token(&[0.0; 3]), &p).unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteOutput { output: "advantages", at: TokenAt { token: 1, trajectory: 0, position: 1 }, .. }), "{e}");
+        // A second trajectory: the error names it.
+        let values = [0.0, 0.0, 0.0, 1.0];
+        let e = mae_advantages(&values, &[1, 1, 1, 1], &[0, 2, 4], Rewards::Score(&[0.0, 0.0]), &p).unwrap_err();
+        assert!(e.to_string().starts_with("`advantages` would be inf at token 2 (trajectory 1, position 0)"), "{e}");
+        // β = 1e308 with no spread inside the turn is fine (0 × β).
+        let flat = mae_advantages(&[0.0, 0.0], &[1, 1], &[0, 2], Rewards::Token(&[0.0, 0.0]), &p).unwrap();
+        assert!(flat.advantages.iter().all(|a| a.is_finite()));
+        // Finite values of ±3e38: the turn advantage overflows.
+        let e = mae_advantages(&[-3e38], &[1], &[0, 1], Rewards::Score(&[3e38]), &MaeParams::default()).unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteOutput { at: TokenAt { trajectory: 0, .. }, .. }), "{e}");
+        // A NaN score is still reported as a bad input, not as an overflow.
+        let e = mae_advantages(&[0.0], &[1], &[0, 1], Rewards::Score(&[f32::NAN]), &MaeParams::default()).unwrap_err();
+        assert!(matches!(e, MpoError::NonFiniteTrajectory { arg: "scores", .. }), "{e}");
     }
 
     #[test]

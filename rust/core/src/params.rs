@@ -91,7 +91,8 @@ impl GaeParams {
 pub struct GroupParams {
     /// Divide by the group's unbiased std (GRPO); `false` is Dr. GRPO.
     pub norm_std: bool,
-    /// Added to the std before dividing.
+    /// Added to the std before dividing; positive, so a group of equal scores gets 0, not
+    /// 0/0.
     pub eps: f64,
     /// RLOO: the baseline is the mean of the *other* members, with no std division.
     pub leave_one_out: bool,
@@ -105,6 +106,21 @@ impl Default for GroupParams {
 
 impl GroupParams {
     pub fn validate(&self) -> Result<()> {
-        check("eps", self.eps, self.eps >= 0.0, "[0, inf)")
+        check("eps", self.eps, self.eps > 0.0, "(0, inf)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eps_must_be_positive() {
+        // eps = 0 made a group of equal scores 0/0 = NaN (issue 11 item 7).
+        for eps in [0.0, -0.0, -1e-6, f64::NAN, f64::INFINITY] {
+            let e = GroupParams { eps, ..Default::default() }.validate().unwrap_err();
+            assert!(matches!(e, MpoError::Parameter { name: "eps", .. }), "{eps}: {e}");
+        }
+        assert!(GroupParams { eps: f64::MIN_POSITIVE, ..Default::default() }.validate().is_ok());
     }
 }

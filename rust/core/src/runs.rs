@@ -45,10 +45,13 @@ pub(crate) fn or_all(mask: &[u8]) -> u8 {
     mask.iter().fold(0u8, |acc, &m| acc | m)
 }
 
-/// Whether every value is finite. Vectorises (no early exit).
+/// Whether every value is finite. Vectorises (no early exit): integer ops only, since a
+/// fold of `is_finite` stayed scalar (callgrind, ~2 instructions per value). An exponent
+/// of all ones (inf, NaN) plus one exponent step carries into the sign bit; no other does.
 #[inline]
 pub(crate) fn all_finite(xs: &[f32]) -> bool {
-    xs.iter().fold(true, |acc, x| acc & x.is_finite())
+    let carry = xs.iter().fold(0u32, |acc, x| acc | (x.to_bits() & 0x7f80_0000).wrapping_add(0x0080_0000));
+    carry & 0x8000_0000 == 0
 }
 
 /// Whether every value is exactly zero. Vectorises (no early exit).
@@ -70,6 +73,19 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn all_finite_is_is_finite() {
+        let specials = [0.0, -0.0, 1.0, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN];
+        for &x in &specials {
+            for n in [1, 7, 33] {
+                let mut xs = vec![1.5f32; n];
+                xs[n / 2] = x;
+                assert_eq!(all_finite(&xs), x.is_finite(), "{x} in {n}");
+            }
+        }
+        assert!(all_finite(&[]));
     }
 
     #[test]

@@ -17,10 +17,12 @@ use mpo_core::GroupParams;
 use crate::columns::column;
 use crate::error::DataError;
 
-const EXPECTED: &str = "integer or string (or a dictionary of them)";
+const EXPECTED: &str = "integer, float or string (or a dictionary of them)";
 
 pub(crate) fn check_group_type(name: &str, ty: &DataType) -> Result<(), DataError> {
-    let ok = |t: &DataType| t.is_integer() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    let ok = |t: &DataType| {
+        t.is_integer() || t.is_floating() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+    };
     let usable = match ty {
         DataType::Dictionary(_, v) => ok(v),
         t => ok(t),
@@ -45,6 +47,8 @@ enum Phase {
 pub struct GroupStats {
     params: GroupParams,
     ints: HashMap<i128, usize>,
+    /// Non-integral float ids, by the bits of their f64 value.
+    floats: HashMap<u64, usize>,
     strings: HashMap<Box<str>, usize>,
     count: Vec<u64>,
     sum: Vec<f64>,
@@ -58,6 +62,7 @@ impl GroupStats {
         Self {
             params,
             ints: HashMap::new(),
+            floats: HashMap::new(),
             strings: HashMap::new(),
             count: Vec::new(),
             sum: Vec::new(),
@@ -118,6 +123,10 @@ impl GroupStats {
         for_each_key(batch, group_col, |row, key| {
             let g = self.find(key).ok_or_else(|| unknown(group_col, row))?;
             out[row] = self.advantage(g, scores[row]);
+            // Finite scores near ±3.4e38 can overflow float32 (RLOO, Dr. GRPO).
+            if !out[row].is_finite() {
+                return Err(DataError::NonFiniteRow { column: "advantages".into(), row: row as u64, value: out[row] });
+            }
             Ok(())
         })?;
         Ok(out)
@@ -142,6 +151,7 @@ impl GroupStats {
     fn find(&self, key: Key<'_>) -> Option<usize> {
         match key {
             Key::Int(i) => self.ints.get(&i).copied(),
+            Key::Float(bits) => self.floats.get(&bits).copied(),
             Key::Str(s) => self.strings.get(s).copied(),
         }
     }
@@ -153,6 +163,7 @@ impl GroupStats {
         let g = self.count.len();
         match key {
             Key::Int(i) => self.ints.insert(i, g),
+            Key::Float(bits) => self.floats.insert(bits, g),
             Key::Str(s) => self.strings.insert(s.into(), g),
         };
         self.count.push(0);
@@ -166,11 +177,29 @@ fn unknown(column: &str, row: usize) -> DataError {
     DataError::UnknownGroup { column: column.into(), row: row as u64 }
 }
 
-/// A group id as read: integers of any width compare equal by value.
+/// A group id as read. Numbers compare by value, as in `mpo_rs.group_advantages`:
+/// integers of any width, and floats with an integral value, are `Int` (so 1 and 1.0 are
+/// one group); other floats are `Float`. Strings are a kind of their own.
 #[derive(Clone, Copy)]
 enum Key<'a> {
     Int(i128),
+    Float(u64),
     Str(&'a str),
+}
+
+impl Key<'_> {
+    /// The key of a finite float id (`None` for NaN or ±inf: a missing id).
+    fn of_float(v: f64) -> Option<Self> {
+        if !v.is_finite() {
+            return None;
+        }
+        // Every integral f64 below 2^127 in magnitude is exactly an i128; -0.0 becomes 0.
+        if v.fract() == 0.0 && v.abs() < 2f64.powi(127) {
+            Some(Key::Int(v as i128))
+        } else {
+            Some(Key::Float(v.to_bits()))
+        }
+    }
 }
 
 /// Calls `f(row, key)` for every row of the group column, refusing nulls.
@@ -213,6 +242,24 @@ fn for_each_key(
         dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type,
         dt::UInt8Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type
     );
+    // NaN and ±inf ids are missing, refused like nulls (the rule of the Python API).
+    macro_rules! floats {
+        ($($t:ty),*) => {$(
+            if let Some(p) = array.as_primitive_opt::<$t>() {
+                for (row, &v) in p.values().iter().enumerate() {
+                    let v = f64::from(v);
+                    let key = Key::of_float(v).ok_or_else(|| DataError::NonFiniteRow {
+                        column: name.into(),
+                        row: row as u64,
+                        value: v as f32,
+                    })?;
+                    f(row, key)?;
+                }
+                return Ok(());
+            }
+        )*};
+    }
+    floats!(dt::Float16Type, dt::Float32Type, dt::Float64Type);
     if let Some(s) = array.as_string_opt::<i32>() {
         return s.iter().enumerate().try_for_each(|(row, v)| f(row, Key::Str(v.unwrap_or_default())));
     }
@@ -279,6 +326,44 @@ mod tests {
             let got: Vec<f32> = batches.iter().flat_map(|(b, s)| stats.advantages("g", b, s).unwrap()).collect();
             assert_eq!(got, want, "{params:?}");
         }
+    }
+
+    #[test]
+    fn float_ids_by_value_and_nan_refused() {
+        // The group-id rule of mpo_rs.group_advantages (issue 11 item 6): numbers by value,
+        // so 1.0 in a float column (or file) is the group 1 of an integer one, -0.0 is 0,
+        // 2.5 a group of its own; NaN and ±inf are missing ids, refused like nulls.
+        let floats: ArrayRef = Arc::new(arrow::array::Float64Array::from(vec![1.0, 2.5, -0.0, 2.5]));
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![1, 0]));
+        let batches = vec![
+            (RecordBatch::try_from_iter([("g", floats)]).unwrap(), vec![1.0, 5.0, 3.0, 7.0]),
+            (RecordBatch::try_from_iter([("g", ints)]).unwrap(), vec![3.0, 1.0]),
+        ];
+        let params = GroupParams { norm_std: false, ..Default::default() };
+        let stats = stats_over(params, &batches);
+        assert_eq!(stats.n_groups(), 3);
+        // group 1 = {1, 3} (mean 2), group 2.5 = {5, 7} (mean 6), group 0 = {3, 1} (mean 2)
+        assert_eq!(stats.advantages("g", &batches[0].0, &batches[0].1).unwrap(), vec![-1.0, -1.0, 1.0, 1.0]);
+        assert_eq!(stats.advantages("g", &batches[1].0, &batches[1].1).unwrap(), vec![1.0, -1.0]);
+        assert!(check_group_type("g", &DataType::Float32).is_ok());
+
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let g: ArrayRef = Arc::new(arrow::array::Float32Array::from(vec![1.0, bad]));
+            let b = RecordBatch::try_from_iter([("g", g)]).unwrap();
+            let e = GroupStats::new(params).scan("g", &b, &[0.0, 0.0]).unwrap_err();
+            assert!(matches!(&e, DataError::NonFiniteRow { row: 1, .. }), "{e}");
+            assert!(e.to_string().starts_with("row 1, column `g`:"), "{e}");
+        }
+    }
+
+    #[test]
+    fn overflowing_advantages_are_an_error_naming_the_row() {
+        // RLOO over finite scores of ±3e38: 3e38 − (−3e38) is beyond f32 (issue 11 item 7).
+        let g: ArrayRef = Arc::new(Int64Array::from(vec![0, 0]));
+        let batches = vec![(RecordBatch::try_from_iter([("g", g)]).unwrap(), vec![3e38, -3e38])];
+        let stats = stats_over(GroupParams { leave_one_out: true, ..Default::default() }, &batches);
+        let e = stats.advantages("g", &batches[0].0, &batches[0].1).unwrap_err();
+        assert!(matches!(e, DataError::NonFiniteRow { row: 0, .. }), "{e}");
     }
 
     #[test]
