@@ -123,6 +123,8 @@ def advantages_parquet(
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/diagnose.rs).
 from pathlib import Path
 
+__all__ += ["diagnose_batch", "list_parquet_inputs"]
+
 def list_parquet_inputs(input: str | os.PathLike[str]) -> list[Path]: ...
 def diagnose_batch(
     batch: object,
