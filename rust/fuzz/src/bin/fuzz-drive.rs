@@ -86,6 +86,7 @@ fn main() {
         }
     };
     quiet_panics();
+    let start = Instant::now();
     println!("fuzz-drive: seed {}, {} estimator inputs, {} Parquet files", o.seed, o.estimator, o.parquet);
     let mut failures = 0;
     if o.estimator > 0 {
@@ -95,6 +96,7 @@ fn main() {
         failures += fuzz_parquet(&o);
     }
     let _ = fs::remove_dir_all(&o.work);
+    println!("fuzz-drive: wall time {:.1} s", start.elapsed().as_secs_f64());
     if failures > 0 {
         println!("FAILED: {failures} failing inputs saved under {}", o.artifacts.display());
         std::process::exit(1);
@@ -427,7 +429,9 @@ fn corrupt(rng: &mut Rng, seeds: &[Seed], good: &[usize]) -> (&'static str, Vec<
 }
 
 fn fuzz_parquet(o: &Options) -> u64 {
-    let seeds = load_seeds(&o.corpus.join("parquet"));
+    // Findings are inputs that once broke a promise, kept as seeds (all must fail).
+    let mut seeds = load_seeds(&o.corpus.join("parquet"));
+    seeds.extend(load_seeds(&o.corpus.join("findings")));
     if seeds.is_empty() {
         println!("FAILED: no Parquet seeds under {}", o.corpus.join("parquet").display());
         return 1;
