@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: demo test test-rust test-python stubtest build bench bench-quick clean
+.PHONY: demo test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +42,31 @@ test-python: build
 stubtest: build
 	$(PY) -m mypy.stubtest mpo_rs._native
 
-test: test-rust test-python stubtest
+# The fuzz crate (rust/fuzz) is outside the workspace; it shares target/ so the
+# dependencies built for test-rust are reused. Its test is the short fuzz budget.
+FUZZ_CARGO := cargo --quiet
+FUZZ_FLAGS := --manifest-path rust/fuzz/Cargo.toml --release --target-dir target
+
+test-fuzz:
+	$(FUZZ_CARGO) test $(FUZZ_FLAGS)
+
+test: test-rust test-fuzz test-python stubtest
+
+# The daily fuzz run: >= 10^6 estimator inputs and >= 10^4 corrupt Parquet files (a new
+# seed each day, printed so a failure can be replayed with FUZZ_SEED=...), then the
+# hypothesis fuzzer of the Python API with more examples. Failing inputs are saved under
+# rust/fuzz/artifacts/.
+FUZZ_SEED      ?= $(shell date +%Y%m%d)
+FUZZ_ESTIMATOR ?= 2000000
+FUZZ_PARQUET   ?= 20000
+FUZZ_EXAMPLES  ?= 400
+
+fuzz-build:
+	$(FUZZ_CARGO) build $(FUZZ_FLAGS) --bin fuzz-drive
+
+fuzz: build fuzz-build
+	target/release/fuzz-drive --seed $(FUZZ_SEED) --estimator $(FUZZ_ESTIMATOR) --parquet $(FUZZ_PARQUET)
+	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/test_fuzz_api.py
 
 bench: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench

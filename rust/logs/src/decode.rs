@@ -33,6 +33,20 @@ impl DecodeError {
     }
 }
 
+/// Runs `f`, turning a panic of the Parquet or Arrow readers into its message: a
+/// malformed file (e.g. a footer whose embedded Arrow schema the IPC decoder refuses by
+/// panicking) must become that file's error, not take the run down.
+pub(crate) fn contain<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|m| m.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        format!("the reader failed: {why}")
+    })
+}
+
 impl RowGroupReader {
     /// `open` gives a fresh handle on the file for each column's reader.
     pub fn new(

@@ -32,7 +32,7 @@ use parquet::file::properties::WriterProperties;
 use crate::annotate::{annotate, append, output_schema, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
 use crate::columns::{read_row_scores, ColumnSpec, Columns};
-use crate::decode::{DecodeError, RowGroupReader};
+use crate::decode::{contain, DecodeError, RowGroupReader};
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
 use crate::estimator::Estimator;
@@ -225,8 +225,9 @@ fn open_sources(targets: &Targets, job: &Job) -> Result<(Columns, Vec<Source>), 
         let file = File::open(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         let at = FileAt { path: path.clone(), row_group: None };
-        let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-            .map_err(|e| LogError::Corrupt { at: at.clone(), column: None, message: e.to_string() })?;
+        let meta = contain(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()))
+            .and_then(|loaded| loaded.map_err(|e| e.to_string()))
+            .map_err(|message| LogError::Corrupt { at: at.clone(), column: None, message })?;
         let schema = meta.schema();
         let resolved = match &columns {
             // Every file uses the columns chosen for the first one.
