@@ -178,7 +178,7 @@ impl Source {
                 .with_row_groups(vec![g])
                 .build()
                 .ok()?;
-            let fails = reader.any(|b| b.is_err());
+            let fails = contain(|| reader.any(|b| b.is_err())).unwrap_or(true);
             fails.then(|| descr.root_schema().get_fields()[root].name().to_string())
         });
         LogError::Corrupt { at: self.at(Some(g)), column, message: e.to_string() }
@@ -291,14 +291,16 @@ fn group_statistics(
                 (0..descr.num_columns()).filter(|&l| roots.contains(&descr.get_column_root_idx(l))).collect();
             let projection = ProjectionMask::roots(descr, roots.iter().copied());
             for (g, base) in s.row_group_starts().into_iter().enumerate() {
-                let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(s.open()?, s.meta.clone())
+                let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(s.open()?, s.meta.clone())
                     .with_projection(projection.clone())
                     .with_row_groups(vec![g])
                     .with_batch_size(s.batch_rows(g, Some(&leaves), tuning.batch_bytes))
                     .build()
                     .map_err(|e| s.corrupt_column(g, e))?;
                 let mut row_base = base;
-                for batch in reader {
+                // As in the write pass, a reader that panics on a malformed page is this
+                // row group's error.
+                while let Some(batch) = contain(|| reader.next()).map_err(|m| s.corrupt(Some(g), m))? {
                     let batch = batch.map_err(|e| s.corrupt_column(g, e))?;
                     let scores = read_row_scores(&batch, &columns.reward).map_err(|e| s.data(g, row_base, e))?;
                     stats.scan(group_col, &batch, &scores).map_err(|e| s.data(g, row_base, e))?;

@@ -11,7 +11,7 @@ use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -143,12 +143,14 @@ fn fuzz_estimators(o: &Options) -> u64 {
     // Watchdog: an input that runs longer than the timeout is saved and the run stopped.
     let progress = Arc::new(AtomicU64::new(0));
     let current = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let finished = Arc::new(AtomicBool::new(false));
     {
         let (progress, current, timeout) = (progress.clone(), current.clone(), o.timeout);
+        let finished = finished.clone();
         let artifacts = o.artifacts.clone();
         std::thread::spawn(move || {
             let mut last = (u64::MAX, Instant::now());
-            loop {
+            while !finished.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(250));
                 let p = progress.load(Ordering::Relaxed);
                 if p != last.0 {
@@ -214,6 +216,7 @@ fn fuzz_estimators(o: &Options) -> u64 {
         }
         progress.store(i + 1, Ordering::Relaxed);
     }
+    finished.store(true, Ordering::Relaxed);
     let secs = start.elapsed().as_secs_f64();
     let n: u64 = counts.values().sum();
     println!(
