@@ -34,9 +34,9 @@ import mpo_rs
 import reference as ref
 from strategies import Batch, batches, gae_params, mae_params
 
-# Issue 11 item 7 makes the estimators refuse to produce non-finite numbers; until that is
-# merged a non-finite result from extreme (but valid) input is tolerated.
-ALLOW_NONFINITE_OUTPUT = True
+# Issue 11 item 7 made the estimators refuse to produce non-finite numbers, so a non-finite
+# result, even from extreme (but valid) input, fails the fuzzer.
+ALLOW_NONFINITE_OUTPUT = False
 
 EXAMPLES = int(os.environ.get("MPO_FUZZ_EXAMPLES", "0"))
 fuzz_settings = settings(

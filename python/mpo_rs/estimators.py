@@ -189,6 +189,11 @@ def as_group_ids(group_ids: Any) -> np.ndarray:
     (numpy would turn both into the string ``"1"``).
     """
     if isinstance(group_ids, (list, tuple)):
+        nested = next((i for i, x in enumerate(group_ids) if isinstance(x, (list, np.ndarray))), None)
+        if nested is not None:
+            raise _native.InvalidBatchError(
+                f"`group_ids` must be 1-D (one per trajectory), got a list at trajectory {nested}"
+            )
         ids = np.empty(len(group_ids), dtype=object)
         ids[:] = group_ids
     else:
@@ -224,8 +229,9 @@ def group_codes(group_ids: Any) -> tuple[npt.NDArray[np.int64], int]:
 def _reject_missing(bad: np.ndarray, ids: np.ndarray) -> None:
     if bad.size:
         j = int(bad[0])
+        value = ids[j].item() if isinstance(ids[j], np.generic) else ids[j]
         raise _native.InvalidBatchError(
-            f"`group_ids` is {ids[j]!r} at trajectory {j}; a group id must not be missing (None, NaN, inf)"
+            f"`group_ids` is {value!r} at trajectory {j}; a group id must not be missing (None, NaN, inf)"
         )
 
 
