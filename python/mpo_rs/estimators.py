@@ -188,13 +188,12 @@ def as_group_ids(group_ids: Any) -> np.ndarray:
     Python lists and tuples become object arrays, so that ``[1, "1"]`` keeps two kinds
     (numpy would turn both into the string ``"1"``).
     """
-    if isinstance(group_ids, (list, tuple)):
-        ids = np.empty(len(group_ids), dtype=object)
-        ids[:] = group_ids
-    else:
-        ids = as_numpy(group_ids, "group_ids")
+    ids = as_numpy(group_ids, "group_ids")
     if ids.ndim != 1:
         raise _native.InvalidBatchError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
+    if isinstance(group_ids, (list, tuple)) and ids.dtype.kind in "USO":
+        ids = np.empty(len(group_ids), dtype=object)
+        ids[:] = list(group_ids)
     return ids
 
 
@@ -225,7 +224,7 @@ def _reject_missing(bad: np.ndarray, ids: np.ndarray) -> None:
     if bad.size:
         j = int(bad[0])
         raise _native.InvalidBatchError(
-            f"`group_ids` is {ids[j]!r} at trajectory {j}; a group id must not be missing (None, NaN, inf)"
+            f"`group_ids` is {ids[j]} at trajectory {j}; a group id must not be missing (None, NaN, inf)"
         )
 
 
