@@ -71,9 +71,10 @@ def test_numbers_compare_by_value():
 
 
 def test_other_hashable_ids_by_type_and_value_and_unhashable_refused():
-    got = mpo_rs.group_advantages(SCORES, [("p", 1), ("p", 2), ("p", 1), ("p", 2)], norm_std=False)
-    np.testing.assert_array_equal(got, [-0.5, -2.0, 0.5, 2.0])
     ids = np.empty(4, dtype=object)
+    ids[:] = [("p", 1), ("p", 2), ("p", 1), ("p", 2)]
+    got = mpo_rs.group_advantages(SCORES, ids, norm_std=False)
+    np.testing.assert_array_equal(got, [-0.5, -2.0, 0.5, 2.0])
     ids[:] = [[1], [1], [2], [2]]
     with pytest.raises(InvalidBatchError, match="unhashable list at trajectory 0"):
         mpo_rs.group_advantages(SCORES, ids)
