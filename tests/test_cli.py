@@ -226,17 +226,24 @@ def big_log_file(tmp_path_factory) -> Path:
     return path
 
 
+def _input_and_earlier_output(big_log_file: Path, tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """(INPUT, OUTPUT) for a run to interrupt: a file, or a directory of one file, with an
+    earlier OUTPUT of the same kind holding b"an earlier output"."""
+    if kind == "file":
+        out = tmp_path / "out.parquet"
+        out.write_bytes(b"an earlier output")
+        return big_log_file, out
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    shutil.copy(big_log_file, src / "a.parquet")
+    out.mkdir()
+    (out / "a.parquet").write_bytes(b"an earlier output")
+    return src, out
+
+
 @pytest.mark.parametrize("kind", ["file", "directory"])
 def test_sigkill_midway_leaves_the_earlier_output_and_no_partial_file(big_log_file, tmp_path, kind):
-    if kind == "file":
-        src, out = big_log_file, tmp_path / "out.parquet"
-        out.write_bytes(b"an earlier output")
-    else:
-        src, out = tmp_path / "in", tmp_path / "out"
-        src.mkdir()
-        shutil.copy(big_log_file, src / "a.parquet")
-        out.mkdir()
-        (out / "a.parquet").write_bytes(b"an earlier output")
+    src, out = _input_and_earlier_output(big_log_file, tmp_path, kind)
     proc = subprocess.Popen([sys.executable, "-c", _slow_run_script(src, out)])
     _kill_when_staged(proc, tmp_path, min_bytes=1)
     assert proc.returncode == -signal.SIGKILL
@@ -305,15 +312,7 @@ def _console_script(*args: object, **kw) -> subprocess.Popen[str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("kind", ["file", "directory"])
 def test_sigterm_midway_stops_like_ctrl_c(big_log_file, tmp_path, kind, sig):
-    if kind == "file":
-        src, out = big_log_file, tmp_path / "out.parquet"
-        out.write_bytes(b"an earlier output")
-    else:
-        src, out = tmp_path / "in", tmp_path / "out"
-        src.mkdir()
-        shutil.copy(big_log_file, src / "a.parquet")
-        out.mkdir()
-        (out / "a.parquet").write_bytes(b"an earlier output")
+    src, out = _input_and_earlier_output(big_log_file, tmp_path, kind)
     proc = _console_script("advantages", src, "-o", out)
     _signal_when_staged(proc, tmp_path, min_bytes=1, sig=sig)
     _, err = proc.communicate(timeout=60)
