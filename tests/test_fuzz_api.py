@@ -305,9 +305,8 @@ def test_group_advantages_survive_anything_and_match_the_reference(scores, raw_i
         ids = np.array([pick(g) for g in base] + [], dtype=object)
     args = dict(scores=s, group_ids=ids, norm_std=norm_std, eps=eps, leave_one_out=leave_one_out)
     out, err = call(mpo_rs.group_advantages, args)
-    bad = kind in ("2d", "short") and n > 0 or not np.isfinite(s).all() or not (eps >= 0) or math.isinf(eps)
-    if kind == "short" and n == 0:
-        bad = not np.isfinite(s).all() or not (eps >= 0) or math.isinf(eps)
+    # A 2-D id array is refused even when empty; one id too few only when there are scores.
+    bad = kind == "2d" or (kind == "short" and n > 0) or not np.isfinite(s).all() or not (eps >= 0) or math.isinf(eps)
     if bad:
         assert err is not None, "invalid input accepted"
         return
