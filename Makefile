@@ -50,7 +50,7 @@ FUZZ_FLAGS := --manifest-path rust/fuzz/Cargo.toml --release --target-dir target
 test-fuzz:
 	$(FUZZ_CARGO) test $(FUZZ_FLAGS)
 
-test: test-rust test-python stubtest
+test: test-rust test-fuzz test-python stubtest
 
 # The daily fuzz run: >= 10^6 estimator inputs and >= 10^4 corrupt Parquet files (a new
 # seed each day, printed so a failure can be replayed with FUZZ_SEED=...), then the

@@ -25,9 +25,9 @@ use mpo_core::{GaeParams, GroupParams, MaeParams, MpoError, Rewards};
 use crate::{reference, Failure};
 
 /// Whether a non-finite output from accepted input is tolerated (counted as
-/// `ok-nonfinite`) instead of failing the run. Issue 11 item 7 makes the core refuse such
-/// results; once that is merged this is `false` and any non-finite output fails.
-pub const ALLOW_NONFINITE_OUTPUT: bool = true;
+/// `ok-nonfinite`) instead of failing the run. The core refuses such results (issue 11
+/// item 7), so any non-finite output fails.
+pub const ALLOW_NONFINITE_OUTPUT: bool = false;
 
 /// Largest |number| of a "clean" input: its results cannot overflow f32.
 const CLEAN: f32 = 1e4;
@@ -342,13 +342,7 @@ fn judge(c: &Case) -> Verdict {
             let e = c.group.eps;
             param(e > 0.0, e, "eps", p);
         }
-        Kind::Broadcast => {
-            // broadcast_to_tokens refuses NaN and inf per-trajectory values (issue 11 item 7).
-            if c.per_traj.iter().any(|x| !x.is_finite()) {
-                p.push(Problem::NonFiniteTrajectory("per_trajectory"));
-            }
-        }
-        Kind::Segment => {}
+        Kind::Broadcast | Kind::Segment => {}
     }
     if c.kind == Kind::Group {
         let scores = c.scores.as_deref().unwrap_or(&[]);
@@ -398,7 +392,13 @@ fn judge(c: &Case) -> Verdict {
         p.push(Problem::MaskValue);
     }
     match c.kind {
-        Kind::Broadcast => v.either |= c.per_traj.iter().any(|&x| !x.is_finite()),
+        Kind::Broadcast => {
+            // broadcast_to_tokens refuses NaN and inf per-trajectory values (issue 11 item 7),
+            // checked per trajectory alongside the mask, so either may be reported first.
+            if c.per_traj.iter().any(|x| !x.is_finite()) {
+                p.push(Problem::NonFiniteTrajectory("per_trajectory"));
+            }
+        }
         Kind::Mae | Kind::Gae => {
             for q in 0..c.mask.len() {
                 match (c.mask[q], &c.scores) {
