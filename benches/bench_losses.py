@@ -84,9 +84,9 @@ def main() -> None:
 
     def flat_turn() -> torch.Tensor:
         log_prob = new_init.detach().reshape(-1).requires_grad_()
-        return losses.policy_loss(
-            log_prob, old.reshape(-1), adv.reshape(-1), mask.reshape(-1), token_turn=token_turn
-        )[0]
+        return losses.policy_loss(log_prob, old.reshape(-1), adv.reshape(-1), mask.reshape(-1), token_turn=token_turn)[
+            0
+        ]
 
     cases: dict[str, Callable[[], torch.Tensor]] = {
         "token (PPO)": case(ratio="token"),

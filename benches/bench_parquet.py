@@ -108,12 +108,12 @@ def bench_one(path: Path, repeat: int) -> dict[str, float]:
 
     out = path.with_name(path.stem + "-out.parquet")
     floor_out = path.with_name(path.stem + "-floor.parquet")
-    runs: dict[str, list[float]] = {k: [] for k in ("tool_s", "tool_cpu", "tool_rss", "floor_s", "floor_cpu", "floor_rss")}
+    runs: dict[str, list[float]] = {
+        k: [] for k in ("tool_s", "tool_cpu", "tool_rss", "floor_s", "floor_cpu", "floor_rss")
+    }
     for _ in range(repeat):
         out.unlink(missing_ok=True)  # each side writes a new file, nothing to replace
-        stdout, _, rss = measure(
-            [sys.executable, "-c", TOOL, "advantages", str(path), "-o", str(out), "--quiet"]
-        )
+        stdout, _, rss = measure([sys.executable, "-c", TOOL, "advantages", str(path), "-o", str(out), "--quiet"])
         t = json.loads(stdout.strip().splitlines()[-1])
         runs["tool_s"].append(t["wall"])
         runs["tool_cpu"].append(t["cpu"])

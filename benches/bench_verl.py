@@ -60,7 +60,9 @@ def make_batch(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor
     }
 
 
-def estimators(gamma: float, lam: float) -> dict[str, Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]]:
+def estimators(
+    gamma: float, lam: float
+) -> dict[str, Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]]:
     from verl.trainer.ppo import core_algos
 
     import mpo_rs.integrations.verl  # noqa: F401  (registers mpo_gae)
@@ -88,7 +90,9 @@ def estimators(gamma: float, lam: float) -> dict[str, Callable[[dict[str, torch.
     return {"verl compute_gae_advantage_return": verl_gae, "mpo_rs mpo_gae (registered)": mpo_gae}
 
 
-def check_equal(cases: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]], batch: dict[str, torch.Tensor]) -> None:
+def check_equal(
+    cases: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]], batch: dict[str, torch.Tensor]
+) -> None:
     (want_adv, want_ret), (adv, ret) = (fn(batch) for fn in cases.values())
     llm = batch["response_mask"].bool()
     torch.testing.assert_close(adv[llm], want_adv[llm], rtol=1e-3, atol=1e-4)

@@ -148,7 +148,9 @@ def make_batch(
     return RolloutBatch(values, mask, offsets, rewards, scores, group_ids)
 
 
-def batch_for_tokens(tokens: float, *, turns: int = 8, turn_len: int = 120, obs_len: int = 300, group_size: int = 8, seed: int = 0) -> RolloutBatch:
+def batch_for_tokens(
+    tokens: float, *, turns: int = 8, turn_len: int = 120, obs_len: int = 300, group_size: int = 8, seed: int = 0
+) -> RolloutBatch:
     """A `make_batch` batch of about `tokens` tokens (whole groups of trajectories)."""
     mean_traj_tokens = max(1, turns) * (turn_len + obs_len)
     groups = max(1, round(tokens / mean_traj_tokens / group_size))
@@ -262,12 +264,19 @@ def import_peer(module: str) -> Any:
         raise PeerMissing(f"`{module}` is not importable ({err}); `make bench` installs it into .venv-bench") from err
 
 
-def assert_close(peer: str, compared: str, got: Any, want: Any, *, rtol: float = 1e-4, atol: float = 1e-3) -> dict[str, Any]:
+def assert_close(
+    peer: str, compared: str, got: Any, want: Any, *, rtol: float = 1e-4, atol: float = 1e-3
+) -> dict[str, Any]:
     """Raises if `got` and `want` differ; returns what was compared and the largest error."""
     got = np.asarray(got, np.float64).ravel()
     want = np.asarray(want, np.float64).ravel()
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{peer}: {compared}")
-    return {"peer": peer, "compared": compared, "values": int(got.size), "max_abs_err": float(np.max(np.abs(got - want), initial=0.0))}
+    return {
+        "peer": peer,
+        "compared": compared,
+        "values": int(got.size),
+        "max_abs_err": float(np.max(np.abs(got - want), initial=0.0)),
+    }
 
 
 # ---------------------------------------------------------------------------------------

@@ -76,18 +76,35 @@ def comparison_table(result: dict[str, Any]) -> str:
         base = by_name.get(r["baseline"] or "")
         if base:
             ratio = base["median_s"] / r["median_s"]
-            cells = [short(base["name"]), fmt_ratio(ratio), fmt_ratio(base["min_s"] / r["min_s"]), fmt_speedup(1 / ratio)]
+            cells = [
+                short(base["name"]),
+                fmt_ratio(ratio),
+                fmt_ratio(base["min_s"] / r["min_s"]),
+                fmt_speedup(1 / ratio),
+            ]
         else:
             cells = ["—", "—", "—", "—"]
         rows.append([r["name"], r["layout"], fmt_s(r["median_s"]), fmt_s(r["min_s"]), str(r["repeats"])] + cells)
-    header = ["implementation", "input layout", "median ms", "min ms", "runs", "compared with", "mpo_rs / this (medians)", "(minimums)", "this / mpo_rs"]
+    header = [
+        "implementation",
+        "input layout",
+        "median ms",
+        "min ms",
+        "runs",
+        "compared with",
+        "mpo_rs / this (medians)",
+        "(minimums)",
+        "this / mpo_rs",
+    ]
     return table(header, rows, "llrrrlrrr")
 
 
 def checks_table(checks: list[dict[str, Any]]) -> str:
     if not checks:
         return "_No peer could be checked._"
-    rows = [[c.get("suite", ""), c["peer"], c["compared"], f"{c['values']:,}", f"{c['max_abs_err']:.1e}"] for c in checks]
+    rows = [
+        [c.get("suite", ""), c["peer"], c["compared"], f"{c['values']:,}", f"{c['max_abs_err']:.1e}"] for c in checks
+    ]
     return table(["suite", "peer", "compared with mpo_rs", "values", "max abs error"], rows, "lllrr")
 
 
@@ -110,7 +127,9 @@ def render_gae(result: dict[str, Any]) -> str:
     floors = []
     for name in (MPO_GAE, MPO_MAE):
         if name in med and FLOOR in med:
-            floors.append(f"- {short(name)}: {med[name] / med[FLOOR]:.2f}× the memory floor with new arrays, {med[name] / med[BANDWIDTH_FLOOR]:.2f}× the floor into preallocated arrays")
+            floors.append(
+                f"- {short(name)}: {med[name] / med[FLOOR]:.2f}× the memory floor with new arrays, {med[name] / med[BANDWIDTH_FLOOR]:.2f}× the floor into preallocated arrays"
+            )
     targets = [
         f"- target: {t['target']}: {t['value']:.2f}×  {'ok' if t['ok'] else 'MISSED'}"
         + (f"  (ratio of minimums: {t['of_minimums']:.2f}×)" if "of_minimums" in t else "")
@@ -121,7 +140,8 @@ def render_gae(result: dict[str, Any]) -> str:
         f"MAE with its {result['params']['mae']}. Median of up to {result['repeats']} interleaved runs.",
         comparison_table(result),
         "\n".join(floors),
-        "Targets of the estimator work (GAE/MAE against stateset-rl-core and the floor), judged on medians:\n\n" + "\n".join(targets),
+        "Targets of the estimator work (GAE/MAE against stateset-rl-core and the floor), judged on medians:\n\n"
+        + "\n".join(targets),
     ]
     if result["skipped"]:
         parts.append(skipped_lines(result["skipped"]))
@@ -172,7 +192,10 @@ def render_scaling(result: dict[str, Any]) -> str:
             p = cell.get((name, n))
             row.append(f"{n / p['median_s'] / 1e6:,.1f}" if p else "—")
         rows.append(row)
-    parts.append("**Throughput, million tokens per second** (all tokens of the batch, observations included; — = not run, see below):\n\n" + table(["tokens"] + [short(n) for n in names], rows))
+    parts.append(
+        "**Throughput, million tokens per second** (all tokens of the batch, observations included; — = not run, see below):\n\n"
+        + table(["tokens"] + [short(n) for n in names], rows)
+    )
     # Speed-up of mpo_rs GAE over each peer at each size.
     from suite_gae import MPO_GAE, MPO_GAE_WHITENED
 
@@ -190,16 +213,31 @@ def render_scaling(result: dict[str, Any]) -> str:
         + table(["tokens"] + [short(n) for n in peer_names], rows)
     )
     if result["tokens_skipped"]:
-        parts.append("Not run:\n\n" + "\n".join(f"- {short(s['name'])} at {s['tokens']:,} tokens: {s['reason']}" for s in result["tokens_skipped"]))
+        parts.append(
+            "Not run:\n\n"
+            + "\n".join(
+                f"- {short(s['name'])} at {s['tokens']:,} tokens: {s['reason']}" for s in result["tokens_skipped"]
+            )
+        )
     # Threads.
     th = {r["name"]: r for r in result["threads"]}
     rows = []
     for est in ("mpo_rs.gae_advantages", "mpo_rs.mae_advantages"):
         one, two = th.get(f"{est}, 1 thread"), th.get(f"{est}, 2 threads")
         if one and two:
-            rows.append([short(est), fmt_s(one["median_s"]), fmt_s(two["median_s"]), f"{one['median_s'] / two['median_s']:.2f}×"])
+            rows.append(
+                [
+                    short(est),
+                    fmt_s(one["median_s"]),
+                    fmt_s(two["median_s"]),
+                    f"{one['median_s'] / two['median_s']:.2f}×",
+                ]
+            )
     tokens = result["threads"][0]["tokens"] if result["threads"] else 0
-    parts.append(f"**Threads** ({tokens:,} tokens; `mpo_rs.set_num_threads`):\n\n" + table(["estimator", "1 thread, ms", "2 threads, ms", "speed-up"], rows))
+    parts.append(
+        f"**Threads** ({tokens:,} tokens; `mpo_rs.set_num_threads`):\n\n"
+        + table(["estimator", "1 thread, ms", "2 threads, ms", "speed-up"], rows)
+    )
     # Peak memory.
     rows = []
     floor = next((m for m in result["memory"] if m["name"] == result["floors"][0] and "tokens" in m), None)
@@ -208,7 +246,11 @@ def render_scaling(result: dict[str, Any]) -> str:
             rows.append([m["name"], "—", "—", "—", m["skipped"]])
             continue
         per_token = (m["layout_bytes"] + m["call_bytes"]) / m["tokens"]
-        vs_floor = f"{(m['layout_bytes'] + m['call_bytes']) / floor['call_bytes']:.1f}×" if floor and floor["call_bytes"] else "—"
+        vs_floor = (
+            f"{(m['layout_bytes'] + m['call_bytes']) / floor['call_bytes']:.1f}×"
+            if floor and floor["call_bytes"]
+            else "—"
+        )
         rows.append([m["name"], fmt_bytes(m["layout_bytes"]), fmt_bytes(m["call_bytes"]), f"{per_token:.1f}", vs_floor])
     probe_tokens = next((m["tokens"] for m in result["memory"] if "tokens" in m), 0)
     batch_bytes = next((m["batch_bytes"] for m in result["memory"] if "tokens" in m), 0)
@@ -222,12 +264,28 @@ def render_scaling(result: dict[str, Any]) -> str:
         values = sorted({p[key] for p in result[key]})
         names = list(dict.fromkeys(p["name"] for p in result[key]))
         cell = {(p["name"], p[key]): p for p in result[key]}
-        rows = [[str(v)] + [f"{cell[(n, v)]['median_s'] / cell[(n, v)]['tokens'] * 1e9:.2f}" if (n, v) in cell else "—" for n in names] for v in values]
-        parts.append(f"**Nanoseconds per token vs {label}** (about {int(result['config']['shape_tokens']):,} tokens per batch):\n\n" + table([key] + [short(n) for n in names], rows))
+        rows = [
+            [str(v)]
+            + [
+                f"{cell[(n, v)]['median_s'] / cell[(n, v)]['tokens'] * 1e9:.2f}" if (n, v) in cell else "—"
+                for n in names
+            ]
+            for v in values
+        ]
+        parts.append(
+            f"**Nanoseconds per token vs {label}** (about {int(result['config']['shape_tokens']):,} tokens per batch):\n\n"
+            + table([key] + [short(n) for n in names], rows)
+        )
     return "\n\n".join(parts)
 
 
-RENDERERS = {"gae": render_gae, "group": render_group, "losses": render_losses, "parquet": render_parquet, "scaling": render_scaling}
+RENDERERS = {
+    "gae": render_gae,
+    "group": render_group,
+    "losses": render_losses,
+    "parquet": render_parquet,
+    "scaling": render_scaling,
+}
 
 
 def render_suite(result: dict[str, Any]) -> str:
@@ -307,7 +365,10 @@ def plot_shapes(scaling: dict[str, Any], path: str) -> bool:
     if not scaling.get("turns") or not scaling.get("turn_len"):
         return False
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-    for ax, key, label in ((axes[0], "turns", "turns per trajectory (mean)"), (axes[1], "turn_len", "turn length, tokens (mean)")):
+    for ax, key, label in (
+        (axes[0], "turns", "turns per trajectory (mean)"),
+        (axes[1], "turn_len", "turn length, tokens (mean)"),
+    ):
         for name in dict.fromkeys(p["name"] for p in scaling[key]):
             pts = sorted((p[key], p["median_s"] / p["tokens"] * 1e9) for p in scaling[key] if p["name"] == name)
             xs, ys = zip(*pts)
@@ -365,11 +426,29 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
             base = by_name.get(r["baseline"] or "")
             if base and not r["name"].startswith("mpo_rs"):
                 ratio = base["median_s"] / r["median_s"]
-                rows.append([r["name"], base["name"], fmt_ratio(ratio), fmt_ratio(base["min_s"] / r["min_s"]), fmt_speedup(1 / ratio)])
-    return table(["peer", "mpo_rs doing the same work", "mpo_rs / peer (medians)", "(minimums)", "peer / mpo_rs"], rows, "llrrr")
+                rows.append(
+                    [
+                        r["name"],
+                        base["name"],
+                        fmt_ratio(ratio),
+                        fmt_ratio(base["min_s"] / r["min_s"]),
+                        fmt_speedup(1 / ratio),
+                    ]
+                )
+    return table(
+        ["peer", "mpo_rs doing the same work", "mpo_rs / peer (medians)", "(minimums)", "peer / mpo_rs"], rows, "llrrr"
+    )
 
 
-def write_report(results: dict[str, dict[str, Any]], md_path: str, img_dir: str, *, command: str, quick: bool, failures: dict[str, str]) -> None:
+def write_report(
+    results: dict[str, dict[str, Any]],
+    md_path: str,
+    img_dir: str,
+    *,
+    command: str,
+    quick: bool,
+    failures: dict[str, str],
+) -> None:
     os.makedirs(img_dir, exist_ok=True)
     rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(md_path)))
     scaling = results.get("scaling", {})
@@ -384,7 +463,9 @@ def write_report(results: dict[str, dict[str, Any]], md_path: str, img_dir: str,
     versions: dict[str, str] = {}
     for res in results.values():
         versions.update(res.get("versions", {}))
-    load_averages = ", ".join(f"{key} {res['load_average']:.1f}" for key, res in results.items() if "load_average" in res)
+    load_averages = ", ".join(
+        f"{key} {res['load_average']:.1f}" for key, res in results.items() if "load_average" in res
+    )
     out = [
         "# Benchmarks: mpo_rs against the tools people use today",
         "",
@@ -425,7 +506,11 @@ def write_report(results: dict[str, dict[str, Any]], md_path: str, img_dir: str,
             continue
         out += [render_suite(results[key]), ""]
         if key == "scaling":
-            for name, alt in (("throughput", "throughput vs tokens"), ("shapes", "cost per token vs turns and turn length"), ("memory", "peak memory per token")):
+            for name, alt in (
+                ("throughput", "throughput vs tokens"),
+                ("shapes", "cost per token vs turns and turn length"),
+                ("memory", "peak memory per token"),
+            ):
                 if plots[name]:
                     out += [f"![{alt}]({rel}/{name}.png)", ""]
     checks = [{"suite": key, **c} for key in SUITE_ORDER for c in results.get(key, {}).get("checks", [])]

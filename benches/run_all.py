@@ -24,7 +24,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import report  # noqa: E402
 
-SUITES = {"gae": "suite_gae.py", "group": "suite_group.py", "scaling": "suite_scaling.py", "losses": "suite_losses.py", "parquet": "suite_parquet.py"}
+SUITES = {
+    "gae": "suite_gae.py",
+    "group": "suite_group.py",
+    "scaling": "suite_scaling.py",
+    "losses": "suite_losses.py",
+    "parquet": "suite_parquet.py",
+}
 
 
 def run_suite(script: str, json_path: str, quick: bool) -> tuple[int, str]:
@@ -42,14 +48,22 @@ def run_suite(script: str, json_path: str, quick: bool) -> tuple[int, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes and few repeats (a smoke run)")
-    ap.add_argument("--out", help="the page to write (default: docs/benchmarks.md, or build/bench-quick/benchmarks.md with --quick)")
+    ap.add_argument(
+        "--out", help="the page to write (default: docs/benchmarks.md, or build/bench-quick/benchmarks.md with --quick)"
+    )
     ap.add_argument("--only", help="comma-separated suites to run: " + ",".join(SUITES))
-    ap.add_argument("--results", help="where each suite's JSON is kept (default: build/bench-results, or build/bench-quick/results)")
-    ap.add_argument("--from-results", action="store_true", help="run nothing: rewrite the page and plots from the kept JSON")
+    ap.add_argument(
+        "--results", help="where each suite's JSON is kept (default: build/bench-results, or build/bench-quick/results)"
+    )
+    ap.add_argument(
+        "--from-results", action="store_true", help="run nothing: rewrite the page and plots from the kept JSON"
+    )
     args = ap.parse_args()
     root = os.path.dirname(HERE)
     out = args.out or os.path.join(root, "build/bench-quick/benchmarks.md" if args.quick else "docs/benchmarks.md")
-    results_dir = args.results or os.path.join(root, "build/bench-quick/results" if args.quick else "build/bench-results")
+    results_dir = args.results or os.path.join(
+        root, "build/bench-quick/results" if args.quick else "build/bench-results"
+    )
     os.makedirs(os.path.dirname(out), exist_ok=True)
     os.makedirs(results_dir, exist_ok=True)
     chosen = args.only.split(",") if args.only else list(SUITES)
@@ -70,7 +84,9 @@ def main() -> int:
             with open(json_path) as f:
                 results[key] = json.load(f)
     command = "make bench-quick (benches/run_all.py --quick)" if args.quick else "make bench (benches/run_all.py)"
-    report.write_report(results, out, os.path.join(os.path.dirname(out), "img"), command=command, quick=args.quick, failures=failures)
+    report.write_report(
+        results, out, os.path.join(os.path.dirname(out), "img"), command=command, quick=args.quick, failures=failures
+    )
     print(f"wrote {os.path.relpath(out, root)}", file=sys.stderr)
     return 1 if failures else 0
 

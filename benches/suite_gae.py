@@ -25,7 +25,18 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Case, PeerMissing, RolloutBatch, assert_close, import_peer, log, make_batch, suite_main, time_cases, versions  # noqa: E402
+from common import (
+    Case,
+    PeerMissing,
+    RolloutBatch,
+    assert_close,
+    import_peer,
+    log,
+    make_batch,
+    suite_main,
+    time_cases,
+    versions,
+)  # noqa: E402
 
 import mpo_rs  # noqa: E402
 
@@ -112,8 +123,15 @@ def check_verl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
     rows, cols = _policy_positions(b)
     ours_adv, ours_ret = mpo_gae_whitened(b)
     return [
-        assert_close(name, "returns (advantages + values, before whitening) on policy tokens", ret[rows, cols], ours_ret[b.mask]),
-        assert_close(name, "advantages on policy tokens, after verl's masked_whiten formula is applied to mpo_rs's", adv[rows, cols], ours_adv[b.mask]),
+        assert_close(
+            name, "returns (advantages + values, before whitening) on policy tokens", ret[rows, cols], ours_ret[b.mask]
+        ),
+        assert_close(
+            name,
+            "advantages on policy tokens, after verl's masked_whiten formula is applied to mpo_rs's",
+            adv[rows, cols],
+            ours_adv[b.mask],
+        ),
     ]
 
 
@@ -132,7 +150,12 @@ def check_torchrl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
     adv, target = (t.numpy().ravel() for t in out)
     ours = mpo_gae(b)
     return [
-        assert_close(name, "advantages on policy tokens (torchrl truncates the filter at (γλ)^k < 1e-7)", adv, ours.advantages[b.mask]),
+        assert_close(
+            name,
+            "advantages on policy tokens (torchrl truncates the filter at (γλ)^k < 1e-7)",
+            adv,
+            ours.advantages[b.mask],
+        ),
         assert_close(name, "value targets (advantages + values) on policy tokens", target, ours.returns[b.mask]),
     ]
 
@@ -197,16 +220,50 @@ def prepare_lfilter(b: RolloutBatch) -> Callable[[], Any]:
 
 
 PEERS = [
-    Peer("verl 0.9.1 compute_gae_advantage_return", "padded (B, L) torch float32; whitens", MPO_GAE_WHITENED, prepare_verl, check_verl, padded=True),
-    Peer("torchrl vec_generalized_advantage_estimate", "policy tokens as one [T, 1] torch sequence + done flags", MPO_GAE, prepare_torchrl, check_torchrl),
-    Peer("stateset-rl-core batch_compute_gae", "policy tokens, one float64 array per trajectory", MPO_GAE, prepare_stateset, check_per_trajectory),
-    Peer("numpy reverse loop, padded (verl-style)", "padded (B, L) numpy float32", MPO_GAE, prepare_numpy_loop, check_numpy_loop, padded=True),
-    Peer("scipy.signal.lfilter per trajectory", "policy tokens, one float64 array per trajectory", MPO_GAE, prepare_lfilter, check_per_trajectory),
+    Peer(
+        "verl 0.9.1 compute_gae_advantage_return",
+        "padded (B, L) torch float32; whitens",
+        MPO_GAE_WHITENED,
+        prepare_verl,
+        check_verl,
+        padded=True,
+    ),
+    Peer(
+        "torchrl vec_generalized_advantage_estimate",
+        "policy tokens as one [T, 1] torch sequence + done flags",
+        MPO_GAE,
+        prepare_torchrl,
+        check_torchrl,
+    ),
+    Peer(
+        "stateset-rl-core batch_compute_gae",
+        "policy tokens, one float64 array per trajectory",
+        MPO_GAE,
+        prepare_stateset,
+        check_per_trajectory,
+    ),
+    Peer(
+        "numpy reverse loop, padded (verl-style)",
+        "padded (B, L) numpy float32",
+        MPO_GAE,
+        prepare_numpy_loop,
+        check_numpy_loop,
+        padded=True,
+    ),
+    Peer(
+        "scipy.signal.lfilter per trajectory",
+        "policy tokens, one float64 array per trajectory",
+        MPO_GAE,
+        prepare_lfilter,
+        check_per_trajectory,
+    ),
 ]
 PEER_VERSIONS = ("verl", "torchrl", "tensordict", "torch", "stateset-rl-core", "scipy", "numpy")
 
 
-def prepare_peers(b: RolloutBatch, peers: list[Peer], *, check: bool = True) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
+def prepare_peers(
+    b: RolloutBatch, peers: list[Peer], *, check: bool = True
+) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
     """Timed cases for the peers that run here, the equality checks, and the skipped ones."""
     cases, checks, skipped = [], [], []
     for peer in peers:
@@ -218,7 +275,9 @@ def prepare_peers(b: RolloutBatch, peers: list[Peer], *, check: bool = True) -> 
             skipped.append({"peer": peer.name, "reason": str(err)})
             continue
         except AssertionError as err:  # not equal work: say so, do not time it
-            skipped.append({"peer": peer.name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]})
+            skipped.append(
+                {"peer": peer.name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]}
+            )
             continue
         cases.append(Case(peer.name, fn, peer.layout, peer.baseline))
     return cases, checks, skipped

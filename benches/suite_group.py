@@ -25,7 +25,18 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Case, PeerMissing, RolloutBatch, assert_close, import_peer, log, make_batch, suite_main, time_cases, versions  # noqa: E402
+from common import (
+    Case,
+    PeerMissing,
+    RolloutBatch,
+    assert_close,
+    import_peer,
+    log,
+    make_batch,
+    suite_main,
+    time_cases,
+    versions,
+)  # noqa: E402
 
 import mpo_rs  # noqa: E402
 
@@ -50,16 +61,28 @@ def verl_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
     layout = "padded (B, L) token rewards + response mask, torch float32; group id per row"
     estimators: list[tuple[str, Callable[..., Any], str]] = [
         ("verl 0.9.1 compute_grpo_outcome_advantage", core_algos.compute_grpo_outcome_advantage, MPO_GRPO),
-        ("verl 0.9.1 compute_grpo_vectorized_outcome_advantage", core_algos.compute_grpo_vectorized_outcome_advantage, MPO_GRPO),
+        (
+            "verl 0.9.1 compute_grpo_vectorized_outcome_advantage",
+            core_algos.compute_grpo_vectorized_outcome_advantage,
+            MPO_GRPO,
+        ),
         ("verl 0.9.1 compute_rloo_outcome_advantage", core_algos.compute_rloo_outcome_advantage, MPO_RLOO),
-        ("verl 0.9.1 compute_rloo_vectorized_outcome_advantage", core_algos.compute_rloo_vectorized_outcome_advantage, MPO_RLOO),
+        (
+            "verl 0.9.1 compute_rloo_vectorized_outcome_advantage",
+            core_algos.compute_rloo_vectorized_outcome_advantage,
+            MPO_RLOO,
+        ),
     ]
     cases, checks = [], []
     for name, estimator, baseline in estimators:
         call = lambda estimator=estimator: estimator(rewards, mask, b.group_ids, epsilon=EPS)  # noqa: E731
         adv, _ = call()
         ours = mpo_tokens(b, leave_one_out=baseline == MPO_RLOO)
-        checks.append(assert_close(name, "advantages on every token (0 on observations and padding)", adv.numpy()[rows, cols], ours))
+        checks.append(
+            assert_close(
+                name, "advantages on every token (0 on observations and padding)", adv.numpy()[rows, cols], ours
+            )
+        )
         cases.append(Case(name, call, layout, baseline))
     return cases, checks
 
@@ -84,7 +107,9 @@ def stateset_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
         ),
     ]
     call = lambda: stateset.compute_group_advantages(grid, "mean", True)  # noqa: E731
-    return [Case("stateset-rl-core compute_group_advantages", call, "(groups, group size) float64 scores", MPO_GRPO_TRAJ)], checks
+    return [
+        Case("stateset-rl-core compute_group_advantages", call, "(groups, group size) float64 scores", MPO_GRPO_TRAJ)
+    ], checks
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -94,11 +119,18 @@ def run(quick: bool) -> dict[str, Any]:
     cases = [
         Case(MPO_GRPO, lambda: mpo_tokens(b, False), FLAT),
         Case(MPO_RLOO, lambda: mpo_tokens(b, True), FLAT),
-        Case(MPO_GRPO_TRAJ, lambda: mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS), "per-trajectory scores + group ids"),
+        Case(
+            MPO_GRPO_TRAJ,
+            lambda: mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS),
+            "per-trajectory scores + group ids",
+        ),
     ]
     checks, skipped = [], []
     log(f"group: {b.n_trajectories} trajectories in groups of {b.describe()['group_size']}; checking peers")
-    for name, build in (("verl 0.9.1 GRPO / RLOO", verl_cases), ("stateset-rl-core compute_group_advantages", stateset_cases)):
+    for name, build in (
+        ("verl 0.9.1 GRPO / RLOO", verl_cases),
+        ("stateset-rl-core compute_group_advantages", stateset_cases),
+    ):
         try:
             peer_cases, peer_checks = build(b)
         except PeerMissing as err:

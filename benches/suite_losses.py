@@ -57,10 +57,20 @@ def run(quick: bool) -> dict[str, Any]:
     cases = [
         Case(TOKEN_PPO, fwd_bwd(ours(ratio="token")), "padded (B, L)"),
         Case(TURN, fwd_bwd(ours(ratio="turn")), "padded (B, L)", TOKEN_PPO),
-        Case("mpo_rs turn ratio, geometric mean", fwd_bwd(ours(ratio="turn", turn_ratio="geo_mean")), "padded (B, L)", TOKEN_PPO),
+        Case(
+            "mpo_rs turn ratio, geometric mean",
+            fwd_bwd(ours(ratio="turn", turn_ratio="geo_mean")),
+            "padded (B, L)",
+            TOKEN_PPO,
+        ),
         Case(
             "mpo_rs turn ratio, flat + token_turn",
-            fwd_bwd(lambda lp: losses.policy_loss(lp, old.reshape(-1), adv.reshape(-1), mask.reshape(-1), token_turn=token_turn)[0], flat=True),
+            fwd_bwd(
+                lambda lp: losses.policy_loss(
+                    lp, old.reshape(-1), adv.reshape(-1), mask.reshape(-1), token_turn=token_turn
+                )[0],
+                flat=True,
+            ),
             "flat (T,) + token_turn",
             TOKEN_PPO,
         ),
@@ -70,11 +80,30 @@ def run(quick: bool) -> dict[str, Any]:
     try:
         core_algos = import_peer("verl.trainer.ppo.core_algos")
         omegaconf = import_peer("omegaconf")
-        config = omegaconf.OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": None, "clip_ratio_c": DUAL_CLIP, "global_batch_info": {}})
+        config = omegaconf.OmegaConf.create(
+            {
+                "clip_ratio": 0.2,
+                "clip_ratio_low": None,
+                "clip_ratio_high": None,
+                "clip_ratio_c": DUAL_CLIP,
+                "global_batch_info": {},
+            }
+        )
         mask_f = mask.float()
-        verl_step = fwd_bwd(lambda lp: core_algos.compute_policy_loss_vanilla(old, lp, adv, mask_f, "token-mean", config)[0])
+        verl_step = fwd_bwd(
+            lambda lp: core_algos.compute_policy_loss_vanilla(old, lp, adv, mask_f, "token-mean", config)[0]
+        )
         ours_step = fwd_bwd(ours(ratio="token", dual_clip=DUAL_CLIP))
-        checks.append(assert_close(VERL_PPO, "gradient w.r.t. log π of token PPO (token-mean, clip 0.2, dual clip 3)", verl_step(), ours_step(), rtol=1e-5, atol=1e-9))
+        checks.append(
+            assert_close(
+                VERL_PPO,
+                "gradient w.r.t. log π of token PPO (token-mean, clip 0.2, dual clip 3)",
+                verl_step(),
+                ours_step(),
+                rtol=1e-5,
+                atol=1e-9,
+            )
+        )
         cases.append(Case(VERL_PPO, verl_step, "padded (B, L)", TURN))
     except (PeerMissing, AssertionError) as err:
         skipped.append({"peer": VERL_PPO, "reason": str(err).strip().splitlines()[0]})
@@ -83,7 +112,15 @@ def run(quick: bool) -> dict[str, Any]:
     return {
         "suite": "losses",
         "title": "Policy losses: turn IS against token PPO (forward + backward)",
-        "shape": {"batch": batch, "length": length, "policy_tokens": int(mask_np.sum()), "turns": int(token_turn.max()) + 1, "dtype": "float32", "device": "cpu", "torch_threads": torch.get_num_threads()},
+        "shape": {
+            "batch": batch,
+            "length": length,
+            "policy_tokens": int(mask_np.sum()),
+            "turns": int(token_turn.max()) + 1,
+            "dtype": "float32",
+            "device": "cpu",
+            "torch_threads": torch.get_num_threads(),
+        },
         "repeats": repeats,
         "rows": rows,
         "checks": checks,

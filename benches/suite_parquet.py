@@ -28,7 +28,12 @@ def run(quick: bool) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"bench_parquet.py exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return {"suite": "parquet", "title": TITLE, "command": " ".join(["python benches/bench_parquet.py", *args]), "output": proc.stdout}
+    return {
+        "suite": "parquet",
+        "title": TITLE,
+        "command": " ".join(["python benches/bench_parquet.py", *args]),
+        "output": proc.stdout,
+    }
 
 
 if __name__ == "__main__":

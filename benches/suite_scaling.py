@@ -26,8 +26,27 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Case, available_memory_bytes, batch_for_tokens, log, peak_extra_bytes, suite_main, time_cases, versions  # noqa: E402
-from suite_gae import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_WHITENED, MPO_MAE, PEER_VERSIONS, PEERS, mpo_cases, prepare_peers  # noqa: E402
+from common import (
+    Case,
+    available_memory_bytes,
+    batch_for_tokens,
+    log,
+    peak_extra_bytes,
+    suite_main,
+    time_cases,
+    versions,
+)  # noqa: E402
+from suite_gae import (
+    BANDWIDTH_FLOOR,
+    FLOOR,
+    MPO_GAE,
+    MPO_GAE_WHITENED,
+    MPO_MAE,
+    PEER_VERSIONS,
+    PEERS,
+    mpo_cases,
+    prepare_peers,
+)  # noqa: E402
 
 import mpo_rs  # noqa: E402
 
@@ -40,11 +59,29 @@ BATCH_BYTES_PER_TOKEN = 24  # the flat batch and the transients of building it
 
 def configuration(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"sizes": [1e5, 3e5, 1e6], "shape_tokens": 3e5, "probe_tokens": 1e6, "thread_tokens": 1e6, "max_call_s": 2.0, "repeats": 3, "seconds_per_case": 2.0}
-    return {"sizes": [1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8], "shape_tokens": 1e6, "probe_tokens": 1e7, "thread_tokens": 1e7, "max_call_s": 5.0, "repeats": 7, "seconds_per_case": 5.0}
+        return {
+            "sizes": [1e5, 3e5, 1e6],
+            "shape_tokens": 3e5,
+            "probe_tokens": 1e6,
+            "thread_tokens": 1e6,
+            "max_call_s": 2.0,
+            "repeats": 3,
+            "seconds_per_case": 2.0,
+        }
+    return {
+        "sizes": [1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8],
+        "shape_tokens": 1e6,
+        "probe_tokens": 1e7,
+        "thread_tokens": 1e7,
+        "max_call_s": 5.0,
+        "repeats": 7,
+        "seconds_per_case": 5.0,
+    }
 
 
-def cases_for(b: Any, names: set[str] | None = None, *, check: bool = False) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
+def cases_for(
+    b: Any, names: set[str] | None = None, *, check: bool = False
+) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
     """mpo_rs, floors and scaling peers on batch `b` (all of them, or those in `names`)."""
     ours = [c for c in mpo_cases(b) if names is None or c.name in names]
     peers = [p for p in SCALING_PEERS if names is None or p.name in names]
@@ -68,7 +105,13 @@ def probe(name: str, tokens: float) -> dict[str, Any]:
     built: list[Case] = []
     layout_bytes = peak_extra_bytes(lambda: built.extend(cases_for(b, {name})[0]))
     call_bytes = peak_extra_bytes(built[0].fn)
-    return {"name": name, "tokens": b.n_tokens, "batch_bytes": b.input_bytes, "layout_bytes": max(0, layout_bytes), "call_bytes": max(0, call_bytes)}
+    return {
+        "name": name,
+        "tokens": b.n_tokens,
+        "batch_bytes": b.input_bytes,
+        "layout_bytes": max(0, layout_bytes),
+        "call_bytes": max(0, call_bytes),
+    }
 
 
 def peak_memory(tokens: float) -> list[dict[str, Any]]:
@@ -76,7 +119,9 @@ def peak_memory(tokens: float) -> list[dict[str, Any]]:
     out = []
     for name in names:
         log(f"scaling: peak memory of {name} at {tokens:.0e} tokens")
-        child = subprocess.run([sys.executable, __file__, "--probe", name, "--tokens", str(tokens)], capture_output=True, text=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--probe", name, "--tokens", str(tokens)], capture_output=True, text=True
+        )
         if child.returncode != 0:
             out.append({"name": name, "skipped": f"probe failed: {child.stderr.strip().splitlines()[-1:]}"})
             continue
@@ -92,14 +137,22 @@ def bytes_per_token(memory: list[dict[str, Any]]) -> dict[str, float]:
 # Sweeps
 
 
-def token_sweep(cfg: dict[str, Any], per_token_bytes: dict[str, float]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+def token_sweep(
+    cfg: dict[str, Any], per_token_bytes: dict[str, float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     points, skipped, checks = [], [], []
     last_time: dict[str, tuple[float, int]] = {}  # name -> (seconds, tokens) at the last size
     stopped: set[str] = set()
     for i, size in enumerate(cfg["sizes"]):
         budget = MEMORY_SHARE * available_memory_bytes()
         if BATCH_BYTES_PER_TOKEN * size > budget:
-            skipped.append({"tokens": int(size), "name": "all", "reason": f"the batch alone would take more than {MEMORY_SHARE:.0%} of available memory"})
+            skipped.append(
+                {
+                    "tokens": int(size),
+                    "name": "all",
+                    "reason": f"the batch alone would take more than {MEMORY_SHARE:.0%} of available memory",
+                }
+            )
             break
         b = batch_for_tokens(size)
         names = {c.name for c in mpo_cases(b)} | {p.name for p in SCALING_PEERS}
@@ -111,7 +164,10 @@ def token_sweep(cfg: dict[str, Any], per_token_bytes: dict[str, float]) -> tuple
                 t, n = last_time[name]
                 if t * b.n_tokens / n > cfg["max_call_s"]:
                     reason = f"one call would take about {t * b.n_tokens / n:.0f} s (limit {cfg['max_call_s']:.0f} s)"
-            if reason is None and per_token_bytes.get(name, 0) * b.n_tokens + BATCH_BYTES_PER_TOKEN * b.n_tokens > budget:
+            if (
+                reason is None
+                and per_token_bytes.get(name, 0) * b.n_tokens + BATCH_BYTES_PER_TOKEN * b.n_tokens > budget
+            ):
                 reason = f"needs about {per_token_bytes[name] * b.n_tokens / 2**30:.1f} GiB (measured bytes per token), over {MEMORY_SHARE:.0%} of available memory"
             if reason is not None:
                 names.discard(name)
@@ -145,9 +201,16 @@ def shape_sweep(cfg: dict[str, Any], parameter: str, values: list[int]) -> list[
 def thread_scaling(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     b = batch_for_tokens(cfg["thread_tokens"])
     log(f"scaling: threads at {b.n_tokens:,} tokens")
-    estimators = {MPO_GAE: next(c.fn for c in mpo_cases(b) if c.name == MPO_GAE), MPO_MAE: next(c.fn for c in mpo_cases(b) if c.name == MPO_MAE)}
+    estimators = {
+        MPO_GAE: next(c.fn for c in mpo_cases(b) if c.name == MPO_GAE),
+        MPO_MAE: next(c.fn for c in mpo_cases(b) if c.name == MPO_MAE),
+    }
     cases = [
-        Case(f"{name}, {threads} thread{'s' if threads > 1 else ''}", fn, before=functools.partial(mpo_rs.set_num_threads, threads))
+        Case(
+            f"{name}, {threads} thread{'s' if threads > 1 else ''}",
+            fn,
+            before=functools.partial(mpo_rs.set_num_threads, threads),
+        )
         for name, fn in estimators.items()
         for threads in (1, 2)
     ]

@@ -53,8 +53,9 @@ def token_rewards(mask, offsets, rewards, scores) -> list[float]:
     return out
 
 
-def mae(values, mask, offsets, *, rewards=None, scores=None, lam=0.8, lam_intra=0.95,
-        beta=1.0, gamma=1.0, lam_critic=1.0):
+def mae(
+    values, mask, offsets, *, rewards=None, scores=None, lam=0.8, lam_intra=0.95, beta=1.0, gamma=1.0, lam_critic=1.0
+):
     """Returns (advantages, returns, turn_advantages) as lists of floats."""
     r = token_rewards(mask, offsets, rewards, scores)
     v = [float(x) for x in values]
@@ -87,7 +88,7 @@ def mae(values, mask, offsets, *, rewards=None, scores=None, lam=0.8, lam_intra=
         for k in range(n):
             turn_adv[tids[k]] = a_turn[k]
             L = len(toks[k])
-            intra = [sum(lam_intra ** m * deltas[k][i + m] for m in range(L - i)) for i in range(L)]
+            intra = [sum(lam_intra**m * deltas[k][i + m] for m in range(L - i)) for i in range(L)]
             mean = sum(intra) / L
             for i, q in enumerate(toks[k]):
                 adv[q] = a_turn[k] + beta * (intra[i] - mean)
@@ -100,8 +101,9 @@ def mae(values, mask, offsets, *, rewards=None, scores=None, lam=0.8, lam_intra=
     return adv, ret, turn_adv
 
 
-def gae(values, mask, offsets, *, rewards=None, scores=None, gamma=1.0, lam=0.95,
-        lam_critic=1.0, length_adaptive_alpha=None):
+def gae(
+    values, mask, offsets, *, rewards=None, scores=None, gamma=1.0, lam=0.95, lam_critic=1.0, length_adaptive_alpha=None
+):
     """Token GAE over policy tokens as explicit sums: A_q = Σ_k (γλ)^k δ_{q+k}."""
     r = token_rewards(mask, offsets, rewards, scores)
     v = [float(x) for x in values]

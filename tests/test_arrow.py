@@ -100,9 +100,7 @@ def test_sliced_tables_rebase_their_offsets():
     out = with_advantages(table)
     lo, hi = log["offsets"][7], log["offsets"][22]
     sub_offsets = log["offsets"][7:23] - lo
-    want = mpo_rs.mae_advantages(
-        log["values"][lo:hi], log["mask"][lo:hi], sub_offsets, rewards=log["rewards"][lo:hi]
-    )
+    want = mpo_rs.mae_advantages(log["values"][lo:hi], log["mask"][lo:hi], sub_offsets, rewards=log["rewards"][lo:hi])
     np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
 
 
@@ -110,9 +108,7 @@ def test_gae_and_score_column():
     log = make_log(40, seed=3)
     table = to_table(log).drop_columns(["rewards"])
     out = with_advantages(table, estimator="gae", lam=0.9, gamma=0.99)
-    want = mpo_rs.gae_advantages(
-        log["values"], log["mask"], log["offsets"], scores=log["scores"], lam=0.9, gamma=0.99
-    )
+    want = mpo_rs.gae_advantages(log["values"], log["mask"], log["offsets"], scores=log["scores"], lam=0.9, gamma=0.99)
     np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
     np.testing.assert_array_equal(flat(out["returns"]), want.returns)
 
@@ -161,9 +157,7 @@ def test_polars_in_polars_out():
     assert isinstance(out, pl.DataFrame)
     assert out.columns == df.columns + list(OUTPUT_COLUMNS)
     assert out.select(df.columns).equals(df)
-    np.testing.assert_array_equal(
-        out["advantages"].explode().to_numpy(), flat(with_advantages(table)["advantages"])
-    )
+    np.testing.assert_array_equal(out["advantages"].explode().to_numpy(), flat(with_advantages(table)["advantages"]))
     series = with_advantages(df.to_struct("log"))
     assert isinstance(series, pl.Series) and series.name == "log"
     assert series.struct.unnest().equals(out)
@@ -213,12 +207,27 @@ def _bad_tables():
         (_replace(t, "values", pa.array(null_list, f32)), r"row 4, column `values`: null list"),
         (_replace(t, "values", pa.array(null_elem, f32)), r"row 3, column `values`: null element at token 0"),
         (_replace(t, "values", pa.array(short, f32)), r"row 2: column `values` has \d+ tokens but `loss_mask` has"),
-        (_replace(t, "values", pa.array(nan, f32)), rf"row 5, column `values`: NaN is not finite at token {first_policy}"),
-        (_replace(t, "loss_mask", pa.array(masks, pa.list_(pa.int8()))), r"row 1, column `loss_mask`: the mask must hold 0 or 1, found 2 at token 0"),
-        (_replace(t, "values", pa.array(huge, pa.list_(pa.float64()))), rf"row 2, column `values`: 1e300 at token {lens[2] - 1} is outside float32's range"),
-        (_replace(t, "score", pa.array(huge_scores)).drop_columns(["rewards"]), r"row 4, column `score`: -3.5e38 is outside float32's range"),
+        (
+            _replace(t, "values", pa.array(nan, f32)),
+            rf"row 5, column `values`: NaN is not finite at token {first_policy}",
+        ),
+        (
+            _replace(t, "loss_mask", pa.array(masks, pa.list_(pa.int8()))),
+            r"row 1, column `loss_mask`: the mask must hold 0 or 1, found 2 at token 0",
+        ),
+        (
+            _replace(t, "values", pa.array(huge, pa.list_(pa.float64()))),
+            rf"row 2, column `values`: 1e300 at token {lens[2] - 1} is outside float32's range",
+        ),
+        (
+            _replace(t, "score", pa.array(huge_scores)).drop_columns(["rewards"]),
+            r"row 4, column `score`: -3.5e38 is outside float32's range",
+        ),
         (t.drop_columns(["values"]), r"missing column `values`"),
-        (_replace(t, "values", pa.array([["x"]] * 6)), r"column `values` has type List\(.*Utf8.*\), expected list<float or integer>"),
+        (
+            _replace(t, "values", pa.array([["x"]] * 6)),
+            r"column `values` has type List\(.*Utf8.*\), expected list<float or integer>",
+        ),
         (t.append_column("advantages", t["score"]), r"column `advantages` is already in the input"),
     ]
 

@@ -131,7 +131,11 @@ def test_group_baselines_over_row_groups_and_files(log, tmp_path, estimator, kw)
     src = tmp_path / "in"
     src.mkdir()
     table = table_of(log)
-    for name, rows in [("part-0.parquet", slice(0, 90)), ("part-1.parquet", slice(90, 250)), ("part-2.parquet", slice(250, 400))]:
+    for name, rows in [
+        ("part-0.parquet", slice(0, 90)),
+        ("part-1.parquet", slice(90, 250)),
+        ("part-2.parquet", slice(250, 400)),
+    ]:
         pq.write_table(table.slice(rows.start, rows.stop - rows.start), src / name, row_group_size=23)
     out = tmp_path / "out"
     r = ok("advantages", src, "-o", out, "--estimator", estimator, "--score-col", "score")
@@ -368,7 +372,10 @@ def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, s
     )
     argv = [sys.executable, "-c", hold + CONSOLE_SCRIPT[2], "advantages", str(big_log_file), "-o", str(out)]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None and proc.stdout.readline() == "importing numpy\n"
@@ -433,18 +440,60 @@ def _bad_inputs(tmp_path: Path):
     scores[21] = None
 
     cases = [
-        ("null list", _with_column(t, "values", pa.array(null_list, f32)), [], r"row group 1: row 14, column `values`: null list"),
-        ("null element", _with_column(t, "values", pa.array(null_elem, f32)), [], rf"row group 2: row 23, column `values`: null element at token {token}"),
-        ("lengths", _with_column(t, "values", pa.array(short, f32)), [], r"row group 1: row 17: column `values` has \d+ tokens but `loss_mask` has \d+"),
-        ("mask value", _with_column(t, "loss_mask", pa.array(masks, pa.list_(pa.int32()))), [], r"row group 2: row 25, column `loss_mask`: the mask must hold 0 or 1, found 7 at token 0"),
-        ("nan", _with_column(t, "values", pa.array(nan, f32)), [], rf"row group 1: row 12, column `values`: NaN is not finite at token {q}"),
+        (
+            "null list",
+            _with_column(t, "values", pa.array(null_list, f32)),
+            [],
+            r"row group 1: row 14, column `values`: null list",
+        ),
+        (
+            "null element",
+            _with_column(t, "values", pa.array(null_elem, f32)),
+            [],
+            rf"row group 2: row 23, column `values`: null element at token {token}",
+        ),
+        (
+            "lengths",
+            _with_column(t, "values", pa.array(short, f32)),
+            [],
+            r"row group 1: row 17: column `values` has \d+ tokens but `loss_mask` has \d+",
+        ),
+        (
+            "mask value",
+            _with_column(t, "loss_mask", pa.array(masks, pa.list_(pa.int32()))),
+            [],
+            r"row group 2: row 25, column `loss_mask`: the mask must hold 0 or 1, found 7 at token 0",
+        ),
+        (
+            "nan",
+            _with_column(t, "values", pa.array(nan, f32)),
+            [],
+            rf"row group 1: row 12, column `values`: NaN is not finite at token {q}",
+        ),
         ("missing", t.drop_columns(["values"]), [], r"missing column `values`"),
-        ("type", _with_column(t, "values", pa.array([["a"]] * 30)), [], r"column `values` has type .*, expected list<float or integer>"),
-        ("null score", _with_column(t.drop_columns(["rewards"]), "score", pa.array(list(scores), pa.float32())), ["--estimator", "grpo"], r"row group 2: row 21, column `score`: null value"),
+        (
+            "type",
+            _with_column(t, "values", pa.array([["a"]] * 30)),
+            [],
+            r"column `values` has type .*, expected list<float or integer>",
+        ),
+        (
+            "null score",
+            _with_column(t.drop_columns(["rewards"]), "score", pa.array(list(scores), pa.float32())),
+            ["--estimator", "grpo"],
+            r"row group 2: row 21, column `score`: null value",
+        ),
     ]
     if zero_at.size:
         obs[8][int(zero_at[0])] = 0.5
-        cases.append(("observation reward", _with_column(t, "rewards", pa.array(obs, f32)), [], rf"row group 0: row 8, column `rewards`: reward 0.5 at observation token {int(zero_at[0])}"))
+        cases.append(
+            (
+                "observation reward",
+                _with_column(t, "rewards", pa.array(obs, f32)),
+                [],
+                rf"row group 0: row 8, column `rewards`: reward 0.5 at observation token {int(zero_at[0])}",
+            )
+        )
     for name, table, extra, pattern in cases:
         yield name, _write_bad(tmp_path, name.replace(" ", "-") + ".parquet", table), extra, pattern
 

@@ -103,7 +103,9 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, capsys, args, code, messa
 
 
 def test_bad_data_names_file_row_group_row_and_column(tmp_path, capsys):
-    path = _log(tmp_path / "bad.parquet", [([0, 1], [1, 1]), ([0, 1], [1, 1]), ([0, float("nan")], [1, 1])], score=[1, 0, 1])
+    path = _log(
+        tmp_path / "bad.parquet", [([0, 1], [1, 1]), ([0, 1], [1, 1]), ([0, float("nan")], [1, 1])], score=[1, 0, 1]
+    )
     assert main(["diagnose", str(path)]) == 1
     err = capsys.readouterr().err
     # The third row is row 2 of the file, in its second row group (two rows per group).
@@ -158,11 +160,13 @@ def test_an_empty_directory_is_a_usage_error_in_both_commands(tmp_path, capsys):
 
 
 def test_list_of_strings_is_bad_data_naming_the_column(tmp_path, capsys):
-    t = pa.table({
-        "values": pa.array([["a", "b"]], pa.list_(pa.string())),
-        "loss_mask": pa.array([[True, True]], pa.list_(pa.bool_())),
-        "score": pa.array([1.0], pa.float32()),
-    })
+    t = pa.table(
+        {
+            "values": pa.array([["a", "b"]], pa.list_(pa.string())),
+            "loss_mask": pa.array([[True, True]], pa.list_(pa.bool_())),
+            "score": pa.array([1.0], pa.float32()),
+        }
+    )
     pq.write_table(t, tmp_path / "s.parquet")
     code, _, err = _run(capsys, tmp_path / "s.parquet")
     assert code == 1 and "s.parquet: column `values` has type list<Utf8>" in _one_line_error(err), err
@@ -187,12 +191,14 @@ def test_corrupt_and_truncated_files_are_bad_data_naming_the_file(tmp_path, caps
 
 
 def test_a_null_step_is_refused_not_labelled_int64_min(tmp_path, capsys):
-    t = pa.table({
-        "values": pa.array([[0.0, 1.0]] * 3, pa.list_(pa.float32())),
-        "loss_mask": pa.array([[True, True]] * 3, pa.list_(pa.bool_())),
-        "score": pa.array([1.0, 0.0, 1.0], pa.float32()),
-        "step": pa.array([1, None, 2], pa.int64()),
-    })
+    t = pa.table(
+        {
+            "values": pa.array([[0.0, 1.0]] * 3, pa.list_(pa.float32())),
+            "loss_mask": pa.array([[True, True]] * 3, pa.list_(pa.bool_())),
+            "score": pa.array([1.0, 0.0, 1.0], pa.float32()),
+            "step": pa.array([1, None, 2], pa.int64()),
+        }
+    )
     pq.write_table(t, tmp_path / "s.parquet")
     code, out, err = _run(capsys, tmp_path / "s.parquet")
     assert code == 1 and "s.parquet: row group 0: row 1, column `step`: null value" in _one_line_error(err), err
@@ -202,11 +208,13 @@ def test_a_null_step_is_refused_not_labelled_int64_min(tmp_path, capsys):
 @pytest.mark.parametrize("bad, message", [(float("nan"), "NaN is not finite"), (None, "null value")])
 def test_a_nan_or_null_outcome_is_refused(tmp_path, capsys, bad, message):
     """Before: dropped from both the success and the failure rows (NaN) or passed (null)."""
-    t = pa.table({
-        "values": pa.array([[0.0, 1.0]] * 3, pa.list_(pa.float32())),
-        "loss_mask": pa.array([[True, True]] * 3, pa.list_(pa.bool_())),
-        "score": pa.array([1.0, bad, 0.0], pa.float64()),
-    })
+    t = pa.table(
+        {
+            "values": pa.array([[0.0, 1.0]] * 3, pa.list_(pa.float32())),
+            "loss_mask": pa.array([[True, True]] * 3, pa.list_(pa.bool_())),
+            "score": pa.array([1.0, bad, 0.0], pa.float64()),
+        }
+    )
     pq.write_table(t, tmp_path / "s.parquet")
     code, _, err = _run(capsys, tmp_path / "s.parquet")
     assert code == 1 and f"s.parquet: row group 0: row 1, column `score`: {message}" in _one_line_error(err), err
@@ -214,11 +222,13 @@ def test_a_nan_or_null_outcome_is_refused(tmp_path, capsys, bad, message):
 
 def test_rewards_are_checked_like_the_mask(tmp_path, capsys):
     def write(rewards):
-        t = pa.table({
-            "values": pa.array([[0.0, 1.0, 2.0]] * 2, pa.list_(pa.float32())),
-            "loss_mask": pa.array([[1, 0, 1]] * 2, pa.list_(pa.uint8())),
-            "rewards": pa.array(rewards, pa.list_(pa.float32())),
-        })
+        t = pa.table(
+            {
+                "values": pa.array([[0.0, 1.0, 2.0]] * 2, pa.list_(pa.float32())),
+                "loss_mask": pa.array([[1, 0, 1]] * 2, pa.list_(pa.uint8())),
+                "rewards": pa.array(rewards, pa.list_(pa.float32())),
+            }
+        )
         pq.write_table(t, tmp_path / "r.parquet")
         return _run(capsys, tmp_path / "r.parquet")
 
@@ -277,7 +287,9 @@ _RSS_SCRIPT = textwrap.dedent(
 
 
 def _peak_rss(log, mode):
-    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(log), mode], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_SCRIPT, str(log), mode], capture_output=True, text=True, check=True
+    )
     rows, peak_kib = map(int, out.stdout.split())
     return rows, peak_kib * 1024
 

@@ -35,9 +35,18 @@ def test_invalid_batch_error_is_a_value_error():
         (dict(offsets=np.array([0, 3, 5])), r"`offsets` stops short"),
         (dict(offsets=np.array([1, 3, 6])), r"`offsets` must start at 0"),
         (dict(offsets=np.array([], np.int64)), r"`offsets` is empty"),
-        (dict(values=np.where(np.arange(6) == 4, np.inf, VALUES)), r"`values` is not finite \(inf\) at token 4 \(trajectory 1, position 1\)"),
-        (dict(rewards=np.where(np.arange(6) == 1, np.nan, REWARDS)), r"`rewards` is not finite \(NaN\) at token 1 \(trajectory 0, position 1\)"),
-        (dict(rewards=np.where(np.arange(6) == 2, 0.5, REWARDS)), r"`rewards` is 0.5 at observation token 2 \(trajectory 0, position 2\)"),
+        (
+            dict(values=np.where(np.arange(6) == 4, np.inf, VALUES)),
+            r"`values` is not finite \(inf\) at token 4 \(trajectory 1, position 1\)",
+        ),
+        (
+            dict(rewards=np.where(np.arange(6) == 1, np.nan, REWARDS)),
+            r"`rewards` is not finite \(NaN\) at token 1 \(trajectory 0, position 1\)",
+        ),
+        (
+            dict(rewards=np.where(np.arange(6) == 2, 0.5, REWARDS)),
+            r"`rewards` is 0.5 at observation token 2 \(trajectory 0, position 2\)",
+        ),
         (dict(rewards=REWARDS, scores=np.ones(2, np.float32)), r"exactly one of `rewards`"),
         (dict(scores=np.array([1.0, np.nan], np.float32)), r"`scores` is not finite \(NaN\) at trajectory 1"),
         (dict(scores=np.ones(3, np.float32)), r"`scores` has length 3, expected 2"),
@@ -188,7 +197,9 @@ def test_float64_beyond_float32_is_named_with_its_value_and_no_warning(fn):
         warnings.simplefilter("error")  # numpy's overflow RuntimeWarning would fail here
         with pytest.raises(mpo_rs.InvalidBatchError, match=r"^`values`: 1e300 at token 4 is outside float32's range$"):
             call(fn, values=values)
-        with pytest.raises(mpo_rs.InvalidBatchError, match=r"^`scores`: -3.5e38 at trajectory 1 is outside float32's range$"):
+        with pytest.raises(
+            mpo_rs.InvalidBatchError, match=r"^`scores`: -3.5e38 at trajectory 1 is outside float32's range$"
+        ):
             call(fn, scores=np.array([1.0, -3.5e38]))
         # Up to float32's largest value is in range; an infinite float64 is still "not finite".
         from mpo_rs._arrays import float32

@@ -198,7 +198,9 @@ def test_a_huge_beta_raises_naming_the_trajectory():
     values = np.array([0, 0, 0, 0, 0, 1, 0], np.float32)
     scores = np.array([0.0, 1.0], np.float32)
     offsets = np.array([0, 3, 7])
-    with pytest.raises(InvalidBatchError, match=r"`advantages` would be -?inf at token \d \(trajectory 1, position \d\)"):
+    with pytest.raises(
+        InvalidBatchError, match=r"`advantages` would be -?inf at token \d \(trajectory 1, position \d\)"
+    ):
         mpo_rs.mae_advantages(values, mask, offsets, scores=scores, beta=1e308)
     # Trajectory 0 has no spread inside its turn: 0 × beta, finite.
     res = mpo_rs.mae_advantages(values[:3], mask[:3], offsets[:2], scores=scores[:1], beta=1e308)

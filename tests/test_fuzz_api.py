@@ -84,12 +84,17 @@ def call(fn, args: dict):
 
 
 def check_array(a, n: int, name: str, extreme: bool):
-    assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (n,), (name, type(a), getattr(a, "dtype", None))
+    assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == (n,), (
+        name,
+        type(a),
+        getattr(a, "dtype", None),
+    )
     if not np.isfinite(a).all():
         assert extreme and ALLOW_NONFINITE_OUTPUT, f"`{name}` is not finite for valid, moderate input"
 
 
 # ----------------------------------------------------------------- adversarial twists
+
 
 @st.composite
 def estimator_call(draw, kind: str):
@@ -107,11 +112,29 @@ def estimator_call(draw, kind: str):
     valid, extreme, canonical = True, False, None
     policy = np.flatnonzero(b.mask)
     obs = np.flatnonzero(~b.mask)
-    twist = draw(st.sampled_from([
-        "none", "none", "special-value", "special-obs-value", "special-reward", "special-score",
-        "reward-on-obs", "f64-overflow", "dtype", "strided", "offsets", "empty", "2d", "param",
-        "both-rewards", "neither-reward", "mask-value",
-    ]))
+    twist = draw(
+        st.sampled_from(
+            [
+                "none",
+                "none",
+                "special-value",
+                "special-obs-value",
+                "special-reward",
+                "special-score",
+                "reward-on-obs",
+                "f64-overflow",
+                "dtype",
+                "strided",
+                "offsets",
+                "empty",
+                "2d",
+                "param",
+                "both-rewards",
+                "neither-reward",
+                "mask-value",
+            ]
+        )
+    )
     reward_key = "scores" if use_scores else "rewards"
     if twist == "special-value" and policy.size:
         x = draw(st.sampled_from(SPECIALS))
@@ -163,8 +186,10 @@ def estimator_call(draw, kind: str):
             if key in ("values", "rewards", "scores"):
                 # A lossy cast changes the numbers: only an exact one keeps the reference.
                 back = np.asarray(args[key]).astype(np.float32)
-                exact = np.array_equal(np.nan_to_num(back[b.mask] if key == "values" else back),
-                                       np.nan_to_num(orig[b.mask] if key == "values" else orig))
+                exact = np.array_equal(
+                    np.nan_to_num(back[b.mask] if key == "values" else back),
+                    np.nan_to_num(orig[b.mask] if key == "values" else orig),
+                )
                 canonical = dict(args, **{key: back}) if exact else None
                 valid = None if not exact else True
             else:
@@ -261,8 +286,9 @@ def test_estimators_survive_anything_and_match_the_reference(kind, data):
 
 # ----------------------------------------------------------------- group baselines
 
-group_id_kinds = st.sampled_from(["int", "uint", "str", "float", "object-int", "object-str", "bytes",
-                                  "mixed", "nan", "none", "bool", "2d", "short"])
+group_id_kinds = st.sampled_from(
+    ["int", "uint", "str", "float", "object-int", "object-str", "bytes", "mixed", "nan", "none", "bool", "2d", "short"]
+)
 
 
 @fuzz_settings
@@ -300,8 +326,11 @@ def test_group_advantages_survive_anything_and_match_the_reference(scores, raw_i
         ids = np.array(base, np.int64).reshape(1, -1)
     else:  # mixed types, NaN, None: the rule is issue 11 item 6's; any typed outcome
         homogeneous = False
-        pick = {"mixed": lambda g: g if g % 2 else str(g), "nan": lambda g: math.nan if g == 0 else g,
-                "none": lambda g: None if g == 0 else g}[kind]
+        pick = {
+            "mixed": lambda g: g if g % 2 else str(g),
+            "nan": lambda g: math.nan if g == 0 else g,
+            "none": lambda g: None if g == 0 else g,
+        }[kind]
         ids = np.array([pick(g) for g in base] + [], dtype=object)
     args = dict(scores=s, group_ids=ids, norm_std=norm_std, eps=eps, leave_one_out=leave_one_out)
     out, err = call(mpo_rs.group_advantages, args)
@@ -323,9 +352,13 @@ def test_group_advantages_survive_anything_and_match_the_reference(scores, raw_i
 
 # ----------------------------------------------------------------- segmentation, broadcast
 
+
 @fuzz_settings
-@given(b=batches(max_traj=6), twist=st.sampled_from(["none", "offsets", "mask", "dtype", "strided"]),
-       per=st.lists(st.one_of(st.floats(-4, 4, width=32), st.sampled_from(SPECIALS)), max_size=8))
+@given(
+    b=batches(max_traj=6),
+    twist=st.sampled_from(["none", "offsets", "mask", "dtype", "strided"]),
+    per=st.lists(st.one_of(st.floats(-4, 4, width=32), st.sampled_from(SPECIALS)), max_size=8),
+)
 def test_segment_and_broadcast_survive_anything(b, twist, per):
     mask, offsets, valid = b.mask, b.offsets, True
     if twist == "offsets":

@@ -110,15 +110,24 @@ def assert_same_log(got: pa.Table, want: pa.Table, exact: bool) -> None:
 
 @pytest.mark.parametrize(
     ("estimator", "reward_flag", "string_groups"),
-    [("mae", "--rewards-col", False), ("gae", "--score-col", False), ("grpo", "--rewards-col", True),
-     ("rloo", "--score-col", False), ("drgrpo", "--score-col", True)],
+    [
+        ("mae", "--rewards-col", False),
+        ("gae", "--score-col", False),
+        ("grpo", "--rewards-col", True),
+        ("rloo", "--score-col", False),
+        ("drgrpo", "--score-col", True),
+    ],
 )
 def test_ray_equals_the_single_machine_tool(cluster, log_dirs, tmp_path, estimator, reward_flag, string_groups):
     log_dir = log_dirs[string_groups]
     reward_col = "rewards" if reward_flag == "--rewards-col" else "score"
     single = tmp_path / "single"
-    assert mpo_rs_cli(["advantages", str(log_dir), "-o", str(single), "--estimator", estimator,
-                       reward_flag, reward_col, "-q"]) == 0
+    assert (
+        mpo_rs_cli(
+            ["advantages", str(log_dir), "-o", str(single), "--estimator", estimator, reward_flag, reward_col, "-q"]
+        )
+        == 0
+    )
     distributed = tmp_path / "ray"
     keyword = {"rewards_col": reward_col} if reward_col == "rewards" else {"score_col": reward_col}
     # Small map batches: no batch holds a whole group.
@@ -168,9 +177,7 @@ def test_bad_data_in_a_block_raises_a_named_error(cluster):
     masks = table["loss_mask"].to_pylist()
     row = next(i for i, m in enumerate(masks) if m and not all(m))
     rewards[row][masks[row].index(False)] = 1.0  # a reward on a tool-output token
-    table = table.set_column(
-        table.column_names.index("rewards"), "rewards", pa.array(rewards, pa.list_(pa.float32()))
-    )
+    table = table.set_column(table.column_names.index("rewards"), "rewards", pa.array(rewards, pa.list_(pa.float32())))
     dataset = ray.data.from_arrow(table)
     with pytest.raises(Exception, match="rewards must be 0 where the mask is 0") as info:
         mpo_ray.add_advantages(dataset, estimator="rloo", rewards_col="rewards")
@@ -186,9 +193,15 @@ def test_the_example_script_writes_what_the_single_machine_tool_writes(cluster, 
     spec.loader.exec_module(example)
     log_dir = log_dirs[False]
     out = tmp_path / "example"
-    assert example.main([str(log_dir), str(out), "--estimator", "rloo", "--rewards-col", "rewards",
-                         "--batch-size", "8"]) == 0
+    assert (
+        example.main([str(log_dir), str(out), "--estimator", "rloo", "--rewards-col", "rewards", "--batch-size", "8"])
+        == 0
+    )
     single = tmp_path / "single"
-    assert mpo_rs_cli(["advantages", str(log_dir), "-o", str(single), "--estimator", "rloo",
-                       "--rewards-col", "rewards", "-q"]) == 0
+    assert (
+        mpo_rs_cli(
+            ["advantages", str(log_dir), "-o", str(single), "--estimator", "rloo", "--rewards-col", "rewards", "-q"]
+        )
+        == 0
+    )
     assert_same_log(read_sorted(out), read_sorted(single), exact=False)

@@ -190,9 +190,7 @@ def test_mpo_gae_ignores_rewards_on_observation_tokens_like_verl():
 @pytest.mark.parametrize("norm_std", [True, False])
 def test_mpo_grpo_equals_verls_grpo(norm_std):
     rewards, _, mask, uid = rollout_batch(5, rows=16)
-    want, want_ret = core_algos.compute_grpo_outcome_advantage(
-        rewards, mask, uid, norm_adv_by_std_in_grpo=norm_std
-    )
+    want, want_ret = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid, norm_adv_by_std_in_grpo=norm_std)
     fn = core_algos.get_adv_estimator_fn("mpo_grpo")
     adv, ret = fn(
         token_level_rewards=rewards,
@@ -255,8 +253,12 @@ def test_a_group_of_one_gets_zero_advantage():
     rewards, _, mask, uid = rollout_batch(10, rows=8)
     uid = uid.copy()
     uid[3] = "alone"
-    for fn in (plugin.compute_mpo_grpo_advantage, plugin.compute_mpo_rloo_advantage,
-               plugin.compute_mpo_mae_grpo_advantage, plugin.compute_mpo_mae_rloo_advantage):
+    for fn in (
+        plugin.compute_mpo_grpo_advantage,
+        plugin.compute_mpo_rloo_advantage,
+        plugin.compute_mpo_mae_grpo_advantage,
+        plugin.compute_mpo_mae_rloo_advantage,
+    ):
         adv, _ = fn(rewards, mask, algo_config(), uid)
         assert not adv[3].any(), fn.__name__
         assert adv[0].any(), fn.__name__
@@ -281,8 +283,14 @@ def test_mpo_mae_equals_the_core_on_the_flattened_batch():
     )
     flat_mask, offsets = flat_batch(mask)
     want = mpo_rs.mae_advantages(
-        values.reshape(-1), flat_mask, offsets, rewards=rewards.reshape(-1),
-        lam=0.8, lam_intra=0.9, beta=0.7, gamma=0.99,
+        values.reshape(-1),
+        flat_mask,
+        offsets,
+        rewards=rewards.reshape(-1),
+        lam=0.8,
+        lam_intra=0.9,
+        beta=0.7,
+        gamma=0.99,
     )
     np.testing.assert_array_equal(adv.reshape(-1).numpy(), want.advantages)
     np.testing.assert_array_equal(ret.reshape(-1).numpy(), want.returns)
@@ -335,8 +343,13 @@ def test_unknown_or_out_of_range_options_are_refused():
 
 def actor_config(low=0.2, high=0.28, dual=3.0) -> ActorConfig:
     return ActorConfig(
-        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-        clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=dual,
+        strategy="fsdp",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio=0.2,
+        clip_ratio_low=low,
+        clip_ratio_high=high,
+        clip_ratio_c=dual,
     )
 
 
@@ -370,8 +383,16 @@ def test_mpo_loss_equals_mpo_rs_losses_on_verls_padded_tensors(agg, mode, turn_r
 
     def reference(log_prob):
         return losses.policy_loss(
-            log_prob, old, adv, mask, ratio="turn", turn_ratio=turn_ratio,
-            clip_low=0.15, clip_high=0.3, dual_clip=2.5, agg=agg,
+            log_prob,
+            old,
+            adv,
+            mask,
+            ratio="turn",
+            turn_ratio=turn_ratio,
+            clip_low=0.15,
+            clip_high=0.3,
+            dual_clip=2.5,
+            agg=agg,
         )
 
     log_prob = new.clone().requires_grad_()
@@ -469,8 +490,10 @@ def test_values_hook_feeds_the_critic_to_mpo_estimators_through_verls_compute_ad
     out = ray_trainer.compute_advantage(batch(True), adv_estimator="mpo_gae", gamma=1.0, lam=0.95, config=config)
     verl_gae = ray_trainer.compute_advantage(batch(True), adv_estimator="gae", gamma=1.0, lam=0.95, config=config)
     torch.testing.assert_close(
-        on_llm_tokens(out.batch["advantages"], mask), on_llm_tokens(verl_gae.batch["advantages"], mask),
-        rtol=1e-4, atol=2e-5,
+        on_llm_tokens(out.batch["advantages"], mask),
+        on_llm_tokens(verl_gae.batch["advantages"], mask),
+        rtol=1e-4,
+        atol=2e-5,
     )
     # Without a critic (critic.enable unset) the batch has no values: a clear error.
     with pytest.raises(plugin.MissingCriticValuesError, match=r"critic\.enable=True"):

@@ -50,7 +50,9 @@ def test_segmentation_matches_reference(b):
 @given(batches(), gae_params, st.none() | st.floats(0.001, 1.0))
 def test_gae_matches_reference(b, p, alpha):
     res = mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards, length_adaptive_alpha=alpha, **p)
-    adv, ret = ref.gae(b.values, b.mask.tolist(), b.offsets.tolist(), rewards=b.rewards, length_adaptive_alpha=alpha, **p)
+    adv, ret = ref.gae(
+        b.values, b.mask.tolist(), b.offsets.tolist(), rewards=b.rewards, length_adaptive_alpha=alpha, **p
+    )
     np.testing.assert_allclose(res.advantages, adv, **TOL)
     np.testing.assert_allclose(res.returns, ret, **TOL)
 

@@ -264,7 +264,9 @@ def test_bf16_autocast_step(one_thread):
 def test_bad_batches_and_configs_are_rejected():
     good = dict(token_ids=np.zeros(4, np.int64), mask=np.array([0, 1, 0, 1], bool), offsets=np.array([0, 2, 4]))
     with pytest.raises(ValueError, match="trajectory 1 starts with a policy token"):
-        RolloutBatch(token_ids=np.zeros(4), mask=np.array([0, 1, 1, 1], bool), offsets=np.array([0, 2, 4]), scores=np.zeros(2))
+        RolloutBatch(
+            token_ids=np.zeros(4), mask=np.array([0, 1, 1, 1], bool), offsets=np.array([0, 2, 4]), scores=np.zeros(2)
+        )
     with pytest.raises(ValueError, match="exactly one of"):
         RolloutBatch(**good)
     with pytest.raises(ValueError, match="exactly one of"):

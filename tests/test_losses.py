@@ -39,9 +39,9 @@ def reference_turns(mask: np.ndarray) -> list[list[int]]:
 def padded_batches(draw, max_rows: int = 4, max_len: int = 12):
     rows = draw(st.integers(1, max_rows))
     length = draw(st.integers(1, max_len))
-    mask = np.array(
-        draw(st.lists(st.booleans(), min_size=rows * length, max_size=rows * length)), dtype=bool
-    ).reshape(rows, length)
+    mask = np.array(draw(st.lists(st.booleans(), min_size=rows * length, max_size=rows * length)), dtype=bool).reshape(
+        rows, length
+    )
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     old = -rng.random((rows, length)) * 3
     new = old + 0.03 * rng.standard_normal((rows, length))  # ratios stay inside the clip
@@ -93,9 +93,7 @@ def test_gradient_is_turn_ratio_times_token_advantage(batch):
     """dL/dlog pi_{t,i} = -rho_t * A_{t,i} / n inside the clip range (token-mean)."""
     new, old, adv, mask = batch
     n = max(int(mask.sum()), 1)
-    _, grad = grad_of(
-        lambda lp: losses.policy_loss(lp, old, adv, mask, clip_low=0.9, clip_high=10.0)[0], new
-    )
+    _, grad = grad_of(lambda lp: losses.policy_loss(lp, old, adv, mask, clip_low=0.9, clip_high=10.0)[0], new)
     flat_grad, flat_adv = grad.reshape(-1), adv.reshape(-1)
     log_ratio = (new - old).reshape(-1)
     for turn in reference_turns(mask.numpy()):
@@ -297,7 +295,9 @@ def test_clip_higher_is_asymmetric():
     torch.testing.assert_close(g_028, torch.tensor([-1.25], dtype=F64))
     # The lower bound: A < 0 and ratio 0.75 is clipped at 0.8 with clip_low=0.2, not at 0.7.
     new_low = torch.tensor([np.log(0.75)], dtype=F64)
-    torch.testing.assert_close(losses.policy_loss(new_low, old, -adv, mask, token_turn=tt)[0], torch.tensor(0.8, dtype=F64))
+    torch.testing.assert_close(
+        losses.policy_loss(new_low, old, -adv, mask, token_turn=tt)[0], torch.tensor(0.8, dtype=F64)
+    )
     torch.testing.assert_close(
         losses.policy_loss(new_low, old, -adv, mask, token_turn=tt, clip_low=0.3)[0], torch.tensor(0.75, dtype=F64)
     )
@@ -311,7 +311,9 @@ def test_aggregations_by_hand():
     offsets, _, (flat_mask, flat_x) = padded_to_flat(mask, per_token)
     for agg, value in expected.items():
         torch.testing.assert_close(losses.aggregate(per_token, mask, agg), torch.tensor(value, dtype=F64))
-        torch.testing.assert_close(losses.aggregate(flat_x, flat_mask, agg, offsets=offsets), torch.tensor(value, dtype=F64))
+        torch.testing.assert_close(
+            losses.aggregate(flat_x, flat_mask, agg, offsets=offsets), torch.tensor(value, dtype=F64)
+        )
     # policy_loss with ratio 1 and A = -loss reproduces them.
     zeros = torch.zeros_like(per_token)
     for agg, value in expected.items():
@@ -375,7 +377,9 @@ def test_metrics_are_detached_zero_dim_tensors():
     torch.testing.assert_close(metrics["approx_kl"], (torch.exp(lr) - 1 - lr).mean())
     assert int(metrics["num_turns"]) == len(reference_turns(mask.numpy()))
     # Flat inputs without token_turn do not know the turns.
-    _, flat_metrics = losses.policy_loss(new.detach().reshape(-1), old.reshape(-1), torch.ones(64), mask.reshape(-1), ratio="token")
+    _, flat_metrics = losses.policy_loss(
+        new.detach().reshape(-1), old.reshape(-1), torch.ones(64), mask.reshape(-1), ratio="token"
+    )
     assert "num_turns" not in flat_metrics
 
 
@@ -508,7 +512,9 @@ def test_gpu_matches_cpu_without_host_sync():
     new = old + 0.05 * torch.randn(8, 512)
     adv = torch.randn(8, 512)
     for ratio in losses.RATIO_MODES:
-        cpu_loss, cpu_grad = grad_of(lambda lp: losses.policy_loss(lp, old, adv, mask, ratio=ratio, dual_clip=3.0)[0], new)
+        cpu_loss, cpu_grad = grad_of(
+            lambda lp: losses.policy_loss(lp, old, adv, mask, ratio=ratio, dual_clip=3.0)[0], new
+        )
         dev = [t.cuda() for t in (new, old, adv, mask)]
         log_prob = dev[0].clone().requires_grad_()
         torch.cuda.synchronize()

@@ -98,7 +98,9 @@ def test_the_cli_without_pyarrow_says_so_in_one_line_before_reading(log, tmp_pat
 
 
 def test_advantages_needs_neither_pyarrow_nor_polars(log, tmp_path):
-    r = _cli(("pyarrow", "polars", "torch", "matplotlib"), "advantages", str(log), "-o", str(tmp_path / "o.parquet"), "-q")
+    r = _cli(
+        ("pyarrow", "polars", "torch", "matplotlib"), "advantages", str(log), "-o", str(tmp_path / "o.parquet"), "-q"
+    )
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert (tmp_path / "o.parquet").exists()
 

@@ -133,7 +133,9 @@ print(mpo_rs.get_num_threads(), sum(n.startswith("mpo-rs-") for n in names))
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
 def test_the_main_thread_is_one_of_the_pools_workers():
     env = {**os.environ, "RAYON_NUM_THREADS": "3"}
-    out = subprocess.run([sys.executable, "-c", _POOL_THREADS_SCRIPT], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _POOL_THREADS_SCRIPT], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["3", "2"], "3 workers: the main thread and 2 spawned threads"
 
 
@@ -226,7 +228,9 @@ def test_float64_strided_and_integer_inputs_give_the_same_results():
     ref = mpo_rs.mae_advantages(values, mask, offsets, scores=scores)
     wide = np.empty(2 * len(values), np.float64)
     wide[::2] = values
-    got = mpo_rs.mae_advantages(wide[::2], mask.astype(np.int32), offsets.astype(np.int32), scores=scores.astype(np.float64))
+    got = mpo_rs.mae_advantages(
+        wide[::2], mask.astype(np.int32), offsets.astype(np.int32), scores=scores.astype(np.float64)
+    )
     assert np.array_equal(ref.advantages, got.advantages)
     assert np.array_equal(ref.returns, got.returns)
     lists = mpo_rs.mae_advantages(values.tolist(), mask.tolist(), offsets.tolist(), scores=scores.tolist())

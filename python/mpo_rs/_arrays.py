@@ -23,8 +23,9 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
     if device is not None and hasattr(x, "detach"):  # a torch tensor
         if getattr(device, "type", "cpu") != "cpu":
             raise TypeError(
-                f"`{name}` is a tensor on {device}; the estimators read host memory, "
-                "pass `{name}.cpu()`".replace("{name}", name)
+                f"`{name}` is a tensor on {device}; the estimators read host memory, pass `{{name}}.cpu()`".replace(
+                    "{name}", name
+                )
             )
         x = x.detach()
         if not x.dtype.is_floating_point or x.dtype.itemsize >= 4:
@@ -61,9 +62,7 @@ def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
         if beyond.size:
             i = int(beyond[0])
             where = "trajectory" if name in _PER_TRAJECTORY else "token"
-            raise InvalidBatchError(
-                f"`{name}`: {_number(arr[i])} at {where} {i} is outside float32's range"
-            )
+            raise InvalidBatchError(f"`{name}`: {_number(arr[i])} at {where} {i} is outside float32's range")
     return out
 
 

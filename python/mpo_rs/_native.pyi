@@ -16,9 +16,7 @@ __all__ = [
 
 class InvalidBatchError(ValueError): ...
 
-_TurnArrays = tuple[
-    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]
-]
+_TurnArrays = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]]
 
 def segment_turns(mask: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> _TurnArrays: ...
 def mae_advantages(
@@ -32,9 +30,7 @@ def mae_advantages(
     beta: float,
     gamma: float,
     lam_critic: float,
-) -> tuple[
-    npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays
-]: ...
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def gae_advantages(
     values: npt.NDArray[np.float32],
     mask: npt.NDArray[np.uint8],

@@ -105,10 +105,7 @@ def with_advantages(
         return pa.RecordBatch.from_arrays([*table.columns, *new], schema=schema)
     if isinstance(table, pa.ChunkedArray):
         if not pa.types.is_struct(table.type):
-            raise TypeError(
-                "a ChunkedArray must be of struct type, one field per column of the log; "
-                f"got {table.type}"
-            )
+            raise TypeError(f"a ChunkedArray must be of struct type, one field per column of the log; got {table.type}")
         return _with_advantages_struct_chunks(pa, table, estimator, options, columns)
     if hasattr(table, "__arrow_c_stream__") or hasattr(table, "__arrow_c_array__"):
         return with_advantages(
@@ -229,9 +226,7 @@ def _pyarrow() -> Any:
 
 def _native_table(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
     mask_col, values_col, rewards_col, score_col, group_col = columns
-    return _native.arrow_advantages(
-        data, estimator, *options, mask_col, values_col, rewards_col, score_col, group_col
-    )
+    return _native.arrow_advantages(data, estimator, *options, mask_col, values_col, rewards_col, score_col, group_col)
 
 
 def _compute(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
@@ -244,9 +239,7 @@ def _with_advantages_polars(
 ) -> Any:
     if isinstance(frame, pl.Series):
         if not isinstance(frame.dtype, pl.Struct):
-            raise TypeError(
-                f"a polars Series must be a struct, one field per column of the log; got {frame.dtype}"
-            )
+            raise TypeError(f"a polars Series must be a struct, one field per column of the log; got {frame.dtype}")
         df = frame.struct.unnest()
         return _with_advantages_polars(pl, df, names, estimator, options, columns).to_struct(frame.name)
     _refuse_existing_outputs(frame.columns)
@@ -259,9 +252,7 @@ def _with_advantages_polars(
     return frame.hstack(new.get_columns())
 
 
-def _with_advantages_struct_chunks(
-    pa: Any, chunked: Any, estimator: str, options: _Options, columns: _Columns
-) -> Any:
+def _with_advantages_struct_chunks(pa: Any, chunked: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
     batches = [pa.RecordBatch.from_struct_array(chunk) for chunk in chunked.chunks]
     table = pa.Table.from_batches(batches, schema=pa.schema(list(chunked.type)))
     out = _compute(table, estimator, options, columns)

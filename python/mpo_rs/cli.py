@@ -55,25 +55,42 @@ def _parser() -> argparse.ArgumentParser:
     )
     adv.add_argument("input", metavar="INPUT", help="a Parquet file or a directory of Parquet files")
     adv.add_argument(
-        "-o", "--output", metavar="OUTPUT", required=True,
+        "-o",
+        "--output",
+        metavar="OUTPUT",
+        required=True,
         help="output file (INPUT a file) or directory (INPUT a directory); replaced atomically",
     )
     adv.add_argument(
-        "--estimator", choices=ESTIMATORS, default="mae",
+        "--estimator",
+        choices=ESTIMATORS,
+        default="mae",
         help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
     )
     params = adv.add_argument_group("estimator parameters (defaults: the estimator's own)")
-    params.add_argument("--lam", type=float, metavar="F", help="turn-scale lambda (mae 0.80) or token lambda (gae 0.95)")
+    params.add_argument(
+        "--lam", type=float, metavar="F", help="turn-scale lambda (mae 0.80) or token lambda (gae 0.95)"
+    )
     params.add_argument("--lam-intra", type=float, metavar="F", help="token lambda inside a turn (mae, 0.95)")
     params.add_argument("--beta", type=float, metavar="F", help="weight of the intra-turn refinement (mae, 1.00)")
-    params.add_argument("--gamma", type=float, metavar="F", help="discount per interaction (mae) or per token (gae), 1.0")
+    params.add_argument(
+        "--gamma", type=float, metavar="F", help="discount per interaction (mae) or per token (gae), 1.0"
+    )
     params.add_argument("--lam-critic", type=float, metavar="F", help="lambda of the value targets (1.0 = Monte-Carlo)")
     cols = adv.add_argument_group("columns")
-    cols.add_argument("--mask-col", default="loss_mask", metavar="NAME", help="policy-token mask, list<bool|int> (loss_mask)")
+    cols.add_argument(
+        "--mask-col", default="loss_mask", metavar="NAME", help="policy-token mask, list<bool|int> (loss_mask)"
+    )
     cols.add_argument("--values-col", default="values", metavar="NAME", help="critic values, list<float> (values)")
-    cols.add_argument("--rewards-col", metavar="NAME", help="token-level rewards, list<float> (default: rewards, if present)")
-    cols.add_argument("--score-col", metavar="NAME", help="one outcome per trajectory (default: score, without rewards)")
-    cols.add_argument("--group-col", default="group_id", metavar="NAME", help="group ids for grpo/drgrpo/rloo (group_id)")
+    cols.add_argument(
+        "--rewards-col", metavar="NAME", help="token-level rewards, list<float> (default: rewards, if present)"
+    )
+    cols.add_argument(
+        "--score-col", metavar="NAME", help="one outcome per trajectory (default: score, without rewards)"
+    )
+    cols.add_argument(
+        "--group-col", default="group_id", metavar="NAME", help="group ids for grpo/drgrpo/rloo (group_id)"
+    )
     adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
     diagnose.add_parser(commands)
     return parser

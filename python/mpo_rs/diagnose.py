@@ -221,7 +221,9 @@ def diagnose_logs(
     two turns.
     """
     _require_pyarrow()
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("total", "between", "within", "n_turns", "outcome", "step", "jumps", "jump_row")}
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("total", "between", "within", "n_turns", "outcome", "step", "jumps", "jump_row")
+    }
     traces: list[TrajectoryTrace] = []
     wanted = set(keep_rows or [])
     seen_kinds: set[bool] = set()
@@ -268,13 +270,17 @@ def diagnose_logs(
                     if keep:
                         seen_kinds.add(success)
                         sl = slice(offsets[k], offsets[k + 1])
-                        traces.append(TrajectoryTrace(int(row), float(outcome[k]), values[sl].copy(), mask[sl].astype(bool)))
+                        traces.append(
+                            TrajectoryTrace(int(row), float(outcome[k]), values[sl].copy(), mask[sl].astype(bool))
+                        )
                 row0 += batch.num_rows
                 file_row += batch.num_rows
                 batches += 1
             expected = pf.metadata.row_group(g).num_rows
             if file_row - group_start != expected:
-                raise _corrupt(file, g, ValueError(f"decoded {file_row - group_start} rows, the footer says {expected}"))
+                raise _corrupt(
+                    file, g, ValueError(f"decoded {file_row - group_start} rows, the footer says {expected}")
+                )
     cat = lambda k, dt: np.concatenate(parts[k]).astype(dt) if parts[k] else np.zeros(0, dt)  # noqa: E731
     return Diagnosis(
         total=cat("total", np.float64),
@@ -342,8 +348,11 @@ def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: b
     if share.size:
         ax.axvline(np.median(share), color="k", ls="--", label=f"median {np.median(share):.1%}")
         ax.legend()
-    ax.set(xlabel="between-turn share of value variance", ylabel="trajectories",
-           title="Where does the critic's value variance live?")
+    ax.set(
+        xlabel="between-turn share of value variance",
+        ylabel="trajectories",
+        title="Where does the critic's value variance live?",
+    )
     fig.tight_layout()
     fig.savefig(out / "share_histogram.png", dpi=120)
     plt.close(fig)
@@ -353,10 +362,18 @@ def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: b
     succ = diag.outcome[diag.jump_row] > 0 if diag.jumps.size else np.zeros(0, bool)
     lim = float(np.quantile(np.abs(diag.jumps), 0.995)) if diag.jumps.size else 1.0
     bins = np.linspace(-lim, lim, 61) if lim > 0 else 10
-    ax.hist([diag.jumps[succ], diag.jumps[~succ]], bins=bins, stacked=True,
-            label=["success", "failure"], color=["#4c9a2a", "#c0392b"])
-    ax.set(xlabel=r"boundary jump $\Delta V = V_{t+1,1} - V_{t,L_t}$", ylabel="turn boundaries",
-           title="Value jumps at turn boundaries")
+    ax.hist(
+        [diag.jumps[succ], diag.jumps[~succ]],
+        bins=bins,
+        stacked=True,
+        label=["success", "failure"],
+        color=["#4c9a2a", "#c0392b"],
+    )
+    ax.set(
+        xlabel=r"boundary jump $\Delta V = V_{t+1,1} - V_{t,L_t}$",
+        ylabel="turn boundaries",
+        title="Value jumps at turn boundaries",
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "jump_distribution.png", dpi=120)
@@ -375,18 +392,38 @@ def _trace_figure(plt: Any, tr: TrajectoryTrace, path: Path) -> Path:
     pos = np.arange(len(tr.mask))
     for k, (s, e) in enumerate(zip(vs.turns.starts, vs.turns.ends)):
         ax.plot(pos[s:e], tr.values[s:e], lw=0.8, color="#3b75af", label="token values" if k == 0 else None)
-        ax.hlines(tr.values[s:e].astype(np.float64).mean(), s, e - 1, color="#e67e22", lw=2.2,
-                  label="turn mean" if k == 0 else None)
+        ax.hlines(
+            tr.values[s:e].astype(np.float64).mean(),
+            s,
+            e - 1,
+            color="#e67e22",
+            lw=2.2,
+            label="turn mean" if k == 0 else None,
+        )
         if k + 1 < vs.turns.n_turns:
             nxt = vs.turns.starts[k + 1]
-            ax.annotate("", xy=(nxt, tr.values[nxt]), xytext=(e - 1, tr.values[e - 1]),
-                        arrowprops=dict(arrowstyle="->", color="#c0392b", lw=1.2))
-            ax.text((e - 1 + nxt) / 2, max(tr.values[e - 1], tr.values[nxt]),
-                    f"{vs.jumps[k]:+.2f}", color="#c0392b", ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                "",
+                xy=(nxt, tr.values[nxt]),
+                xytext=(e - 1, tr.values[e - 1]),
+                arrowprops=dict(arrowstyle="->", color="#c0392b", lw=1.2),
+            )
+            ax.text(
+                (e - 1 + nxt) / 2,
+                max(tr.values[e - 1], tr.values[nxt]),
+                f"{vs.jumps[k]:+.2f}",
+                color="#c0392b",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
     share = vs.between_share[0]
     kind = "success" if tr.outcome > 0 else "failure"
-    ax.set(xlabel="token position (gaps: observations)", ylabel="V",
-           title=f"trajectory {tr.row} ({kind}, outcome {tr.outcome:g}): between-turn share {share:.1%}")
+    ax.set(
+        xlabel="token position (gaps: observations)",
+        ylabel="V",
+        title=f"trajectory {tr.row} ({kind}, outcome {tr.outcome:g}): between-turn share {share:.1%}",
+    )
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -406,10 +443,14 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("input", metavar="INPUT", help="a Parquet file or a directory of Parquet files")
     p.add_argument("-o", "--output", metavar="REPORT_DIR", help="write summary.json and PNG figures here")
-    p.add_argument("--trajectories", metavar="K", help="comma-separated row numbers to draw (default: a success and a failure)")
+    p.add_argument(
+        "--trajectories", metavar="K", help="comma-separated row numbers to draw (default: a success and a failure)"
+    )
     p.add_argument("--values-col", default="values", metavar="NAME")
     p.add_argument("--mask-col", default="loss_mask", metavar="NAME")
-    p.add_argument("--score-col", metavar="NAME", help="outcome per trajectory (default: score, else the sum of rewards)")
+    p.add_argument(
+        "--score-col", metavar="NAME", help="outcome per trajectory (default: score, else the sum of rewards)"
+    )
     p.add_argument("--rewards-col", metavar="NAME")
     p.add_argument("--step-col", metavar="NAME", help="training-step column (default: step, if present)")
     p.add_argument("--batch-rows", type=int, default=1024, metavar="N", help="rows per streamed batch (1024)")
@@ -431,7 +472,9 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         try:
             keep = [int(x) for x in args.trajectories.split(",") if x.strip()]
         except ValueError:
-            raise InvalidOptionError(f"--trajectories must be comma-separated row numbers, got {args.trajectories!r}") from None
+            raise InvalidOptionError(
+                f"--trajectories must be comma-separated row numbers, got {args.trajectories!r}"
+            ) from None
     if args.batch_rows < 1:
         raise InvalidOptionError("--batch-rows must be at least 1")
     if args.score_col and args.rewards_col:

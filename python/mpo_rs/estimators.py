@@ -73,13 +73,9 @@ class GAEResult:
     """Per token value targets with lam_critic; 0 off-policy."""
 
 
-def _reward_source(
-    rewards: Any, scores: Any
-) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
+def _reward_source(rewards: Any, scores: Any) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
     if (rewards is None) == (scores is None):
-        raise _native.InvalidBatchError(
-            "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)"
-        )
+        raise _native.InvalidBatchError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
     return optional_float32(rewards, "rewards"), optional_float32(scores, "scores")
 
 

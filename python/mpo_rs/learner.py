@@ -267,9 +267,7 @@ def _model_output(module: nn.Module, input_ids: Tensor, attention_mask: Tensor) 
     return out
 
 
-def token_log_probs(
-    policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0
-) -> Tensor:
+def token_log_probs(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0) -> Tensor:
     """log pi(token q | tokens < q) for every position of ``(B, L)`` rows, 0 at q = 0; fp32."""
     logits = _model_output(policy, input_ids, attention_mask)
     if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
@@ -477,9 +475,9 @@ class Learner:
                 advantages, returns = gae.advantages, gae.returns
         if cfg.normalize_advantages and batch.mask.any():
             on_policy = advantages[batch.mask]
-            advantages = np.where(
-                batch.mask, (advantages - on_policy.mean()) / (on_policy.std() + 1e-8), 0.0
-            ).astype(np.float32)
+            advantages = np.where(batch.mask, (advantages - on_policy.mean()) / (on_policy.std() + 1e-8), 0.0).astype(
+                np.float32
+            )
         return advantages, returns
 
     # -- update
@@ -499,7 +497,9 @@ class Learner:
         if max_norm is not None and params:
             norm = nn.utils.clip_grad_norm_(params, max_norm)
         elif params:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None]))
+            norm = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None])
+            )
         else:
             norm = torch.zeros((), device=self.device)
         optimizer.step()
@@ -555,9 +555,7 @@ class Learner:
         metrics.update(self._batch_metrics(batch, advantages, returns, values))
         return metrics
 
-    def _accumulate(
-        self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages
-    ) -> None:
+    def _accumulate(self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages) -> None:
         """Forward and backward of one micro-batch, each loss scaled by its share."""
         cfg = self.config
         weight, critic_weight = weights

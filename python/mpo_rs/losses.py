@@ -278,9 +278,7 @@ def _aggregate(per_token: Tensor, mask_f: Tensor, agg: str, layout: _Layout) -> 
     return seq_total.sum() / (seq_tokens > 0).sum().clamp_min(1)
 
 
-def aggregate(
-    per_token: Tensor, mask: Any, agg: str = "token-mean", *, offsets: Any = None
-) -> Tensor:
+def aggregate(per_token: Tensor, mask: Any, agg: str = "token-mean", *, offsets: Any = None) -> Tensor:
     """Reduces a per-token loss over the policy tokens, as ``policy_loss`` does.
 
     ``token-mean``: mean over all policy tokens of the batch. ``seq-mean-token-mean``: mean
@@ -314,15 +312,11 @@ class _Ratio:
 
 def _check_log_prob(log_prob: Any) -> None:
     if not isinstance(log_prob, Tensor):
-        raise TypeError(
-            f"`log_prob` must be a torch.Tensor (it carries the gradient), got {type(log_prob).__name__}"
-        )
+        raise TypeError(f"`log_prob` must be a torch.Tensor (it carries the gradient), got {type(log_prob).__name__}")
     if not log_prob.dtype.is_floating_point:
         raise TypeError(f"`log_prob` must be floating point, got {log_prob.dtype}")
     if log_prob.dim() not in (1, 2):
-        raise ValueError(
-            f"`log_prob` must be padded (B, L) or flat (T,), got shape {tuple(log_prob.shape)}"
-        )
+        raise ValueError(f"`log_prob` must be padded (B, L) or flat (T,), got shape {tuple(log_prob.shape)}")
 
 
 def _importance_ratio(
@@ -343,8 +337,7 @@ def _importance_ratio(
     padded = log_prob.dim() == 2
     if padded and token_turn is not None:
         raise ValueError(
-            "`token_turn` is for flat 1-D inputs; with padded (B, L) inputs the turns are "
-            "derived from the mask rows"
+            "`token_turn` is for flat 1-D inputs; with padded (B, L) inputs the turns are derived from the mask rows"
         )
     if not padded and ratio == "turn" and token_turn is None:
         raise ValueError(
@@ -375,9 +368,7 @@ def _importance_ratio(
     else:
         if ratio == "turn":
             assert turn_index is not None  # checked above
-            group = _grouped_log_ratio(
-                log_ratio, mask_f, turn_index, m.shape[0] + 1, turn_ratio == "geo_mean", c
-            )
+            group = _grouped_log_ratio(log_ratio, mask_f, turn_index, m.shape[0] + 1, turn_ratio == "geo_mean", c)
         else:  # GSPO-token: geometric mean over the whole sequence
             with torch.no_grad():
                 n_tokens = layout.seq_sum(mask_f).clamp_min(1.0)
@@ -404,9 +395,7 @@ def importance_ratio(
     """The per-token ratio that :func:`policy_loss` clips, shaped like ``log_prob``, 1.0 on
     off-policy tokens. In turn mode every token of a turn holds rho_t, and its gradient
     w.r.t. its own log-prob is rho_t. Arguments as in :func:`policy_loss`."""
-    r = _importance_ratio(
-        log_prob, old_log_prob, mask, ratio, turn_ratio, token_turn, offsets, log_ratio_clamp
-    )
+    r = _importance_ratio(log_prob, old_log_prob, mask, ratio, turn_ratio, token_turn, offsets, log_ratio_clamp)
     return torch.where(r.layout.mask, r.rho, 1.0).reshape(log_prob.shape)
 
 
@@ -466,9 +455,7 @@ def policy_loss(
         raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"`dual_clip` must be greater than 1 (or None), got {dual_clip}")
-    r = _importance_ratio(
-        log_prob, old_log_prob, mask, ratio, turn_ratio, token_turn, offsets, log_ratio_clamp
-    )
+    r = _importance_ratio(log_prob, old_log_prob, mask, ratio, turn_ratio, token_turn, offsets, log_ratio_clamp)
     m, mask_f, rho = r.layout.mask, r.mask_f, r.rho
     adv = torch.where(m, _float(advantages, log_prob, rho.dtype, "advantages").reshape(-1), 0.0)
 

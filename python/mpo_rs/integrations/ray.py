@@ -459,9 +459,7 @@ def _row_scores(batch: pa.Table, columns: _Columns) -> np.ndarray:
     mask, mask_offsets = _flat_mask(_one_chunk(batch.column(columns.mask)), columns.mask)
     if not np.array_equal(offsets, mask_offsets):
         row = int(np.flatnonzero(np.diff(offsets) != np.diff(mask_offsets))[0])
-        raise InvalidBatchError(
-            f"row {row} of a batch: `{name}` and `{columns.mask}` have different lengths"
-        )
+        raise InvalidBatchError(f"row {row} of a batch: `{name}` and `{columns.mask}` have different lengths")
     on_observation = np.flatnonzero((mask == 0) & (rewards != 0))
     if on_observation.size:
         token = int(on_observation[0])

@@ -146,8 +146,7 @@ class MPOOptions:
         unknown = sorted(set(given) - known)
         if unknown:
             raise InvalidConfigError(
-                f"unknown `algorithm.mpo` option(s) {', '.join(map(repr, unknown))}; "
-                f"known: {', '.join(sorted(known))}"
+                f"unknown `algorithm.mpo` option(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
             )
         options = cls(**given)
         for name in ("lam", "lam_intra", "beta", "lam_critic", "eps"):
@@ -402,8 +401,6 @@ def _outcome_scores(token_level_rewards: Tensor) -> Tensor:
     return token_level_rewards.detach().to(device="cpu", dtype=torch.float32).sum(dim=-1)
 
 
-
-
 def _group_advantage_estimator(leave_one_out: bool, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     def estimator(
         token_level_rewards: Tensor,
@@ -599,9 +596,7 @@ def _turn_ratio_loss(
     if rollout_is_weights is not None:
         per_token = per_token * rollout_is_weights.to(device=per_token.device, dtype=per_token.dtype)
     batch_info = _config_get(config, "global_batch_info", None) or {}
-    loss = core_algos.agg_loss(
-        loss_mat=per_token, loss_mask=mask, loss_agg_mode=loss_agg_mode, **dict(batch_info)
-    )
+    loss = core_algos.agg_loss(loss_mat=per_token, loss_mask=mask, loss_agg_mode=loss_agg_mode, **dict(batch_info))
 
     with torch.no_grad():
         log_ratio = torch.where(mask, (log_prob.detach() - old_log_prob.to(log_prob.device)).float(), 0.0)
@@ -611,9 +606,7 @@ def _turn_ratio_loss(
         metrics: dict[str, Any] = {
             "actor/pg_clipfrac": verl_F.masked_mean((clipped > unclipped).float(), policy).item(),
             "actor/ppo_kl": verl_F.masked_mean(-log_ratio.clamp(-20.0, 20.0), policy).item(),
-            "actor/pg_clipfrac_lower": verl_F.masked_mean(
-                ((clip_max > dual_bound) & (adv < 0)).float(), policy
-            ).item(),
+            "actor/pg_clipfrac_lower": verl_F.masked_mean(((clip_max > dual_bound) & (adv < 0)).float(), policy).item(),
             "actor/mpo_turn_ratio_mean": verl_F.masked_mean(rho_d, policy).item() if has_tokens else float("nan"),
             "actor/mpo_turn_ratio_max": rho_d[mask].max().item() if has_tokens else float("nan"),
         }

@@ -13,11 +13,7 @@ pub struct TokenAt {
 
 impl std::fmt::Display for TokenAt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "token {} (trajectory {}, position {})",
-            self.token, self.trajectory, self.position
-        )
+        write!(f, "token {} (trajectory {}, position {})", self.token, self.trajectory, self.position)
     }
 }
 
@@ -25,12 +21,7 @@ impl std::fmt::Display for TokenAt {
 pub enum MpoError {
     /// An argument's length disagrees with the batch layout.
     #[error("`{arg}` has length {got}, expected {expected} ({why})")]
-    Length {
-        arg: &'static str,
-        got: usize,
-        expected: usize,
-        why: &'static str,
-    },
+    Length { arg: &'static str, got: usize, expected: usize, why: &'static str },
     /// `offsets` is not a valid ragged layout.
     #[error("`offsets` {0}")]
     Offsets(String),
@@ -39,53 +30,29 @@ pub enum MpoError {
     MaskValue { value: u8, at: TokenAt },
     /// NaN or ±Inf where a finite number is read.
     #[error("`{arg}` is not finite ({value}) at {at}")]
-    NonFiniteToken {
-        arg: &'static str,
-        value: f32,
-        at: TokenAt,
-    },
+    NonFiniteToken { arg: &'static str, value: f32, at: TokenAt },
     /// NaN or ±Inf in a per-trajectory array.
     #[error("`{arg}` is not finite ({value}) at trajectory {trajectory}")]
-    NonFiniteTrajectory {
-        arg: &'static str,
-        value: f32,
-        trajectory: usize,
-    },
+    NonFiniteTrajectory { arg: &'static str, value: f32, trajectory: usize },
     /// A result that is not finite although every input was: finite values, rewards or a
     /// β so large that the estimate overflows float32.
     #[error("`{output}` would be {value} at {at}: the estimate overflows float32 (finite inputs, or beta, too large)")]
-    NonFiniteOutput {
-        output: &'static str,
-        value: f32,
-        at: TokenAt,
-    },
+    NonFiniteOutput { output: &'static str, value: f32, at: TokenAt },
     /// A per-trajectory result that is not finite although every input was.
     #[error("`{output}` would be {value} at trajectory {trajectory}: the estimate overflows float32 (finite scores too large)")]
-    NonFiniteTrajectoryOutput {
-        output: &'static str,
-        value: f32,
-        trajectory: usize,
-    },
+    NonFiniteTrajectoryOutput { output: &'static str, value: f32, trajectory: usize },
     /// A reward on a token the policy did not generate.
     #[error("`rewards` is {value} at observation {at}; rewards must be 0 where mask is 0")]
     ObservationReward { value: f32, at: TokenAt },
     /// A group index outside `[0, n_groups)`.
     #[error("`group_index` holds {value} at trajectory {trajectory}, outside [0, {n_groups})")]
-    GroupIndex {
-        value: i64,
-        trajectory: usize,
-        n_groups: usize,
-    },
+    GroupIndex { value: i64, trajectory: usize, n_groups: usize },
     /// A batch larger than the output index types can address.
     #[error("{0}")]
     Capacity(String),
     /// A hyper-parameter outside its domain.
     #[error("`{name}` = {value} is out of range: it must be in {domain}")]
-    Parameter {
-        name: &'static str,
-        value: f64,
-        domain: &'static str,
-    },
+    Parameter { name: &'static str, value: f64, domain: &'static str },
 }
 
 pub type Result<T> = std::result::Result<T, MpoError>;

@@ -6,12 +6,12 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::error::Result;
 use crate::compact::{with_scratch_pair, Compact};
+use crate::error::Result;
 use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
 use crate::output::OutBuf;
-use crate::params::GaeParams;
 use crate::parallel::try_for_each_chunk;
+use crate::params::GaeParams;
 
 /// Per-token advantages and value targets, 0 off-policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,14 +207,23 @@ mod tests {
         let mask: Vec<u8> = [vec![0, 1, 1, 1, 0, 1], vec![1, 1, 0, 0, 1, 1, 1, 1, 1], vec![0, 1, 1]].concat();
         let offsets = [0i64, 6, 15, 18];
         let values: Vec<f32> = (0..mask.len()).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
-        let rewards: Vec<f32> = mask.iter().enumerate().map(|(i, &m)| if m == 1 { (i % 3) as f32 * 0.5 } else { 0.0 }).collect();
+        let rewards: Vec<f32> =
+            mask.iter().enumerate().map(|(i, &m)| if m == 1 { (i % 3) as f32 * 0.5 } else { 0.0 }).collect();
         let p = GaeParams { gamma: 0.97, lam: 0.9, lam_critic: 0.8, length_adaptive_alpha: None };
         let batch = gae_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap();
         for w in offsets.windows(2) {
             let (s, e) = (w[0] as usize, w[1] as usize);
-            let alone = gae_advantages(&values[s..e], &mask[s..e], &[0, (e - s) as i64], Rewards::Token(&rewards[s..e]), &p).unwrap();
-            assert_eq!(batch.advantages[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), alone.advantages.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
-            assert_eq!(batch.returns[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), alone.returns.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            let alone =
+                gae_advantages(&values[s..e], &mask[s..e], &[0, (e - s) as i64], Rewards::Token(&rewards[s..e]), &p)
+                    .unwrap();
+            assert_eq!(
+                batch.advantages[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                alone.advantages.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                batch.returns[s..e].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                alone.returns.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
         }
     }
 
@@ -223,11 +232,20 @@ mod tests {
         // λ = 1: A = G − V = 3e38 + 3e38, beyond f32::MAX (issue 11 item 7).
         let p = GaeParams { lam: 1.0, ..Default::default() };
         let e = gae_advantages(&[-3e38], &[1], &[0, 1], Rewards::Score(&[3e38]), &p).unwrap_err();
-        assert!(matches!(e, MpoError::NonFiniteOutput { output: "advantages", at: TokenAt { token: 0, trajectory: 0, .. }, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                MpoError::NonFiniteOutput { output: "advantages", at: TokenAt { token: 0, trajectory: 0, .. }, .. }
+            ),
+            "{e}"
+        );
         // The second of a swept pair, behind an observation token.
         let e = gae_advantages(&[0.0, 0.0, 5.0, -3e38], &[1, 1, 0, 1], &[0, 2, 4], Rewards::Score(&[1.0, 3e38]), &p)
             .unwrap_err();
-        assert_eq!(e.to_string().split(':').next().unwrap(), "`advantages` would be inf at token 3 (trajectory 1, position 1)");
+        assert_eq!(
+            e.to_string().split(':').next().unwrap(),
+            "`advantages` would be inf at token 3 (trajectory 1, position 1)"
+        );
         // An overflow in trajectory 0 is reported before a bad input in trajectory 1.
         let e = gae_advantages(&[-3e38, f32::NAN], &[1, 1], &[0, 1, 2], Rewards::Score(&[3e38, 0.0]), &p).unwrap_err();
         assert!(matches!(e, MpoError::NonFiniteOutput { at: TokenAt { trajectory: 0, .. }, .. }), "{e}");

@@ -6,8 +6,8 @@ use rayon::prelude::*;
 use crate::error::{MpoError, Result};
 use crate::layout::{check_mask, expect_len, Layout};
 use crate::output::OutBuf;
-use crate::params::GroupParams;
 use crate::parallel::try_for_each_trajectory;
+use crate::params::GroupParams;
 
 /// `group_index[j]` in `0..n_groups` is trajectory `j`'s group (dense codes, e.g. from
 /// `numpy.unique(..., return_inverse=True)`). Sums run in trajectory order, so results do
@@ -103,7 +103,8 @@ mod tests {
         assert_eq!(grpo[4], 0.0, "a group of one gets 0");
         let dr = group_advantages(&scores, &groups, 2, &GroupParams { norm_std: false, ..Default::default() }).unwrap();
         assert_eq!(dr[..4], [0.5, -0.5, -0.5, 0.5]);
-        let rloo = group_advantages(&scores, &groups, 2, &GroupParams { leave_one_out: true, ..Default::default() }).unwrap();
+        let rloo =
+            group_advantages(&scores, &groups, 2, &GroupParams { leave_one_out: true, ..Default::default() }).unwrap();
         assert!((rloo[0] as f64 - (1.0 - 1.0 / 3.0)).abs() < 1e-6);
         assert!((rloo[1] as f64 - (0.0 - 2.0 / 3.0)).abs() < 1e-6);
     }
@@ -122,7 +123,10 @@ mod tests {
         // RLOO over finite scores of ±3e38: 3e38 − (−3e38) overflows f32.
         let rloo = GroupParams { leave_one_out: true, ..Default::default() };
         let e = group_advantages(&[0.0, 3e38, -3e38], &[1, 0, 0], 2, &rloo).unwrap_err();
-        assert_eq!(e, MpoError::NonFiniteTrajectoryOutput { output: "advantages", value: f32::INFINITY, trajectory: 1 });
+        assert_eq!(
+            e,
+            MpoError::NonFiniteTrajectoryOutput { output: "advantages", value: f32::INFINITY, trajectory: 1 }
+        );
         // GRPO is bounded by the std: the same scores are fine.
         let grpo = group_advantages(&[0.0, 3e38, -3e38], &[1, 0, 0], 2, &GroupParams::default()).unwrap();
         assert!(grpo.iter().all(|a| a.is_finite()));

@@ -17,8 +17,7 @@ impl<'a> Layout<'a> {
     pub fn new(offsets: &'a [i64], n_tokens: usize) -> Result<Self> {
         let Some(&first) = offsets.first() else {
             return Err(MpoError::Offsets(
-                "is empty; a batch of N trajectories needs N+1 offsets (an empty batch is [0])"
-                    .into(),
+                "is empty; a batch of N trajectories needs N+1 offsets (an empty batch is [0])".into(),
             ));
         };
         if first != 0 {
@@ -79,12 +78,7 @@ impl<'a> Layout<'a> {
     }
 }
 
-pub(crate) fn expect_len(
-    arg: &'static str,
-    got: usize,
-    expected: usize,
-    why: &'static str,
-) -> Result<()> {
+pub(crate) fn expect_len(arg: &'static str, got: usize, expected: usize, why: &'static str) -> Result<()> {
     if got == expected {
         Ok(())
     } else {
@@ -93,10 +87,7 @@ pub(crate) fn expect_len(
 }
 
 /// Cuts `buf` at the (validated, non-decreasing, ending at `buf.len()`) `offsets`.
-pub(crate) fn split_by<'b, T, O: Copy + TryInto<usize>>(
-    mut buf: &'b mut [T],
-    offsets: &[O],
-) -> Vec<&'b mut [T]> {
+pub(crate) fn split_by<'b, T, O: Copy + TryInto<usize>>(mut buf: &'b mut [T], offsets: &[O]) -> Vec<&'b mut [T]> {
     let mut parts = Vec::with_capacity(offsets.len().saturating_sub(1));
     for w in offsets.windows(2) {
         let lo: usize = w[0].try_into().unwrap_or(0);

@@ -5,12 +5,12 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::error::{MpoError, Result, TokenAt};
 use crate::compact::{with_scratch, Compact};
+use crate::error::{MpoError, Result, TokenAt};
 use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
 use crate::output::OutBuf;
-use crate::params::MaeParams;
 use crate::parallel::try_for_each_trajectory;
+use crate::params::MaeParams;
 use crate::turns::{fill_turns, TurnBufs, Turns};
 
 /// Per-token advantages and value targets (0 off-policy), per-turn advantages, and the
@@ -68,12 +68,7 @@ pub fn mae_advantages(
     // SAFETY: `Trajectory::visit` succeeded on every trajectory, and then wrote every token
     // of it, every one of its turns and its segmentation.
     let (advantages, returns, turn_advantages, turns) = unsafe {
-        (
-            advantages.assume_written(),
-            returns.assume_written(),
-            turn_advantages.assume_written(),
-            turn_bufs.finish(),
-        )
+        (advantages.assume_written(), returns.assume_written(), turn_advantages.assume_written(), turn_bufs.finish())
     };
     Ok(MaeOutput { advantages, returns, turn_advantages, turns })
 }
@@ -262,7 +257,8 @@ mod tests {
         let mask = vec![1, 1, 0, 0];
         let by_score = mae_advantages(&values, &mask, &[0, 4], Rewards::Score(&[2.0]), &MaeParams::default()).unwrap();
         let rewards = vec![0.0, 2.0, 0.0, 0.0];
-        let by_reward = mae_advantages(&values, &mask, &[0, 4], Rewards::Token(&rewards), &MaeParams::default()).unwrap();
+        let by_reward =
+            mae_advantages(&values, &mask, &[0, 4], Rewards::Token(&rewards), &MaeParams::default()).unwrap();
         assert_eq!(by_score, by_reward);
     }
 
@@ -272,7 +268,17 @@ mod tests {
         let mask = [0, 1, 1];
         let p = MaeParams { beta: 1e308, ..Default::default() };
         let e = mae_advantages(&[9.0, 0.0, 1.0], &mask, &[0, 3], Rewards::Token(&[0.0; 3]), &p).unwrap_err();
-        assert!(matches!(e, MpoError::NonFiniteOutput { output: "advantages", at: TokenAt { token: 1, trajectory: 0, position: 1 }, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                MpoError::NonFiniteOutput {
+                    output: "advantages",
+                    at: TokenAt { token: 1, trajectory: 0, position: 1 },
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // A second trajectory: the error names it.
         let values = [0.0, 0.0, 0.0, 1.0];
         let e = mae_advantages(&values, &[1, 1, 1, 1], &[0, 2, 4], Rewards::Score(&[0.0, 0.0]), &p).unwrap_err();

@@ -12,12 +12,7 @@ where
     I: IndexedParallelIterator,
     F: Fn(usize, I::Item) -> Result<()> + Sync + Send,
 {
-    match items
-        .enumerate()
-        .with_min_len(4)
-        .map(|(j, item)| f(j, item))
-        .find_map_first(|r| r.err())
-    {
+    match items.enumerate().with_min_len(4).map(|(j, item)| f(j, item)).find_map_first(|r| r.err()) {
         Some(e) => Err(e),
         None => Ok(()),
     }

@@ -77,7 +77,19 @@ mod tests {
 
     #[test]
     fn all_finite_is_is_finite() {
-        let specials = [0.0, -0.0, 1.0, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN];
+        let specials = [
+            0.0,
+            -0.0,
+            1.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            1e-45,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ];
         for &x in &specials {
             for n in [1, 7, 33] {
                 let mut xs = vec![1.5f32; n];

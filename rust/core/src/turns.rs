@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use crate::error::{MpoError, Result};
 use crate::layout::{check_mask, Layout};
 use crate::output::{fill, OutBuf};
-use crate::runs::{or_all, runs};
 use crate::parallel::{try_for_each_trajectory, try_map_trajectories};
+use crate::runs::{or_all, runs};
 
 /// The turns of a batch, as flat ranges plus a per-token index.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -56,12 +56,8 @@ pub(crate) fn segment(layout: &Layout<'_>, mask: &[u8]) -> Result<Turns> {
 
 /// The turn offsets and per-trajectory output slices of a segmentation:
 /// (traj_offsets, starts, ends, token_turn).
-pub(crate) type TurnSlices<'b> = (
-    &'b [i64],
-    Vec<&'b mut [MaybeUninit<i64>]>,
-    Vec<&'b mut [MaybeUninit<i64>]>,
-    Vec<&'b mut [MaybeUninit<i32>]>,
-);
+pub(crate) type TurnSlices<'b> =
+    (&'b [i64], Vec<&'b mut [MaybeUninit<i64>]>, Vec<&'b mut [MaybeUninit<i64>]>, Vec<&'b mut [MaybeUninit<i32>]>);
 
 /// A segmentation's outputs, sized by a counting pass and filled trajectory by trajectory
 /// with [`fill_trajectory`] -- by `segment`, or inside an estimator's own per-trajectory

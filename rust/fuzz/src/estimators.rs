@@ -416,7 +416,11 @@ fn judge(c: &Case) -> Verdict {
                         p.push(Problem::NonFiniteToken("rewards"));
                     }
                     if c.mask[q] == 0 && r != 0.0 {
-                        p.push(if r.is_finite() { Problem::ObservationReward } else { Problem::NonFiniteToken("rewards") });
+                        p.push(if r.is_finite() {
+                            Problem::ObservationReward
+                        } else {
+                            Problem::NonFiniteToken("rewards")
+                        });
                     }
                     v.either |= !is_clean(r);
                 }
@@ -460,7 +464,9 @@ fn check_error(c: &Case, e: &MpoError, problems: &[Problem]) -> Result<(), Failu
             };
             (Problem::Length(arg), *got == actual)
         }
-        MpoError::MaskValue { value, at } => (Problem::MaskValue, place_ok(at) && c.mask[at.token] == *value && *value > 1),
+        MpoError::MaskValue { value, at } => {
+            (Problem::MaskValue, place_ok(at) && c.mask[at.token] == *value && *value > 1)
+        }
         MpoError::NonFiniteToken { arg, value, at } => {
             let here = match *arg {
                 "values" => c.values.get(at.token).copied(),
@@ -491,7 +497,9 @@ fn check_error(c: &Case, e: &MpoError, problems: &[Problem]) -> Result<(), Failu
         _ => return Err(Failure::new(format!("unexpected error kind: {msg}"))),
     };
     if !problems.contains(&problem) {
-        return Err(Failure::new(format!("the error names a problem the input does not have: {msg} (problems: {problems:?})")));
+        return Err(Failure::new(format!(
+            "the error names a problem the input does not have: {msg} (problems: {problems:?})"
+        )));
     }
     if !place {
         return Err(Failure::new(format!("the error names the wrong place: {msg}")));
@@ -591,7 +599,9 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
     let finite = match &out {
         Output::Turns(t) => {
             let r = reference::segment(&c.mask, &c.offsets);
-            if (&t.starts, &t.ends, &t.traj_offsets, &t.token_turn) != (&r.starts, &r.ends, &r.traj_offsets, &r.token_turn) {
+            if (&t.starts, &t.ends, &t.traj_offsets, &t.token_turn)
+                != (&r.starts, &r.ends, &r.traj_offsets, &r.token_turn)
+            {
                 return Err(Failure::new("segment_turns differs from the reference".into()));
             }
             true
@@ -599,13 +609,31 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
         Output::Mae(o) => {
             let lens = [o.advantages.len(), o.returns.len(), o.turns.token_turn.len()];
             if lens != [n_tok; 3] || o.turn_advantages.len() != o.turns.n_turns() {
-                return Err(Failure::new(format!("MAE output lengths {lens:?} / {} turns, expected {n_tok}", o.turn_advantages.len())));
+                return Err(Failure::new(format!(
+                    "MAE output lengths {lens:?} / {} turns, expected {n_tok}",
+                    o.turn_advantages.len()
+                )));
             }
             let finite = all_finite(&o.advantages) && all_finite(&o.returns) && all_finite(&o.turn_advantages);
             if !verdict.either {
                 let m = &c.mae;
-                let r = reference::token_rewards(&c.mask, &c.offsets, Some(&c.rewards).filter(|_| c.scores.is_none()).map(|v| v.as_slice()), c.scores.as_deref());
-                let want = reference::mae(&c.values, &c.mask, &c.offsets, &r, m.lam, m.lam_intra, m.beta, m.gamma, m.lam_critic);
+                let r = reference::token_rewards(
+                    &c.mask,
+                    &c.offsets,
+                    Some(&c.rewards).filter(|_| c.scores.is_none()).map(|v| v.as_slice()),
+                    c.scores.as_deref(),
+                );
+                let want = reference::mae(
+                    &c.values,
+                    &c.mask,
+                    &c.offsets,
+                    &r,
+                    m.lam,
+                    m.lam_intra,
+                    m.beta,
+                    m.gamma,
+                    m.lam_critic,
+                );
                 compare("advantages", &o.advantages, &want.advantages)?;
                 compare("returns", &o.returns, &want.returns)?;
                 compare("turn_advantages", &o.turn_advantages, &want.turn_advantages)?;
@@ -617,7 +645,8 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
             if deep {
                 let again = one_thread().install(|| call(c));
                 match again {
-                    Ok(Output::Mae(a)) if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
+                    Ok(Output::Mae(a))
+                        if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
                     _ => return Err(Failure::new("MAE differs on a one-thread pool".into())),
                 }
             }
@@ -625,15 +654,27 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
         }
         Output::Gae(o) => {
             if o.advantages.len() != n_tok || o.returns.len() != n_tok {
-                return Err(Failure::new(format!("GAE output lengths {} / {}, expected {n_tok}", o.advantages.len(), o.returns.len())));
+                return Err(Failure::new(format!(
+                    "GAE output lengths {} / {}, expected {n_tok}",
+                    o.advantages.len(),
+                    o.returns.len()
+                )));
             }
             let finite = all_finite(&o.advantages) && all_finite(&o.returns);
             if !verdict.either {
                 let g = &c.gae;
                 let rw = if c.scores.is_none() { Some(c.rewards.as_slice()) } else { None };
                 let r = reference::token_rewards(&c.mask, &c.offsets, rw, c.scores.as_deref());
-                let (adv, ret) =
-                    reference::gae(&c.values, &c.mask, &c.offsets, &r, g.gamma, g.lam, g.lam_critic, g.length_adaptive_alpha);
+                let (adv, ret) = reference::gae(
+                    &c.values,
+                    &c.mask,
+                    &c.offsets,
+                    &r,
+                    g.gamma,
+                    g.lam,
+                    g.lam_critic,
+                    g.length_adaptive_alpha,
+                );
                 compare("advantages", &o.advantages, &adv)?;
                 compare("returns", &o.returns, &ret)?;
             }
@@ -643,7 +684,8 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
             }
             if deep {
                 match one_thread().install(|| call(c)) {
-                    Ok(Output::Gae(a)) if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
+                    Ok(Output::Gae(a))
+                        if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
                     _ => return Err(Failure::new("GAE differs on a one-thread pool".into())),
                 }
             }
@@ -656,7 +698,11 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
             }
             if !verdict.either {
                 let g = &c.group;
-                compare("group advantages", adv, &reference::group(scores, &c.group_index, g.norm_std, g.eps, g.leave_one_out))?;
+                compare(
+                    "group advantages",
+                    adv,
+                    &reference::group(scores, &c.group_index, g.norm_std, g.eps, g.leave_one_out),
+                )?;
             }
             all_finite(adv)
         }

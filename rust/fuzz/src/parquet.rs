@@ -121,7 +121,10 @@ pub fn check(data: &[u8], expect: Expect, estimator: &str, batch_bytes: usize, d
 
 fn read_all(path: &Path) -> Result<(SchemaRef, RecordBatch), String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| e.to_string())?.build().map_err(|e| e.to_string())?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| e.to_string())?
+        .build()
+        .map_err(|e| e.to_string())?;
     let schema = reader.schema();
     let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let all = concat_batches(&schema, &batches).map_err(|e| e.to_string())?;
@@ -167,8 +170,7 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
     }
     let n_in = in_schema.fields().len();
     let names: Vec<&str> = out_schema.fields().iter().map(|f| f.name().as_str()).collect();
-    let expected: Vec<&str> =
-        in_schema.fields().iter().map(|f| f.name().as_str()).chain(OUTPUT_COLUMNS).collect();
+    let expected: Vec<&str> = in_schema.fields().iter().map(|f| f.name().as_str()).chain(OUTPUT_COLUMNS).collect();
     if names != expected {
         return Err(fail(format!("output columns {names:?}, expected {expected:?}")));
     }
@@ -183,7 +185,8 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
     };
     let mask: Vec<u8> = mask.iter().map(|&m| m as u8).collect();
     let offsets: Vec<i64> = offsets.iter().map(|&o| o as i64).collect();
-    let out_list = |k: usize| flat_list(out.column(n_in + k)).map(|(o, v)| (o.iter().map(|&x| x as i64).collect::<Vec<_>>(), v));
+    let out_list =
+        |k: usize| flat_list(out.column(n_in + k)).map(|(o, v)| (o.iter().map(|&x| x as i64).collect::<Vec<_>>(), v));
     let (Some((adv_off, adv)), Some((_, ret)), Some((_, turn_index))) = (out_list(0), out_list(1), out_list(2)) else {
         return Err(fail("output columns are not lists".into()));
     };
@@ -197,7 +200,11 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
             let t = turns.token_turn[q];
             let want = if t < 0 { -1 } else { t as i64 - turns.traj_offsets[j] };
             if turn_index[q] as i64 != want {
-                return Err(fail(format!("turn_index of row {j} token {} is {}, expected {want}", q - offsets[j] as usize, turn_index[q])));
+                return Err(fail(format!(
+                    "turn_index of row {j} token {} is {}, expected {want}",
+                    q - offsets[j] as usize,
+                    turn_index[q]
+                )));
             }
         }
     }
@@ -236,7 +243,8 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
             };
             if clean(&values) {
                 let v32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
-                let (a, g) = reference::gae(&v32, &mask, &offsets, &r, p.gamma, p.lam, p.lam_critic, p.length_adaptive_alpha);
+                let (a, g) =
+                    reference::gae(&v32, &mask, &offsets, &r, p.gamma, p.lam, p.lam_critic, p.length_adaptive_alpha);
                 compare("advantages", &adv, &a)?;
                 compare("returns", &ret, &g)?;
             }

@@ -146,12 +146,12 @@ pub fn gae(
             None => lam,
             Some(a) => (1.0 - 1.0 / (a * n.max(1) as f64)).clamp(0.0, 1.0),
         };
-        let deltas: Vec<f64> = (0..n)
-            .map(|i| r[pol[i]] + gamma * if i + 1 < n { v[pol[i + 1]] } else { 0.0 } - v[pol[i]])
-            .collect();
+        let deltas: Vec<f64> =
+            (0..n).map(|i| r[pol[i]] + gamma * if i + 1 < n { v[pol[i + 1]] } else { 0.0 } - v[pol[i]]).collect();
         for i in 0..n {
             adv[pol[i]] = (0..n - i).map(|k| (gamma * lam_j).powi(k as i32) * deltas[i + k]).sum();
-            ret[pol[i]] = v[pol[i]] + (0..n - i).map(|k| (gamma * lam_critic).powi(k as i32) * deltas[i + k]).sum::<f64>();
+            ret[pol[i]] =
+                v[pol[i]] + (0..n - i).map(|k| (gamma * lam_critic).powi(k as i32) * deltas[i + k]).sum::<f64>();
         }
     }
     (adv, ret)

@@ -20,7 +20,9 @@ use arrow::datatypes::{DataType, Field, Float32Type, Int32Type, Schema, SchemaRe
 use mpo_core::{MpoError, Rewards};
 use rayon::prelude::*;
 
-use crate::columns::{read_row_scores, Columns, ListKind, ListOffsets, RewardColumn, RewardData, Rollouts, OUTPUT_COLUMNS};
+use crate::columns::{
+    read_row_scores, Columns, ListKind, ListOffsets, RewardColumn, RewardData, Rollouts, OUTPUT_COLUMNS,
+};
 use crate::error::DataError;
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
@@ -78,7 +80,8 @@ pub fn output_schema(input: &Schema, columns: &Columns) -> SchemaRef {
 pub fn append(batch: &RecordBatch, annotation: Annotation, schema: SchemaRef) -> Result<RecordBatch, DataError> {
     let mut cols = batch.columns().to_vec();
     cols.extend(annotation.columns);
-    RecordBatch::try_new(schema, cols).map_err(|e| DataError::Capacity(format!("cannot assemble the output batch: {e}")))
+    RecordBatch::try_new(schema, cols)
+        .map_err(|e| DataError::Capacity(format!("cannot assemble the output batch: {e}")))
 }
 
 /// Computes the output columns of `batch`. `groups` must hold finished statistics for the
@@ -118,9 +121,8 @@ pub fn annotate(
             let per_row = stats.advantages(group_col, batch, &scores)?;
             let adv = mpo_core::broadcast_to_tokens(&per_row, &r.mask, &r.offsets).map_err(core_err)?;
             let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
-            let turn_adv = (0..r.n_rows())
-                .flat_map(|j| std::iter::repeat_n(per_row[j], turns.of_trajectory(j).len()))
-                .collect();
+            let turn_adv =
+                (0..r.n_rows()).flat_map(|j| std::iter::repeat_n(per_row[j], turns.of_trajectory(j).len())).collect();
             (adv.clone(), adv, turns, turn_adv)
         }
     };

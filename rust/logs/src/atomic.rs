@@ -25,10 +25,8 @@ pub const TEMP_MARKER: &str = ".mpo-rs-";
 fn temp_sibling(target: &Path, what: &str) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "output".into());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     parent_of(target).join(format!(".{name}{TEMP_MARKER}{}-{nanos}-{n}.{what}", std::process::id()))
 }
@@ -42,9 +40,7 @@ pub fn parent_of(path: &Path) -> PathBuf {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| LogError::io(dir, "cannot sync directory", e))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io(dir, "cannot sync directory", e))
 }
 
 /// One output file being written under a temporary name.
@@ -76,7 +72,8 @@ impl StagedFile {
     pub fn commit(mut self, file: File) -> Result<(), LogError> {
         file.sync_all().map_err(|e| LogError::io(&self.target, "cannot sync output", e))?;
         drop(file);
-        fs::rename(&self.temp, &self.target).map_err(|e| LogError::io(&self.target, "cannot move output into place", e))?;
+        fs::rename(&self.temp, &self.target)
+            .map_err(|e| LogError::io(&self.target, "cannot move output into place", e))?;
         self.committed = true;
         sync_dir(&parent_of(&self.target))
     }
@@ -133,7 +130,8 @@ impl StagedDir {
             // `temp` now holds the previous output.
             let _ = fs::remove_dir_all(&self.temp);
         } else {
-            fs::rename(&self.temp, &self.target).map_err(|e| LogError::io(&self.target, "cannot move output into place", e))?;
+            fs::rename(&self.temp, &self.target)
+                .map_err(|e| LogError::io(&self.target, "cannot move output into place", e))?;
         }
         self.committed = true;
         sync_dir(&parent_of(&self.target))

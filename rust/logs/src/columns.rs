@@ -28,13 +28,7 @@ pub struct ColumnSpec {
 
 impl Default for ColumnSpec {
     fn default() -> Self {
-        Self {
-            mask: "loss_mask".into(),
-            values: "values".into(),
-            rewards: None,
-            score: None,
-            group: "group_id".into(),
-        }
+        Self { mask: "loss_mask".into(), values: "values".into(), rewards: None, score: None, group: "group_id".into() }
     }
 }
 
@@ -86,8 +80,7 @@ impl ColumnSpec {
         let reward = match (&self.rewards, &self.score) {
             (Some(_), Some(_)) => {
                 return Err(LogError::Usage(
-                    "give a token-level rewards column or a per-trajectory score column, not both"
-                        .into(),
+                    "give a token-level rewards column or a per-trajectory score column, not both".into(),
                 ))
             }
             (Some(r), None) => RewardColumn::Token(r.clone()),
@@ -120,10 +113,10 @@ impl Columns {
     /// Checks names and types against `schema` (before any row is read).
     pub fn check_schema(&self, schema: &Schema) -> Result<(), DataError> {
         let ty = |name: &str| -> Result<&DataType, DataError> {
-            schema.field_with_name(name).map(|f| f.data_type()).map_err(|_| DataError::MissingColumn {
-                column: name.to_string(),
-                available: available(schema),
-            })
+            schema
+                .field_with_name(name)
+                .map(|f| f.data_type())
+                .map_err(|_| DataError::MissingColumn { column: name.to_string(), available: available(schema) })
         };
         check_list(&self.mask, ty(&self.mask)?, ElementKind::Mask)?;
         if let Some(values) = &self.values {
@@ -283,7 +276,12 @@ pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Res
                 let mut sum = 0f64;
                 for (k, &r) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
                     if !r.is_finite() {
-                        return Err(DataError::NonFiniteToken { column: name.clone(), row: row as u64, token: k as u64, value: r });
+                        return Err(DataError::NonFiniteToken {
+                            column: name.clone(),
+                            row: row as u64,
+                            token: k as u64,
+                            value: r,
+                        });
                     }
                     sum += r as f64;
                 }
@@ -318,10 +316,9 @@ pub fn read_numbers<'a>(batch: &'a RecordBatch, name: &str) -> Result<Cow<'a, [f
 }
 
 pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DataError> {
-    batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
-        column: name.into(),
-        available: available(batch.schema_ref()),
-    })
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| DataError::MissingColumn { column: name.into(), available: available(batch.schema_ref()) })
 }
 
 /// The list offsets of a column as given (not rebased), in either width.
@@ -484,7 +481,15 @@ impl<'a, 'n> ListCol<'a, 'n> {
                 }
             )*};
         }
-        ints!(dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type);
+        ints!(
+            dt::Int8Type,
+            dt::Int16Type,
+            dt::Int32Type,
+            dt::Int64Type,
+            dt::UInt16Type,
+            dt::UInt32Type,
+            dt::UInt64Type
+        );
         Err(DataError::ColumnType {
             column: self.name.into(),
             found: format!("list<{}>", child.data_type()),
@@ -544,8 +549,14 @@ fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Result<Cow<'
         )*};
     }
     convert!(
-        dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type,
-        dt::UInt8Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type
+        dt::Int8Type,
+        dt::Int16Type,
+        dt::Int32Type,
+        dt::Int64Type,
+        dt::UInt8Type,
+        dt::UInt16Type,
+        dt::UInt32Type,
+        dt::UInt64Type
     );
     None
 }
@@ -614,7 +625,9 @@ mod tests {
     fn float64_beyond_float32_is_named_with_its_value_not_as_inf() {
         use arrow::datatypes::Float64Type;
         let f64_list = |rows: Vec<Vec<f64>>| -> ArrayRef {
-            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(rows.into_iter().map(|r| Some(r.into_iter().map(Some)))))
+            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(
+                rows.into_iter().map(|r| Some(r.into_iter().map(Some))),
+            ))
         };
         let mask = bool_list(&[vec![true; 2], vec![true; 4]]);
         let values = f64_list(vec![vec![0.0, 1.0], vec![0.0, -3.4e38, 2.0, 1e300]]);
@@ -635,7 +648,10 @@ mod tests {
         let big = f64_list(vec![vec![0.0; 2], vec![0.0, 2f64.powi(127), 2f64.powi(127), 0.0]]);
         let b = batch(vec![("loss_mask", bool_list(&[vec![true; 2], vec![true; 4]])), ("rewards", big)]);
         let e = read_row_scores(&b, &RewardColumn::Token("rewards".into())).unwrap_err();
-        assert_eq!(e.to_string(), format!("row 1, column `rewards`: the rewards sum to {:e}, outside float32's range", 2f64.powi(128)));
+        assert_eq!(
+            e.to_string(),
+            format!("row 1, column `rewards`: the rewards sum to {:e}, outside float32's range", 2f64.powi(128))
+        );
     }
 
     #[test]

@@ -57,16 +57,14 @@ impl<W: Write + Send> ParallelWriter<W> {
         let Some(groups) = self.in_progress.as_mut() else { unreachable!("created above") };
         let fields = self.schema.fields();
         let encode = || {
-            groups
-                .par_iter_mut()
-                .zip(batch.columns().par_iter())
-                .zip(fields.par_iter())
-                .try_for_each(|((writers, array), field)| {
+            groups.par_iter_mut().zip(batch.columns().par_iter()).zip(fields.par_iter()).try_for_each(
+                |((writers, array), field)| {
                     for (writer, leaf) in writers.iter_mut().zip(compute_leaves(field, array)?) {
                         writer.write(&leaf)?;
                     }
                     Ok::<(), parquet::errors::ParquetError>(())
-                })
+                },
+            )
         };
         in_pool(pool, encode)?;
         let buffered: usize = groups.iter().flatten().map(|w| w.get_estimated_total_bytes()).sum();

@@ -53,7 +53,9 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: reward {value} at observation token {token}; rewards must be 0 where the mask is 0")]
     ObservationReward { column: String, row: u64, token: u64, value: f32 },
 
-    #[error("row {row}, column `{column}`: group id not seen by the statistics pass (did the input change during the run?)")]
+    #[error(
+        "row {row}, column `{column}`: group id not seen by the statistics pass (did the input change during the run?)"
+    )]
     UnknownGroup { column: String, row: u64 },
 
     #[error("column `{column}` is already in the input; the tool appends it and will not overwrite it")]

@@ -77,7 +77,9 @@ impl Estimator {
                     length_adaptive_alpha: None,
                 })
             }
-            "grpo" => Estimator::Group(GroupParams { eps: o.eps.unwrap_or(GroupParams::default().eps), ..Default::default() }),
+            "grpo" => {
+                Estimator::Group(GroupParams { eps: o.eps.unwrap_or(GroupParams::default().eps), ..Default::default() })
+            }
             "drgrpo" => Estimator::Group(GroupParams { norm_std: false, ..Default::default() }),
             _ => Estimator::Group(GroupParams { leave_one_out: true, ..Default::default() }),
         };

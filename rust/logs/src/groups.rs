@@ -239,8 +239,14 @@ fn for_each_key(
         )*};
     }
     ints!(
-        dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type,
-        dt::UInt8Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type
+        dt::Int8Type,
+        dt::Int16Type,
+        dt::Int32Type,
+        dt::Int64Type,
+        dt::UInt8Type,
+        dt::UInt16Type,
+        dt::UInt32Type,
+        dt::UInt64Type
     );
     // NaN and ±inf ids are missing, refused like nulls (the rule of the Python API).
     macro_rules! floats {
@@ -369,10 +375,13 @@ mod tests {
     #[test]
     fn strings_dictionaries_and_nulls() {
         let plain: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "a"]));
-        let dict: ArrayRef = Arc::new(DictionaryArray::<dt::Int32Type>::try_new(
-            arrow::array::Int32Array::from(vec![1, 0]),
-            Arc::new(StringArray::from(vec!["a", "b"])),
-        ).unwrap());
+        let dict: ArrayRef = Arc::new(
+            DictionaryArray::<dt::Int32Type>::try_new(
+                arrow::array::Int32Array::from(vec![1, 0]),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+            )
+            .unwrap(),
+        );
         let batches = vec![
             (RecordBatch::try_from_iter([("g", plain)]).unwrap(), vec![1.0, 5.0, 3.0]),
             (RecordBatch::try_from_iter([("g", dict)]).unwrap(), vec![7.0, 2.0]),

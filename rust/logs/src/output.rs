@@ -6,11 +6,11 @@
 //! The appended columns use the mask column's codec, with a dictionary only for
 //! `turn_index` (a few small integers; the float columns have too many distinct values).
 
+use arrow::datatypes::Schema;
 use parquet::arrow::ArrowSchemaConverter;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::file::properties::WriterProperties;
-use arrow::datatypes::Schema;
 
 use crate::columns::OUTPUT_COLUMNS;
 
@@ -27,7 +27,8 @@ pub fn writer_properties(
     let out_descr = ArrowSchemaConverter::new().convert(output_schema)?;
     let first_group = input.row_groups().first();
     let codec_of = |leaf: usize| first_group.map(|g| g.column(leaf).compression());
-    let mask_leaf = (0..in_descr.num_columns()).find(|&i| in_descr.column(i).path().parts().first().map(String::as_str) == Some(mask_column));
+    let mask_leaf = (0..in_descr.num_columns())
+        .find(|&i| in_descr.column(i).path().parts().first().map(String::as_str) == Some(mask_column));
     let default_codec = mask_leaf.and_then(codec_of).unwrap_or(FALLBACK_CODEC);
 
     let mut props = WriterProperties::builder()

@@ -28,9 +28,9 @@ impl Targets {
             Some(_) => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
             None => {
                 let parent = parent_of(output);
-                let name = output
-                    .file_name()
-                    .ok_or_else(|| LogError::Usage(format!("OUTPUT {} does not name a file or directory", output.display())))?;
+                let name = output.file_name().ok_or_else(|| {
+                    LogError::Usage(format!("OUTPUT {} does not name a file or directory", output.display()))
+                })?;
                 fs::canonicalize(&parent)
                     .map_err(|e| LogError::io(&parent, "cannot use the output's directory", e))?
                     .join(name)
@@ -120,7 +120,12 @@ fn dir_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
 /// Replacing OUTPUT deletes every file in its tree, so no input may be one of them: not
 /// through a symlink (its resolved path), a hard link or a bind mount (its device and
 /// inode, which every name of a file shares).
-fn refuse_inputs_inside_output(input: &Path, files: &[PathBuf], output: &Path, out_canon: &Path) -> Result<(), LogError> {
+fn refuse_inputs_inside_output(
+    input: &Path,
+    files: &[PathBuf],
+    output: &Path,
+    out_canon: &Path,
+) -> Result<(), LogError> {
     let mut in_output = HashSet::new();
     file_ids_under(output, &mut in_output)?;
     for file in files {

@@ -115,7 +115,9 @@ pub fn run(
     let mut clock = Clock { start, total_rows, progress };
 
     let groups = match job.estimator {
-        Estimator::Group(params) => Some(group_statistics(&sources, &columns, GroupStats::new(params), &job.tuning, &mut clock)?),
+        Estimator::Group(params) => {
+            Some(group_statistics(&sources, &columns, GroupStats::new(params), &job.tuning, &mut clock)?)
+        }
         _ => None,
     };
     let work = Work {
@@ -412,7 +414,8 @@ fn compute_all(
                 }
                 .map_err(|e| s.data(row_group, row_base, e))?;
                 counts += annotation.counts;
-                let out = append(&batch, annotation, s.out_schema.clone()).map_err(|e| s.data(row_group, row_base, e))?;
+                let out =
+                    append(&batch, annotation, s.out_schema.clone()).map_err(|e| s.data(row_group, row_base, e))?;
                 clock.report(Phase::Write, counts.rows, counts.tokens)?;
                 ToWrite::Batch(out)
             }
@@ -506,7 +509,12 @@ struct Encoding<'p> {
 }
 
 impl<'p> Encoding<'p> {
-    fn open(s: &Source, sink: Sink<'_>, pool: Option<&'p rayon::ThreadPool>, max_row_group_bytes: usize) -> Result<Self, LogError> {
+    fn open(
+        s: &Source,
+        sink: Sink<'_>,
+        pool: Option<&'p rayon::ThreadPool>,
+        max_row_group_bytes: usize,
+    ) -> Result<Self, LogError> {
         let (staged, file, shown) = match sink {
             Sink::File(target) => {
                 let (staged, file) = StagedFile::create(target)?;
@@ -530,10 +538,9 @@ impl<'p> Encoding<'p> {
     /// Writes the footer, syncs, and (single file) renames into place. Returns the size.
     fn finish(self) -> Result<u64, LogError> {
         let Encoding { writer, pool, staged, shown } = self;
-        let buffered = writer.into_inner(pool).map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
-        let file = buffered
-            .into_inner()
-            .map_err(|e| LogError::io(&shown, "cannot write output", e.into_error()))?;
+        let buffered =
+            writer.into_inner(pool).map_err(|e| LogError::Write { path: shown.clone(), message: e.to_string() })?;
+        let file = buffered.into_inner().map_err(|e| LogError::io(&shown, "cannot write output", e.into_error()))?;
         let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
         match staged {
             Some(staged) => staged.commit(file)?,

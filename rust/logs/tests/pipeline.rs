@@ -4,7 +4,10 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, BooleanBuilder, Int64Array, LargeListBuilder, ListBuilder, RecordBatch, StringArray, Float32Builder};
+use arrow::array::{
+    ArrayRef, AsArray, BooleanBuilder, Float32Builder, Int64Array, LargeListBuilder, ListBuilder, RecordBatch,
+    StringArray,
+};
 use arrow::datatypes::{Float32Type, Int32Type};
 use mpo_core::{GroupParams, MaeParams, Rewards};
 use mpo_logs::{run, ColumnSpec, Estimator, EstimatorOptions, Job, LogError, Tuning};
@@ -191,13 +194,25 @@ fn mae_over_row_groups_and_batches_equals_the_core() {
         assert_eq!(summary.counts.rows, 300);
         assert_eq!(summary.counts.tokens, log.mask.len() as u64);
 
-        let want = mpo_core::mae_advantages(&log.values, &log.mask, &log.offsets, Rewards::Token(&log.rewards), &MaeParams::default()).unwrap();
+        let want = mpo_core::mae_advantages(
+            &log.values,
+            &log.mask,
+            &log.offsets,
+            Rewards::Token(&log.rewards),
+            &MaeParams::default(),
+        )
+        .unwrap();
         let out = read_all(&output);
         assert_eq!(flat_f32(&out, "advantages"), want.advantages);
         assert_eq!(flat_f32(&out, "returns"), want.returns);
         assert_eq!(flat_f32(&out, "turn_advantages"), want.turn_advantages);
         // Inputs pass through unchanged and in order.
-        let ids: Vec<i64> = out.iter().flat_map(|b| b.column_by_name("id").unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().to_vec()).collect();
+        let ids: Vec<i64> = out
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("id").unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().to_vec()
+            })
+            .collect();
         assert_eq!(ids, (0..300).collect::<Vec<i64>>());
         assert_eq!(flat_f32(&out, "values"), log.values);
         let ti = out[0].column_by_name("turn_index").unwrap();
@@ -238,7 +253,10 @@ fn grpo_groups_scattered_over_files_equal_the_core() {
 impl Log {
     /// Trajectory scores as the tool derives them from a rewards column.
     fn rewards_sum(&self) -> Vec<f32> {
-        self.offsets.windows(2).map(|w| self.rewards[w[0] as usize..w[1] as usize].iter().map(|&r| r as f64).sum::<f64>() as f32).collect()
+        self.offsets
+            .windows(2)
+            .map(|w| self.rewards[w[0] as usize..w[1] as usize].iter().map(|&r| r as f64).sum::<f64>() as f32)
+            .collect()
     }
 }
 
@@ -258,7 +276,11 @@ fn bad_data_names_file_row_group_row_and_column_and_leaves_old_output() {
     assert!(matches!(e, LogError::Data { .. }), "{msg}");
     assert!(msg.contains("in.parquet: row group 2: row 27, column `values`: NaN is not finite"), "{msg}");
     assert_eq!(fs::read(&output).unwrap(), b"earlier output");
-    let leftovers: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
+    let leftovers: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     fs::remove_dir_all(d).unwrap();
 }

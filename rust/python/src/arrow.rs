@@ -14,7 +14,9 @@ use std::sync::Arc;
 use ::arrow::array::RecordBatch;
 use ::arrow::datatypes::{Schema, SchemaRef};
 use mpo_logs::columns::read_row_scores;
-use mpo_logs::{annotate, output_fields, ColumnSpec, Columns, DataError, Estimator, EstimatorOptions, GroupStats, LogError};
+use mpo_logs::{
+    annotate, output_fields, ColumnSpec, Columns, DataError, Estimator, EstimatorOptions, GroupStats, LogError,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -134,7 +136,8 @@ fn annotate_all(
     let mut out = Vec::with_capacity(batches.len());
     let mut base = 0u64;
     for batch in batches {
-        let a = annotate(batch, columns, estimator, groups.as_ref()).map_err(|e| LogError::Batch(e.shift_rows(base)))?;
+        let a =
+            annotate(batch, columns, estimator, groups.as_ref()).map_err(|e| LogError::Batch(e.shift_rows(base)))?;
         let columns = a.columns.to_vec();
         out.push(
             RecordBatch::try_new(out_schema.clone(), columns)

@@ -120,7 +120,11 @@ fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> R
     };
     if let Some(row) = outcome.iter().position(|x| !x.is_finite()) {
         // A sum of finite f32 rewards can overflow f32.
-        return Err(DataError::NonFiniteRow { column: columns.reward.name().into(), row: row as u64, value: outcome[row] as f32 });
+        return Err(DataError::NonFiniteRow {
+            column: columns.reward.name().into(),
+            row: row as u64,
+            value: outcome[row] as f32,
+        });
     }
     let step = step_col.map(|name| read_steps(batch, name)).transpose()?;
     let values: Cow<'_, [f32]> = r.values.expect("values are read");
@@ -149,7 +153,10 @@ fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> R
 fn read_steps(batch: &RecordBatch, name: &str) -> Result<Vec<i64>, DataError> {
     let array = batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
         column: name.into(),
-        available: format!("columns are: {}", batch.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")),
+        available: format!(
+            "columns are: {}",
+            batch.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+        ),
     })?;
     if let Some(row) = (0..array.len()).find(|&i| array.is_null(i)) {
         return Err(DataError::NullValue { column: name.into(), row: row as u64 });
@@ -163,6 +170,15 @@ fn read_steps(batch: &RecordBatch, name: &str) -> Result<Vec<i64>, DataError> {
             }
         )*};
     }
-    ints!(dt::Int8Type, dt::Int16Type, dt::Int32Type, dt::Int64Type, dt::UInt8Type, dt::UInt16Type, dt::UInt32Type, dt::UInt64Type);
+    ints!(
+        dt::Int8Type,
+        dt::Int16Type,
+        dt::Int32Type,
+        dt::Int64Type,
+        dt::UInt8Type,
+        dt::UInt16Type,
+        dt::UInt32Type,
+        dt::UInt64Type
+    );
     Err(DataError::ColumnType { column: name.into(), found: array.data_type().to_string(), expected: "integer" })
 }

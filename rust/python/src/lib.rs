@@ -47,8 +47,7 @@ fn to_py(e: MpoError) -> PyErr {
 }
 
 fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
-    arr.as_slice()
-        .map_err(|_| PyTypeError::new_err(format!("`{name}` must be a C-contiguous 1-D array")))
+    arr.as_slice().map_err(|_| PyTypeError::new_err(format!("`{name}` must be a C-contiguous 1-D array")))
 }
 
 /// Runs `f` on the extension's pool with the GIL released.
@@ -57,10 +56,7 @@ fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, MpoError> + Send) 
     py.detach(|| pool.install(f)).map_err(to_py)
 }
 
-fn rewards_of<'a>(
-    rewards: Option<&'a [f32]>,
-    scores: Option<&'a [f32]>,
-) -> PyResult<Rewards<'a>> {
+fn rewards_of<'a>(rewards: Option<&'a [f32]>, scores: Option<&'a [f32]>) -> PyResult<Rewards<'a>> {
     match (rewards, scores) {
         (Some(r), None) => Ok(Rewards::Token(r)),
         (None, Some(s)) => Ok(Rewards::Score(s)),
@@ -70,12 +66,8 @@ fn rewards_of<'a>(
     }
 }
 
-type TurnArrays<'py> = (
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<i32>>,
-);
+type TurnArrays<'py> =
+    (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i32>>);
 
 fn turn_arrays(py: Python<'_>, t: Turns) -> TurnArrays<'_> {
     (
@@ -114,12 +106,7 @@ fn mae_advantages<'py>(
     beta: f64,
     gamma: f64,
     lam_critic: f64,
-) -> PyResult<(
-    Bound<'py, PyArray1<f32>>,
-    Bound<'py, PyArray1<f32>>,
-    Bound<'py, PyArray1<f32>>,
-    TurnArrays<'py>,
-)> {
+) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>, TurnArrays<'py>)> {
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
@@ -185,11 +172,7 @@ fn broadcast_to_tokens<'py>(
     mask: PyReadonlyArray1<'py, u8>,
     offsets: PyReadonlyArray1<'py, i64>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    let (p, m, o) = (
-        slice(&per_trajectory, "per_trajectory")?,
-        slice(&mask, "mask")?,
-        slice(&offsets, "offsets")?,
-    );
+    let (p, m, o) = (slice(&per_trajectory, "per_trajectory")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let out = run(py, || mpo_core::broadcast_to_tokens(p, m, o))?;
     Ok(PyArray1::from_vec(py, out))
 }
