@@ -240,7 +240,31 @@ def test_the_parquet_tool_refuses_a_huge_beta_with_one_line(tmp_path):
     r = run_cli("advantages", src, "-o", out, "--beta", "1e308", "-q")
     assert r.returncode == 1, r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
-    assert "`advantages` would be" in r.stderr and "trajectory 0" in r.stderr and "overflows float32" in r.stderr
+    assert "`advantages` would be" in r.stderr and "row 0" in r.stderr and "overflows float32" in r.stderr
     assert not out.exists()
     # An ordinary beta on the same file is fine.
     assert run_cli("advantages", src, "-o", out, "--beta", "1", "-q").returncode == 0
+
+
+def test_an_overflowing_estimate_names_its_row_in_the_file_not_in_the_batch(tmp_path):
+    # Row 4 sits in the third row group of two rows: the message must say row 4.
+    values = [[0.0, 1.0, 0.0]] * 6
+    values[4] = [-3e38, -3e38, -3e38]
+    scores = [1.0] * 6
+    scores[4] = 3e38  # A_turn = 3e38 - (-3e38) overflows float32
+    src = tmp_path / "in.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "loss_mask": pa.array([[True, True, True]] * 6, pa.list_(pa.bool_())),
+                "values": pa.array(values, pa.list_(pa.float32())),
+                "score": pa.array(scores, pa.float32()),
+            }
+        ),
+        src,
+        row_group_size=2,
+    )
+    r = run_cli("advantages", src, "-o", tmp_path / "out.parquet", "-q")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert "row 4:" in r.stderr and "overflows float32" in r.stderr, r.stderr

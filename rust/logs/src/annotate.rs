@@ -175,6 +175,15 @@ fn from_core(e: MpoError, columns: &Columns) -> DataError {
             token: at.position as u64,
             value,
         },
+        MpoError::NonFiniteOutput { output, value, at } => DataError::NonFiniteOutput {
+            output: output.into(),
+            row: at.trajectory as u64,
+            token: at.position as u64,
+            value,
+        },
+        MpoError::NonFiniteTrajectoryOutput { output, value, trajectory } => {
+            DataError::NonFiniteOutputRow { output: output.into(), row: trajectory as u64, value }
+        }
         MpoError::Capacity(m) => DataError::Capacity(m),
         other => DataError::Estimator(other),
     }

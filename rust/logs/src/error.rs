@@ -40,6 +40,13 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: {value} is not finite")]
     NonFiniteRow { column: String, row: u64, value: f32 },
 
+    /// An estimate that overflows float32 although every input was finite.
+    #[error("row {row}: `{output}` would be {value} at token {token}; the estimate overflows float32 (inputs too large)")]
+    NonFiniteOutput { output: String, row: u64, token: u64, value: f32 },
+
+    #[error("row {row}: `{output}` would be {value}; the estimate overflows float32 (scores too large)")]
+    NonFiniteOutputRow { output: String, row: u64, value: f32 },
+
     /// A finite float64 too large for float32 (it would become ±inf).
     #[error("row {row}, column `{column}`: {value:e} at token {token} is outside float32's range")]
     OutOfRangeToken { column: String, row: u64, token: u64, value: f64 },
@@ -81,6 +88,8 @@ impl DataError {
             | DataError::MaskValue { row, .. }
             | DataError::NonFiniteToken { row, .. }
             | DataError::NonFiniteRow { row, .. }
+            | DataError::NonFiniteOutput { row, .. }
+            | DataError::NonFiniteOutputRow { row, .. }
             | DataError::OutOfRangeToken { row, .. }
             | DataError::OutOfRangeRow { row, .. }
             | DataError::RewardSumOutOfRange { row, .. }
@@ -101,6 +110,8 @@ impl DataError {
             | DataError::MaskValue { row, .. }
             | DataError::NonFiniteToken { row, .. }
             | DataError::NonFiniteRow { row, .. }
+            | DataError::NonFiniteOutput { row, .. }
+            | DataError::NonFiniteOutputRow { row, .. }
             | DataError::OutOfRangeToken { row, .. }
             | DataError::OutOfRangeRow { row, .. }
             | DataError::RewardSumOutOfRange { row, .. }
