@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mpo_rs import synthetic
 from mpo_rs.synthetic import FlatBatch, flat_batch
 
@@ -115,8 +114,13 @@ def test_chunks_continue_one_log():
 
 # Arrow and Parquet forms
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
+try:  # the numpy tests above run without pyarrow; the ones below need it
+    import pyarrow as pa
+    import pyarrow.compute
+    import pyarrow.parquet as pq
+except ImportError:
+    pa = pq = None
+needs_pyarrow = pytest.mark.skipif(pa is None, reason="needs pyarrow")
 
 
 def flat(column) -> np.ndarray:
@@ -132,10 +136,11 @@ def assert_round_trip(table, b: FlatBatch, first: int = 0) -> None:
     np.testing.assert_array_equal(flat(table["values"]), b.values[sl])
     np.testing.assert_array_equal(flat(table["loss_mask"]), b.mask[sl])
     np.testing.assert_array_equal(flat(table["rewards"]), b.rewards[sl])
-    lengths = np.asarray(pa.compute.list_value_length(table["values"].combine_chunks()))
+    lengths = np.asarray(pyarrow.compute.list_value_length(table["values"].combine_chunks()))
     np.testing.assert_array_equal(lengths, np.diff(off))
 
 
+@needs_pyarrow
 @pytest.mark.parametrize("large", [False, True])
 @pytest.mark.parametrize("chunks", [1, 4])
 def test_arrow_round_trip(large, chunks):
@@ -167,6 +172,7 @@ def test_arrow_round_trip(large, chunks):
     ]
 
 
+@needs_pyarrow
 def test_parquet_round_trip_one_file_in_row_groups(tmp_path):
     b = flat_batch(50, seed=8, **synthetic.TINY)
     written = synthetic.write_parquet(tmp_path / "log.parquet", b, row_group_rows=12)
@@ -177,6 +183,7 @@ def test_parquet_round_trip_one_file_in_row_groups(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["log.parquet"]  # no temporary left
 
 
+@needs_pyarrow
 def test_parquet_split_into_files(tmp_path):
     b = flat_batch(71, seed=9, **synthetic.TINY)
     written = synthetic.write_parquet(tmp_path / "log", b, files=(23, 31, 17), row_group_rows=12, string_groups=True)
@@ -192,6 +199,7 @@ def test_parquet_split_into_files(tmp_path):
         synthetic.write_parquet(tmp_path / "bad", b, files=(10, 10))
 
 
+@needs_pyarrow
 def test_parquet_streamed_chunks_are_the_log(tmp_path):
     chunks = list(synthetic.flat_batches(45, 20, seed=10, **synthetic.TINY))
     written = synthetic.write_parquet(tmp_path / "log.parquet", iter(chunks), compression="none")
