@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: the realistic batch, the interleaved timer, equality
+"""Shared pieces of the benchmarks: the realistic batch (from `mpo_rs.synthetic`), the interleaved timer, equality
 checks, the peak-memory probe, the machine description and the suites' command line.
 
 Every suite builds its batches with `make_batch` / `batch_for_tokens`, times with
@@ -24,90 +24,11 @@ from importlib import metadata
 from typing import Any, Callable
 
 import numpy as np
+from mpo_rs import synthetic
+from mpo_rs.synthetic import FlatBatch
 
 # ---------------------------------------------------------------------------------------
 # Batches
-
-
-@dataclass
-class RolloutBatch:
-    """N multi-turn trajectories, flat + offsets (mpo_rs's layout), with converters to the
-    layouts the peers take: padded (B, L) rows (verl), per-trajectory policy-token arrays
-    (stateset-rl-core, scipy) and one policy-token sequence with end flags (torchrl)."""
-
-    values: np.ndarray  # float32[T]
-    mask: np.ndarray  # bool[T]
-    offsets: np.ndarray  # int64[N+1]
-    rewards: np.ndarray  # float32[T]: the outcome on each trajectory's last policy token
-    scores: np.ndarray  # float32[N]
-    group_ids: np.ndarray  # int64[N]: rollouts of one prompt share an id
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.mask.shape[0])
-
-    @property
-    def n_trajectories(self) -> int:
-        return int(self.offsets.shape[0] - 1)
-
-    @property
-    def n_policy_tokens(self) -> int:
-        return int(np.count_nonzero(self.mask))
-
-    @property
-    def input_bytes(self) -> int:
-        """Bytes mpo_rs reads for a token estimator: values, mask, rewards, offsets."""
-        return sum(a.nbytes for a in (self.values, self.mask, self.rewards, self.offsets))
-
-    def describe(self) -> dict[str, Any]:
-        lengths = np.diff(self.offsets)
-        return {
-            "trajectories": self.n_trajectories,
-            "tokens": self.n_tokens,
-            "policy_tokens": self.n_policy_tokens,
-            "turns": int(np.count_nonzero(self.mask[1:] & ~self.mask[:-1]) + self.mask[:1].sum()),
-            "max_trajectory_tokens": int(lengths.max(initial=0)),
-            "group_size": int(np.bincount(self.group_ids).max(initial=0)),
-        }
-
-    def padded_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) in the padded layout of every flat token."""
-        lengths = np.diff(self.offsets)
-        rows = np.repeat(np.arange(self.n_trajectories), lengths)
-        cols = np.arange(self.n_tokens) - np.repeat(self.offsets[:-1], lengths)
-        return rows, cols
-
-    def padded_shape(self) -> tuple[int, int]:
-        return self.n_trajectories, int(np.diff(self.offsets).max(initial=0))
-
-    def padded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(values, rewards, mask) as (B, L) float32 arrays, right-padded with zeros."""
-        rows, cols = self.padded_index()
-        out = []
-        for flat in (np.nan_to_num(self.values), self.rewards, self.mask.astype(np.float32)):
-            pad = np.zeros(self.padded_shape(), np.float32)
-            pad[rows, cols] = flat
-            out.append(pad)
-        return out[0], out[1], out[2]
-
-    def policy_only(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per-trajectory (rewards, values) of policy tokens only, float64 (pre-compressed
-        input for per-trajectory tools)."""
-        rs, vs = [], []
-        for j in range(self.n_trajectories):
-            sl = slice(self.offsets[j], self.offsets[j + 1])
-            m = self.mask[sl]
-            rs.append(self.rewards[sl][m].astype(np.float64))
-            vs.append(self.values[sl][m].astype(np.float64))
-        return rs, vs
-
-    def policy_flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All policy tokens in one sequence: (values, rewards, last) where `last` marks
-        each trajectory's last policy token (the `done` flag of RL libraries)."""
-        traj_of_token = np.repeat(np.arange(self.n_trajectories), np.diff(self.offsets))[self.mask]
-        last = np.ones(traj_of_token.shape[0], bool)
-        last[:-1] = traj_of_token[1:] != traj_of_token[:-1]
-        return self.values[self.mask], self.rewards[self.mask], last
 
 
 def make_batch(
@@ -117,44 +38,36 @@ def make_batch(
     obs_len: int = 300,
     group_size: int = 8,
     seed: int = 0,
-) -> RolloutBatch:
-    """Agentic rollouts: a prompt, then `turns` policy turns of ~turn_len tokens, each
-    followed by a ~obs_len-token tool observation (lengths and turn counts jittered ±50%).
-    Consecutive trajectories form groups of `group_size` (one prompt, several rollouts);
-    scores take five partial-credit levels so that groups are rarely all equal."""
-    rng = np.random.default_rng(seed)
-    jitter = lambda mean, size: np.maximum(1, rng.integers(mean // 2, mean * 3 // 2 + 1, size))  # noqa: E731
-    pieces, lengths = [], []
-    for _ in range(n_traj):
-        k = int(rng.integers(max(1, turns // 2), turns * 3 // 2 + 1))
-        runs = np.empty(2 * k, np.int64)
-        runs[0::2] = jitter(obs_len, k)  # the prompt / previous observation
-        runs[1::2] = jitter(turn_len, k)
-        flags = np.tile([False, True], k)
-        pieces.append(np.repeat(flags, runs))
-        lengths.append(int(runs.sum()))
-    mask = np.concatenate(pieces)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    values: np.ndarray = rng.random(mask.shape[0], dtype=np.float32)  # type: ignore[assignment]
-    values *= 2
-    values -= 1  # uniform in [-1, 1), built in place: batches reach 10^8 tokens
-    values[~mask] = np.nan  # never read
-    scores = (rng.integers(0, 5, n_traj) / 4).astype(np.float32)
-    rewards = np.zeros(mask.shape[0], np.float32)
-    policy_tokens = np.flatnonzero(mask)  # every trajectory has one: turns >= 1, lengths >= 1
-    last_policy = policy_tokens[np.searchsorted(policy_tokens, offsets[1:]) - 1]
-    rewards[last_policy] = scores
-    group_ids = np.arange(n_traj, dtype=np.int64) // group_size
-    return RolloutBatch(values, mask, offsets, rewards, scores, group_ids)
+) -> FlatBatch:
+    """Agentic rollouts (`mpo_rs.synthetic.flat_batch`): a prompt, then `turns` policy turns
+    of ~turn_len tokens, each followed by a ~obs_len-token tool observation (lengths and turn
+    counts jittered ±50%). Consecutive trajectories form groups of `group_size`; scores take
+    five partial-credit levels so that groups are rarely all equal; values on observation
+    tokens are NaN (never read)."""
+    return synthetic.flat_batch(
+        n_traj,
+        seed=seed,
+        turns=turns,
+        turn_len=turn_len,
+        obs_len=obs_len,
+        group_size=group_size,
+        nan_observations=True,
+    )
 
 
 def batch_for_tokens(
     tokens: float, *, turns: int = 8, turn_len: int = 120, obs_len: int = 300, group_size: int = 8, seed: int = 0
-) -> RolloutBatch:
+) -> FlatBatch:
     """A `make_batch` batch of about `tokens` tokens (whole groups of trajectories)."""
-    mean_traj_tokens = max(1, turns) * (turn_len + obs_len)
-    groups = max(1, round(tokens / mean_traj_tokens / group_size))
-    return make_batch(groups * group_size, turns, turn_len, obs_len, group_size, seed)
+    return synthetic.batch_for_tokens(
+        tokens,
+        turns=turns,
+        turn_len=turn_len,
+        obs_len=obs_len,
+        group_size=group_size,
+        seed=seed,
+        nan_observations=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------

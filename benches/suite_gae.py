@@ -25,10 +25,11 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpo_rs  # noqa: E402
 from common import (
     Case,
+    FlatBatch,
     PeerMissing,
-    RolloutBatch,
     assert_close,
     import_peer,
     log,
@@ -37,8 +38,6 @@ from common import (
     time_cases,
     versions,
 )  # noqa: E402
-
-import mpo_rs  # noqa: E402
 
 GAMMA, LAM = 1.0, 0.95
 WHITEN_EPS = 1e-8  # verl's masked_whiten
@@ -51,12 +50,12 @@ BANDWIDTH_FLOOR = "memory floor: copy 2 inputs into 2 preallocated arrays"
 FLAT = "flat tokens + mask + offsets"
 
 
-def mpo_gae(b: RolloutBatch) -> mpo_rs.GAEResult:
+def mpo_gae(b: FlatBatch) -> mpo_rs.GAEResult:
     # lam_critic = lam: returns = advantages + values, the convention every peer uses.
     return mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards, gamma=GAMMA, lam=LAM, lam_critic=LAM)
 
 
-def mpo_gae_whitened(b: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
+def mpo_gae_whitened(b: FlatBatch) -> tuple[np.ndarray, np.ndarray]:
     """mpo_rs GAE followed by verl's `masked_whiten` (mean and unbiased variance over the
     policy tokens, applied to every token): the same work verl's function does."""
     res = mpo_gae(b)
@@ -69,7 +68,7 @@ def mpo_gae_whitened(b: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
     return adv, res.returns
 
 
-def mpo_cases(b: RolloutBatch, *, whitened: bool = True) -> list[Case]:
+def mpo_cases(b: FlatBatch, *, whitened: bool = True) -> list[Case]:
     """mpo_rs's own rows and the floor; the peers are compared with these."""
     # Two floors: what any estimator returning new arrays must do (numpy's .copy(), whose
     # cost depends on whether the allocator hands out fresh pages), and the bare memory
@@ -101,24 +100,24 @@ class Peer:
     name: str
     layout: str
     baseline: str
-    prepare: Callable[[RolloutBatch], Callable[[], Any]]
-    check: Callable[[str, RolloutBatch, Any], list[dict[str, Any]]]
+    prepare: Callable[[FlatBatch], Callable[[], Any]]
+    check: Callable[[str, FlatBatch, Any], list[dict[str, Any]]]
     padded: bool = False  # works on (B, L) rows: memory and time grow with the longest row
 
 
-def _policy_positions(b: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
+def _policy_positions(b: FlatBatch) -> tuple[np.ndarray, np.ndarray]:
     rows, cols = b.padded_index()
     return rows[b.mask], cols[b.mask]
 
 
-def prepare_verl(b: RolloutBatch) -> Callable[[], Any]:
+def prepare_verl(b: FlatBatch) -> Callable[[], Any]:
     core_algos = import_peer("verl.trainer.ppo.core_algos")
     torch = import_peer("torch")
     values, rewards, mask = (torch.from_numpy(a) for a in b.padded())
     return lambda: core_algos.compute_gae_advantage_return(rewards, values, mask, GAMMA, LAM)
 
 
-def check_verl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+def check_verl(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
     adv, ret = (t.numpy() for t in out)
     rows, cols = _policy_positions(b)
     ours_adv, ours_ret = mpo_gae_whitened(b)
@@ -135,7 +134,7 @@ def check_verl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
     ]
 
 
-def prepare_torchrl(b: RolloutBatch) -> Callable[[], Any]:
+def prepare_torchrl(b: FlatBatch) -> Callable[[], Any]:
     functional = import_peer("torchrl.objectives.value.functional")
     torch = import_peer("torch")
     values, rewards, last = b.policy_flat()
@@ -146,7 +145,7 @@ def prepare_torchrl(b: RolloutBatch) -> Callable[[], Any]:
     return lambda: functional.vec_generalized_advantage_estimate(GAMMA, LAM, sv, nsv, r, done, done, time_dim=-2)
 
 
-def check_torchrl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+def check_torchrl(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
     adv, target = (t.numpy().ravel() for t in out)
     ours = mpo_gae(b)
     return [
@@ -160,13 +159,13 @@ def check_torchrl(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
     ]
 
 
-def prepare_stateset(b: RolloutBatch) -> Callable[[], Any]:
+def prepare_stateset(b: FlatBatch) -> Callable[[], Any]:
     stateset = import_peer("stateset_rl_core")
     rs, vs = b.policy_only()
     return lambda: stateset.batch_compute_gae(rs, vs, GAMMA, LAM)
 
 
-def check_per_trajectory(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+def check_per_trajectory(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
     ours = mpo_gae(b).advantages[b.mask]
     return [assert_close(name, "advantages on policy tokens (no returns in its output)", np.concatenate(out), ours)]
 
@@ -187,12 +186,12 @@ def numpy_padded_gae(values: np.ndarray, rewards: np.ndarray, mask: np.ndarray) 
     return adv * mask, (adv + values) * mask
 
 
-def prepare_numpy_loop(b: RolloutBatch) -> Callable[[], Any]:
+def prepare_numpy_loop(b: FlatBatch) -> Callable[[], Any]:
     padded = b.padded()
     return lambda: numpy_padded_gae(*padded)
 
 
-def check_numpy_loop(name: str, b: RolloutBatch, out: Any) -> list[dict[str, Any]]:
+def check_numpy_loop(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
     adv, ret = out
     rows, cols = b.padded_index()
     ours = mpo_gae(b)
@@ -213,7 +212,7 @@ def lfilter_gae(rs: list[np.ndarray], vs: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
-def prepare_lfilter(b: RolloutBatch) -> Callable[[], Any]:
+def prepare_lfilter(b: FlatBatch) -> Callable[[], Any]:
     import_peer("scipy.signal")
     rs, vs = b.policy_only()
     return lambda: lfilter_gae(rs, vs)
@@ -262,7 +261,7 @@ PEER_VERSIONS = ("verl", "torchrl", "tensordict", "torch", "stateset-rl-core", "
 
 
 def prepare_peers(
-    b: RolloutBatch, peers: list[Peer], *, check: bool = True
+    b: FlatBatch, peers: list[Peer], *, check: bool = True
 ) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
     """Timed cases for the peers that run here, the equality checks, and the skipped ones."""
     cases, checks, skipped = [], [], []

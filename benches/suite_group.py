@@ -25,10 +25,11 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpo_rs  # noqa: E402
 from common import (
     Case,
+    FlatBatch,
     PeerMissing,
-    RolloutBatch,
     assert_close,
     import_peer,
     log,
@@ -38,8 +39,6 @@ from common import (
     versions,
 )  # noqa: E402
 
-import mpo_rs  # noqa: E402
-
 EPS = 1e-6
 MPO_GRPO = "mpo_rs GRPO: group_advantages + broadcast_to_tokens"
 MPO_RLOO = "mpo_rs RLOO: group_advantages(leave_one_out) + broadcast_to_tokens"
@@ -47,12 +46,12 @@ MPO_GRPO_TRAJ = "mpo_rs GRPO per trajectory: group_advantages"
 FLAT = "per-trajectory scores + group ids; flat mask + offsets"
 
 
-def mpo_tokens(b: RolloutBatch, leave_one_out: bool) -> np.ndarray:
+def mpo_tokens(b: FlatBatch, leave_one_out: bool) -> np.ndarray:
     adv = mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS, leave_one_out=leave_one_out)
     return mpo_rs.broadcast_to_tokens(adv, b.mask, b.offsets)
 
 
-def verl_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
+def verl_cases(b: FlatBatch) -> tuple[list[Case], list[dict[str, Any]]]:
     core_algos = import_peer("verl.trainer.ppo.core_algos")
     torch = import_peer("torch")
     _, rewards_np, mask_np = b.padded()
@@ -87,7 +86,7 @@ def verl_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
     return cases, checks
 
 
-def stateset_cases(b: RolloutBatch) -> tuple[list[Case], list[dict[str, Any]]]:
+def stateset_cases(b: FlatBatch) -> tuple[list[Case], list[dict[str, Any]]]:
     stateset = import_peer("stateset_rl_core")
     group_size = b.describe()["group_size"]
     grid = b.scores.astype(np.float64).reshape(-1, group_size)  # groups are consecutive rows

@@ -10,55 +10,29 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 import mpo_rs  # noqa: E402
-from mpo_rs import _native  # noqa: E402
+from mpo_rs import _native, synthetic  # noqa: E402
 from mpo_rs.arrow import OUTPUT_COLUMNS, with_advantages  # noqa: E402
 
 
 def make_log(rows: int, seed: int = 0, groups: int = 5) -> dict[str, np.ndarray]:
-    """Flat columns of a small random multi-turn log; every row ends on a policy token."""
-    rng = np.random.default_rng(seed)
-    masks = []
-    for _ in range(rows):
-        parts = []
-        for _ in range(rng.integers(1, 4)):
-            parts += [0] * int(rng.integers(0, 4)) + [1] * int(rng.integers(1, 5))
-        masks.append(np.array(parts, np.uint8))
-    lengths = np.array([m.size for m in masks])
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    mask = np.concatenate(masks)
-    scores = rng.integers(0, 2, rows).astype(np.float32)
-    rewards = np.zeros(mask.size, np.float32)
-    rewards[offsets[1:] - 1] = scores
+    """Flat columns of a small random multi-turn log (mpo_rs.synthetic's TINY shape, ids
+    of `groups` scattered groups); every row ends on a policy token."""
+    b = synthetic.flat_batch(rows, seed=seed, n_groups=groups, **synthetic.TINY)
     return {
-        "offsets": offsets,
-        "mask": mask,
-        "values": rng.random(mask.size).astype(np.float32),
-        "rewards": rewards,
-        "scores": scores,
-        "groups": rng.integers(0, groups, rows).astype(np.int64),
+        "offsets": b.offsets,
+        "mask": b.mask.astype(np.uint8),
+        "values": b.values,
+        "rewards": b.rewards,
+        "scores": b.scores,
+        "groups": b.group_ids,
     }
 
 
 def to_table(log: dict[str, np.ndarray], large: bool = False, chunks: int = 1) -> "pa.Table":
-    offsets = log["offsets"]
-    list_of = pa.LargeListArray if large else pa.ListArray
-    off = pa.array(offsets, pa.int64() if large else pa.int32())
-    full = pa.table(
-        {
-            "id": np.arange(offsets.size - 1),
-            "loss_mask": list_of.from_arrays(off, pa.array(log["mask"].astype(bool))),
-            "values": list_of.from_arrays(off, pa.array(log["values"])),
-            "rewards": list_of.from_arrays(off, pa.array(log["rewards"])),
-            "score": log["scores"],
-            "group_id": log["groups"],
-        }
+    batch = synthetic.FlatBatch(
+        log["values"], log["mask"], log["offsets"], log["rewards"], log["scores"], log["groups"]
     )
-    if chunks == 1:
-        return full
-    cuts = np.linspace(0, full.num_rows, chunks + 1).astype(int)
-    return pa.Table.from_batches(
-        [b for lo, hi in zip(cuts[:-1], cuts[1:]) for b in full.slice(lo, hi - lo).to_batches()]
-    )
+    return synthetic.to_arrow(batch, large=large, chunks=chunks)
 
 
 def flat(column: "pa.ChunkedArray") -> np.ndarray:

@@ -19,48 +19,39 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import mpo_rs  # noqa: E402
+from mpo_rs import synthetic  # noqa: E402
 from mpo_rs.arrow import OUTPUT_COLUMNS  # noqa: E402
 
 
 def make_log(rows: int, seed: int = 0, groups: int = 6) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    masks = []
-    for _ in range(rows):
-        parts: list[int] = []
-        for _ in range(rng.integers(1, 4)):
-            parts += [0] * int(rng.integers(0, 5)) + [1] * int(rng.integers(1, 6))
-        masks.append(np.array(parts, np.uint8))
-    offsets = np.concatenate([[0], np.cumsum([m.size for m in masks])]).astype(np.int64)
-    mask = np.concatenate(masks)
-    scores = rng.integers(0, 3, rows).astype(np.float32)
-    rewards = np.zeros(mask.size, np.float32)
-    rewards[offsets[1:] - 1] = scores
+    """mpo_rs.synthetic's TINY shape with normal values, three score levels, scattered
+    group ids and token ids."""
+    b = synthetic.flat_batch(
+        rows, seed=seed, n_groups=groups, values="normal", tokens=True, **{**synthetic.TINY, "score_levels": 3}
+    )
     return {
-        "offsets": offsets,
-        "mask": mask,
-        "values": rng.normal(size=mask.size).astype(np.float32),
-        "rewards": rewards,
-        "scores": scores,
-        "groups": rng.integers(0, groups, rows).astype(np.int64),  # scattered, not sorted
-        "token_ids": rng.integers(0, 50_000, mask.size).astype(np.int32),
+        "offsets": b.offsets,
+        "mask": b.mask.astype(np.uint8),
+        "values": b.values,
+        "rewards": b.rewards,
+        "scores": b.scores,
+        "groups": b.group_ids,  # scattered, not sorted
+        "token_ids": b.token_ids,
     }
 
 
 def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> "pa.Table":
-    off = log["offsets"]
-    lists = lambda a: pa.ListArray.from_arrays(pa.array(off, pa.int32()), pa.array(a))  # noqa: E731
-    t = pa.table(
-        {
-            "trajectory_id": np.arange(off.size - 1),
-            "prompt": [f"prompt {g}" for g in log["groups"]],
-            "token_ids": lists(log["token_ids"]),
-            "loss_mask": lists(log["mask"].astype(bool)),
-            "values": lists(log["values"]),
-            "rewards": lists(log["rewards"]),
-            "score": log["scores"],
-            "group_id": log["groups"],
-        }
+    batch = synthetic.FlatBatch(
+        log["values"],
+        log["mask"],
+        log["offsets"],
+        log["rewards"],
+        log["scores"],
+        log["groups"],
+        token_ids=log["token_ids"],
     )
+    t = synthetic.to_arrow(batch)
+    t = t.add_column(1, "prompt", pa.array([f"prompt {g}" for g in log["groups"]]))  # a string column carried through
     start, stop, _ = rows.indices(t.num_rows)
     return t.slice(start, stop - start)
 

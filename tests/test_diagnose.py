@@ -58,6 +58,27 @@ def test_hand_made_trajectories_have_their_known_shares(tmp_path):
     assert d.to_arrow().num_rows == 4
 
 
+def test_the_streamed_and_the_in_memory_summaries_are_one_aggregate(tmp_path):
+    """summary.json, Diagnosis.summary() and mpo_rs.diagnostics.summarize: same keys, same numbers."""
+    from mpo_rs.diagnostics import summarize, value_structure
+
+    rows = [
+        ([0, 0, 9, 1, 1], [1, 1, 0, 1, 1]),
+        ([0, 2, 9, 0, 2], [1, 1, 0, 1, 1]),
+        ([0, 1], [1, 1]),
+        ([0, 0, 9, 1, 3, 9, 9, -2], [1, 1, 0, 1, 1, 0, 0, 1]),
+        ([5, 5, 0, 5], [1, 1, 0, 1]),
+    ]
+    score = [1, 0, 1, 0, 1]
+    streamed = diagnose_logs(_log(tmp_path / "log.parquet", rows, score=score), batch_rows=2).summary()
+    offsets = np.cumsum([0] + [len(v) for v, _ in rows])
+    values = np.concatenate([np.asarray(v, np.float32) for v, _ in rows])
+    mask = np.concatenate([np.asarray(m, bool) for _, m in rows])
+    in_memory = summarize(value_structure(values, mask, offsets), outcome=score)
+    assert in_memory == streamed
+    assert streamed["all"]["jumps"] == 4 and streamed["excluded_fewer_than_two_turns_or_constant"] == 2
+
+
 def test_the_command_prints_a_table_and_writes_json_and_figures(tmp_path, capsys):
     log = tmp_path / "rollouts.parquet"
     write_rollout_log(log, 48, row_group_rows=16, seed=3)

@@ -44,5 +44,9 @@ def test_hand_made_shares():
     assert vs.between_share[0] == 0.0 and np.isnan(vs.between_share[1])
     s = summarize(value_structure(v, m, [0, 8]), outcome=[1.0])
     assert s["all"]["median_between_share"] == 1.0
-    assert s["success"]["fraction_between_gt_within"] == 1.0
-    assert s["failure"]["trajectories"] == 0
+    assert s["rows"] == 1 and s["excluded_fewer_than_two_turns_or_constant"] == 0
+    assert s["by_outcome"]["success (outcome > 0)"]["fraction_between_gt_within"] == 1.0
+    assert s["by_outcome"]["failure (outcome <= 0)"]["trajectories"] == 0
+    # policy tokens only: turn values 0, 0.5, 1, so two jumps of +0.5
+    assert s["all"]["jumps"] == 2 and s["all"]["median_abs_jump"] == 0.5 and s["all"]["jump_quantiles"]["0.5"] == 0.5
+    assert "by_outcome" not in summarize(value_structure(v, m, [0, 8]))

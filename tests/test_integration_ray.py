@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import mpo_rs  # noqa: E402
-from mpo_rs import _native  # noqa: E402
+from mpo_rs import _native, synthetic  # noqa: E402
 from mpo_rs.arrow import OUTPUT_COLUMNS, with_advantages  # noqa: E402
 from mpo_rs.cli import main as mpo_rs_cli  # noqa: E402
 from mpo_rs.integrations import ray as mpo_ray  # noqa: E402
@@ -37,39 +37,28 @@ def cluster():
 
 
 def rollout_table(seed: int, rows: int, first_row: int, string_groups: bool) -> pa.Table:
-    """Agent rollouts: LLM turns and tool outputs, a terminal reward plus per-token shaping,
-    group ids that repeat across the whole log (so every group spans files and blocks)."""
-    rng = np.random.default_rng(seed)
-    masks, values, rewards, scores, tokens = [], [], [], [], []
-    for _ in range(rows):
-        length = int(rng.integers(0, 40))
-        mask = np.zeros(length, dtype=bool)
-        pos = int(rng.integers(0, 4))
-        while pos < length:
-            turn = int(rng.integers(1, 7))
-            mask[pos : pos + turn] = True
-            pos += turn + int(rng.integers(1, 5))
-        reward = np.where(mask, 0.01 * rng.standard_normal(length), 0.0).astype(np.float32)
-        if mask.any():
-            reward[np.flatnonzero(mask)[-1]] += float(rng.integers(0, 2))
-        masks.append(mask.tolist())
-        values.append(rng.standard_normal(length).astype(np.float32).tolist())
-        rewards.append(reward.tolist())
-        scores.append(float(rng.integers(0, 3)))
-        tokens.append(rng.integers(0, 50_000, length).tolist())
-    row_id = np.arange(first_row, first_row + rows)
-    group = row_id % N_GROUPS
-    return pa.table(
-        {
-            "row_id": pa.array(row_id, pa.int64()),
-            "token_ids": pa.array(tokens, pa.list_(pa.int32())),
-            "loss_mask": pa.array(masks, pa.list_(pa.bool_())),
-            "values": pa.array(values, pa.list_(pa.float32())),
-            "rewards": pa.array(rewards, pa.list_(pa.float32())),
-            "score": pa.array(scores, pa.float32()),
-            "group_id": pa.array([f"prompt-{g}" for g in group]) if string_groups else pa.array(group, pa.int64()),
-        }
+    """Agent rollouts (mpo_rs.synthetic): LLM turns and tool outputs, some rows empty or
+    without policy tokens or ending on a tool output, a terminal reward plus per-token
+    shaping, group ids that repeat across the whole log (so every group spans files and
+    blocks)."""
+    batch = synthetic.flat_batch(
+        rows,
+        seed=seed,
+        first_row=first_row,
+        turns=(0, 6),
+        turn_len=(1, 6),
+        obs_len=(1, 4),
+        prompt_len=(0, 3),
+        tail_len=(0, 3),
+        groups="interleaved",
+        n_groups=N_GROUPS,
+        values="normal",
+        score_levels=3,
+        reward_noise=0.01,
+        tokens=True,
     )
+    table = synthetic.to_arrow(batch, string_groups=string_groups).drop_columns(["old_logprobs"])
+    return table.rename_columns(["row_id" if n == "trajectory_id" else n for n in table.column_names])
 
 
 @pytest.fixture(scope="module")

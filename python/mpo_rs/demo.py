@@ -6,7 +6,8 @@ tokens each separated by ~300-token tool observations, critic values on every to
 0/1 outcome on the last policy token, and 8 rollouts per prompt -- then runs
 ``mpo-rs advantages`` on it and prints the summary and a few rows of the result.
 
-:func:`write_rollout_log` is also what the Parquet benchmark and tests generate logs with.
+:func:`write_rollout_log` (over :mod:`mpo_rs.synthetic`) is also what the Parquet benchmark and
+tests generate logs with.
 """
 
 from __future__ import annotations
@@ -16,71 +17,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-VOCAB = 151_936
-ROLLOUTS_PER_PROMPT = 8
-
-
-def _chunk(rng: np.random.Generator, rows: int, first_row: int, mean_turns: float) -> dict[str, Any]:
-    """Flat columns and offsets for `rows` trajectories."""
-    lo = max(1, int(round(mean_turns)) - 2)
-    turns = rng.integers(lo, lo + 5, size=rows)  # mean ~ mean_turns
-    seg_lengths: list[np.ndarray] = []
-    seg_policy: list[np.ndarray] = []
-    for t in turns:
-        # prompt, then (policy, observation) * (t - 1), then a final policy turn
-        policy = np.clip(rng.normal(120, 45, size=t), 8, 400).astype(np.int64)
-        obs = np.clip(rng.lognormal(np.log(260), 0.6, size=t - 1), 20, 2000).astype(np.int64)
-        prompt = np.clip(rng.normal(400, 80, size=1), 100, 800).astype(np.int64)
-        lengths = np.empty(2 * t, dtype=np.int64)
-        lengths[0] = prompt[0]
-        lengths[1::2] = policy
-        lengths[2::2] = obs
-        kinds = np.zeros(2 * t, dtype=bool)
-        kinds[1::2] = True
-        seg_lengths.append(lengths)
-        seg_policy.append(kinds)
-    lengths = np.concatenate(seg_lengths)
-    kinds = np.concatenate(seg_policy)
-    row_tokens = np.array([s.sum() for s in seg_lengths], dtype=np.int64)
-    offsets = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(row_tokens, out=offsets[1:])
-    n = int(offsets[-1])
-
-    mask = np.repeat(kinds, lengths)
-    prompt_ids = (first_row + np.arange(rows)) // ROLLOUTS_PER_PROMPT
-    difficulty = (prompt_ids * 2654435761 + 12345) % 1000 / 1000.0  # shared by a prompt's rollouts
-    scores = (rng.random(rows) > difficulty).astype(np.float32)
-    # The critic's estimate of success moves towards the outcome from turn to turn and
-    # wobbles a little inside a turn.
-    segment_values = np.empty(lengths.size)
-    k = 0
-    for row, segs in enumerate(seg_lengths):
-        v = np.clip(rng.normal(0.5, 0.15), 0.0, 1.0)
-        steps = rng.normal(0.0, 0.07, size=segs.size)
-        for i in range(segs.size):
-            v = min(1.0, max(0.0, v + 0.25 * (scores[row] - v) + steps[i]))
-            segment_values[k] = v
-            k += 1
-    values = (np.repeat(segment_values, lengths) + rng.normal(0.0, 0.02, size=n)).astype(np.float32)
-    rewards = np.zeros(n, dtype=np.float32)
-    rewards[offsets[1:] - 1] = scores  # every trajectory ends with a policy turn
-    logprobs = np.where(mask, -rng.exponential(0.35, size=n), 0.0).astype(np.float32)
-    token_ids = (rng.pareto(1.2, size=n) * 50).astype(np.int64) % VOCAB
-    return {
-        "offsets": offsets,
-        "trajectory_id": first_row + np.arange(rows, dtype=np.int64),
-        "group_id": prompt_ids.astype(np.int64),
-        "score": scores,
-        "token_ids": token_ids.astype(np.int32),
-        "loss_mask": mask,
-        "values": values,
-        "rewards": rewards,
-        "old_logprobs": logprobs,
-    }
+from . import synthetic
 
 
 def write_rollout_log(
@@ -92,44 +32,15 @@ def write_rollout_log(
     mean_turns: float = 8.0,
     compression: str = "snappy",
 ) -> dict[str, int]:
-    """Writes a synthetic rollout log of `rows` trajectories to `path` (atomically) and
-    returns its row and token counts."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    rng = np.random.default_rng(seed)
-    tmp = path.with_name(f".{path.name}.partial")
-    tokens = 0
-    writer = None
-    try:
-        for first in range(0, rows, row_group_rows):
-            c = _chunk(rng, min(row_group_rows, rows - first), first, mean_turns)
-            offsets = pa.array(c["offsets"].astype(np.int32))
-            table = pa.table(
-                {
-                    "trajectory_id": c["trajectory_id"],
-                    "group_id": c["group_id"],
-                    "score": c["score"],
-                    **{
-                        name: pa.ListArray.from_arrays(offsets, pa.array(c[name]))
-                        for name in ("token_ids", "loss_mask", "values", "rewards", "old_logprobs")
-                    },
-                }
-            )
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema, compression=compression)
-            writer.write_table(table, row_group_size=table.num_rows)
-            tokens += int(c["offsets"][-1])
-        if writer is not None:
-            writer.close()
-            writer = None
-        os.replace(tmp, path)
-    finally:
-        if writer is not None:
-            writer.close()
-        tmp.unlink(missing_ok=True)
-    return {"rows": rows, "tokens": tokens}
+    """Writes a synthetic rollout log of `rows` trajectories to `path` (atomically), one
+    row group of `row_group_rows` generated at a time, and returns its row and token
+    counts. The shape is :data:`mpo_rs.synthetic.DEMO` with ~`mean_turns` turns."""
+    lo = max(1, round(mean_turns) - 2)
+    shape = {**synthetic.DEMO, "turns": (lo, lo + 4)}
+    written = synthetic.write_parquet(
+        path, synthetic.flat_batches(rows, row_group_rows, seed=seed, **shape), compression=compression
+    )
+    return {"rows": written.rows, "tokens": written.tokens}
 
 
 def _readable(path: Path) -> bool:

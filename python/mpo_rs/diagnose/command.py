@@ -1,0 +1,86 @@
+"""The ``mpo-rs diagnose`` command: its arguments and its run (``mpo_rs.cli`` registers
+and calls it; exit codes and message formatting stay with the CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._deps import MissingDependencyError
+from .._native import InvalidOptionError
+from .plot import require_matplotlib, write_report
+from .read import diagnose_logs, require_pyarrow
+from .summary import format_table
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "diagnose",
+        help="does the critic's value structure live on the turn scale?",
+        description=(
+            "Streams a Parquet rollout log and reports, per trajectory, how much of the "
+            "token-weighted value variance lies between turns rather than within them, and "
+            "the value jumps at turn boundaries (MPO's evidence, on your own critic)."
+        ),
+    )
+    p.add_argument("input", metavar="INPUT", help="a Parquet file or a directory of Parquet files")
+    p.add_argument("-o", "--output", metavar="REPORT_DIR", help="write summary.json and PNG figures here")
+    p.add_argument(
+        "--trajectories", metavar="K", help="comma-separated row numbers to draw (default: a success and a failure)"
+    )
+    p.add_argument("--values-col", default="values", metavar="NAME")
+    p.add_argument("--mask-col", default="loss_mask", metavar="NAME")
+    p.add_argument(
+        "--score-col", metavar="NAME", help="outcome per trajectory (default: score, else the sum of rewards)"
+    )
+    p.add_argument("--rewards-col", metavar="NAME")
+    p.add_argument("--step-col", metavar="NAME", help="training-step column (default: step, if present)")
+    p.add_argument("--batch-rows", type=int, default=1024, metavar="N", help="rows per streamed batch (1024)")
+
+
+def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> tuple[str, list[Path]]:
+    """Runs the command; returns the table and the files written. Raises InvalidBatchError
+    (bad data), InvalidOptionError (usage), MissingDependencyError (pyarrow) or OSError.
+
+    Everything that can fail without reading the log is checked first: options, REPORT_DIR,
+    pyarrow, matplotlib. Without matplotlib the figures are skipped -- ``note`` gets one
+    line saying so and naming the ``plot`` extra -- and summary.json is still written."""
+    keep = None
+    if args.trajectories:
+        try:
+            keep = [int(x) for x in args.trajectories.split(",") if x.strip()]
+        except ValueError:
+            raise InvalidOptionError(
+                f"--trajectories must be comma-separated row numbers, got {args.trajectories!r}"
+            ) from None
+    if args.batch_rows < 1:
+        raise InvalidOptionError("--batch-rows must be at least 1")
+    if args.score_col and args.rewards_col:
+        raise InvalidOptionError("give --score-col or --rewards-col, not both")
+    if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise InvalidOptionError(f"REPORT_DIR {args.output} is a file; give a directory")
+    require_pyarrow()
+    figures = bool(args.output)
+    if figures:
+        try:
+            require_matplotlib()
+        except MissingDependencyError:
+            figures = False
+            note("figures skipped: they need matplotlib: pip install 'mpo-rs[plot]' (summary.json is written)")
+    diag = diagnose_logs(
+        args.input,
+        values_col=args.values_col,
+        mask_col=args.mask_col,
+        score_col=args.score_col,
+        rewards_col=args.rewards_col,
+        step_col=args.step_col,
+        keep_rows=keep,
+        batch_rows=args.batch_rows,
+    )
+    written = write_report(diag, args.output, figures=figures) if args.output else []
+    return format_table(diag.summary()), written

@@ -1,0 +1,170 @@
+"""The variance decomposition of a critic's values and the one aggregate over it.
+
+MPO rests on a measured fact: a critic's values move mostly at turn boundaries. Per
+trajectory, :func:`value_structure` splits the token-weighted variance of the values over
+its policy tokens exactly into a between-turn part (turn means around the trajectory mean)
+and a within-turn part (tokens around their turn mean), and gives the boundary jumps
+ΔV = V_{t+1,1} - V_{t,L_t}. :func:`summarize` turns per-trajectory results into the
+paper's aggregates; it is what ``summary.json``, :meth:`Diagnosis.summary
+<mpo_rs.diagnose.Diagnosis.summary>` and :func:`mpo_rs.diagnostics.summarize` return.
+Every key is described in docs/diagnostics.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _native
+from .._arrays import float32, int64, mask_u8
+from ..estimators import Turns
+
+__all__ = [
+    "JUMP_QUANTILES",
+    "ValueStructure",
+    "between_share",
+    "format_table",
+    "summarize",
+    "summarize_value_structure",
+    "value_structure",
+    "write_summary_json",
+]
+
+JUMP_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+SUCCESS = "success (outcome > 0)"
+FAILURE = "failure (outcome <= 0)"
+
+
+def between_share(total: npt.NDArray[np.float64], between: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """between / total per trajectory; NaN where the values do not vary at all."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, between / total, np.nan)
+
+
+@dataclass(frozen=True, eq=False)
+class ValueStructure:
+    total: npt.NDArray[np.float64]
+    """Per trajectory: token-weighted (population) variance of V over its policy tokens."""
+    between: npt.NDArray[np.float64]
+    """Per trajectory: sum_t L_t (mean_t - mean)^2 / n."""
+    within: npt.NDArray[np.float64]
+    """Per trajectory: sum_t sum_i (V_ti - mean_t)^2 / n; between + within = total."""
+    jumps: npt.NDArray[np.float32]
+    """Per turn: V of the next turn's first token minus V of this turn's last token; NaN for
+    the last turn of each trajectory."""
+    turns: Turns
+
+    @property
+    def between_share(self) -> npt.NDArray[np.float64]:
+        """between / total per trajectory; NaN where the values do not vary at all."""
+        return between_share(self.total, self.between)
+
+    @property
+    def n_turns(self) -> npt.NDArray[np.int64]:
+        return np.diff(self.turns.traj_offsets)
+
+
+def value_structure(values: Any, mask: Any, offsets: Any) -> ValueStructure:
+    """The variance decomposition and boundary jumps of every trajectory (Rust, parallel).
+    Values are read on policy tokens only and must be finite there."""
+    total, between, within, jumps, turns = _native.value_structure(
+        float32(values, "values"), mask_u8(mask), int64(offsets, "offsets")
+    )
+    return ValueStructure(total, between, within, jumps, Turns(*turns))
+
+
+def summarize(
+    total: npt.NDArray[np.float64],
+    between: npt.NDArray[np.float64],
+    within: npt.NDArray[np.float64],
+    n_turns: npt.NDArray[np.int64],
+    jumps: npt.NDArray[np.float32],
+    jump_trajectory: npt.NDArray[np.int64],
+    *,
+    outcome: Any = None,
+    step: npt.NDArray[np.int64] | None = None,
+) -> dict[str, Any]:
+    """The aggregates over trajectories with at least two turns and varying values (the
+    others have no between/within split to speak of): for all of them, split by outcome
+    (success = outcome > 0) when ``outcome`` is given and by training step when ``step`` is.
+
+    ``total``, ``between``, ``within``, ``n_turns`` (and ``outcome``, ``step``) hold one
+    value per trajectory; ``jumps`` the finite boundary jumps and ``jump_trajectory`` the
+    trajectory of each."""
+    usable = (n_turns >= 2) & (total > 0)
+    share = between_share(total, between)
+
+    def block(sel: npt.NDArray[np.bool_]) -> dict[str, Any]:
+        shares = share[sel]
+        chosen = jumps[sel[jump_trajectory]] if jumps.size else jumps
+        return {
+            "trajectories": int(sel.sum()),
+            "median_between_share": float(np.median(shares)) if shares.size else None,
+            "fraction_between_gt_within": float(np.mean(between[sel] > within[sel])) if shares.size else None,
+            "jumps": int(chosen.size),
+            "median_abs_jump": float(np.median(np.abs(chosen))) if chosen.size else None,
+            "jump_quantiles": (
+                {str(q): float(x) for q, x in zip(JUMP_QUANTILES, np.quantile(chosen, JUMP_QUANTILES), strict=True)}
+                if chosen.size
+                else None
+            ),
+        }
+
+    out: dict[str, Any] = {
+        "rows": int(total.shape[0]),
+        "excluded_fewer_than_two_turns_or_constant": int((~usable).sum()),
+        "all": block(usable),
+    }
+    if outcome is not None:
+        o = np.asarray(outcome)
+        out["by_outcome"] = {SUCCESS: block(usable & (o > 0)), FAILURE: block(usable & (o <= 0))}
+    if step is not None:
+        out["by_step"] = {str(s): block(usable & (step == s)) for s in np.unique(step)}
+    return out
+
+
+def summarize_value_structure(vs: ValueStructure, outcome: Any = None) -> dict[str, Any]:
+    """:func:`summarize` of in-memory results (``mpo_rs.diagnostics.summarize``); split by
+    outcome (success = outcome > 0) when ``outcome`` (one value per trajectory) is given."""
+    finite = np.isfinite(vs.jumps)
+    jump_trajectory = np.repeat(np.arange(len(vs.total)), vs.n_turns)[finite]
+    return summarize(vs.total, vs.between, vs.within, vs.n_turns, vs.jumps[finite], jump_trajectory, outcome=outcome)
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The aggregates as a plain-text table."""
+    rows = [("all", summary["all"]), *summary.get("by_outcome", {}).items()]
+    rows += [(f"step {k}", v) for k, v in summary.get("by_step", {}).items()]
+    fmt = lambda x, pct=True: "-" if x is None else (f"{100 * x:.1f}%" if pct else f"{x:.3f}")  # noqa: E731
+    lines = [
+        f"{'subset':<24} {'trajectories':>12} {'median share':>13} {'between>within':>15} {'median |jump|':>14}",
+    ]
+    for name, b in rows:
+        lines.append(
+            f"{name:<24} {b['trajectories']:>12,} {fmt(b['median_between_share']):>13} "
+            f"{fmt(b['fraction_between_gt_within']):>15} {fmt(b['median_abs_jump'], False):>14}"
+        )
+    lines.append(
+        f"({summary['rows']:,} trajectories read; {summary['excluded_fewer_than_two_turns_or_constant']:,} "
+        "with fewer than two turns or constant values left out. Paper: median share 89.5%, "
+        "between > within in 93.8%.)"
+    )
+    return "\n".join(lines)
+
+
+def write_summary_json(summary: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+    """Writes ``summary.json`` into ``out_dir`` through a temporary and a rename, so it is
+    whole or absent."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    tmp = out / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
