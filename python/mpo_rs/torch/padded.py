@@ -126,6 +126,12 @@ class PaddedBatch:
             np.add.at(kept, last_policy[same_row], rewards[tokens[same_row]])
         return kept
 
+    def whitened(self, flat: np.ndarray) -> np.ndarray:
+        """:func:`whiten` of a flat per-token result over the policy tokens, on the host
+        (before the result goes to the device, so the numbers do not depend on it)."""
+        out: np.ndarray = whiten(torch.from_numpy(flat), torch.from_numpy(self.policy)).numpy()
+        return out
+
     def row_scores(self, token_level_rewards: Tensor) -> np.ndarray:
         """One score per row: the sum of all its token rewards (verl's GRPO / RLOO)."""
         _check_tensor(token_level_rewards, "token_level_rewards")
@@ -169,6 +175,7 @@ def mae_advantages(
     *,
     scores: Any = None,
     observation_rewards: str = "error",
+    whiten: bool = False,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
     """Multiscale advantage estimation (MPO) over ``(B, L)`` rows; a turn is a run of
@@ -177,14 +184,17 @@ def mae_advantages(
     Exactly one of ``token_level_rewards`` (``(B, L)``) and ``scores`` (``(B,)``, placed on
     each row's last policy token) is given. ``options`` go to
     :func:`mpo_rs.estimators.mae_advantages` (``lam``, ``lam_intra``, ``beta``, ``gamma``,
-    ``lam_critic``, ...). Returns ``(advantages, returns)``, ``(B, L)`` tensors, 0 off the
-    policy tokens, on the device and in the floating dtype of ``token_level_rewards``
+    ``lam_critic``, ...). ``observation_rewards`` says what happens to a reward on a token
+    where the mask is 0 (:data:`OBSERVATION_REWARDS`); ``whiten=True`` whitens the
+    advantages over the batch's policy tokens (:func:`whiten`, on the host). Returns
+    ``(advantages, returns)``, ``(B, L)`` tensors, 0 off the policy tokens, on the device and in the floating dtype of ``token_level_rewards``
     (of ``values`` when ``scores`` are given).
     """
     batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
     source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
     result = estimators.mae_advantages(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
-    return batch.padded(result.advantages), batch.padded(result.returns)
+    advantages = batch.whitened(result.advantages) if whiten else result.advantages
+    return batch.padded(advantages), batch.padded(result.returns)
 
 
 def gae_advantages(
@@ -194,17 +204,19 @@ def gae_advantages(
     *,
     scores: Any = None,
     observation_rewards: str = "error",
+    whiten: bool = False,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
     """Token GAE over the policy tokens of each row, observation tokens skipped (verl's
-    multi-turn convention), not whitened (see :func:`whiten`). Arguments and results as
+    multi-turn convention). Arguments and results as
     :func:`mae_advantages`; ``options`` go to :func:`mpo_rs.estimators.gae_advantages`
     (``gamma``, ``lam``, ``lam_critic``, ...; verl's ``returns = advantages + values`` is
     ``lam_critic=lam``)."""
     batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
     source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
     result = estimators.gae_advantages(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
-    return batch.padded(result.advantages), batch.padded(result.returns)
+    advantages = batch.whitened(result.advantages) if whiten else result.advantages
+    return batch.padded(advantages), batch.padded(result.returns)
 
 
 def group_advantages(
@@ -213,6 +225,7 @@ def group_advantages(
     group_ids: Any,
     *,
     scores: Any = None,
+    whiten: bool = False,
     **options: Any,
 ) -> Tensor:
     """Critic-free group baselines (GRPO, Dr. GRPO, RLOO): one advantage per row, written
@@ -221,8 +234,8 @@ def group_advantages(
     A row's score is ``scores[j]`` or, with ``token_level_rewards``, the sum of the row's
     token rewards (as verl's ``grpo`` / ``rloo``). ``group_ids`` (one per row: ints,
     strings, objects) marks rollouts of one prompt. ``options`` go to
-    :func:`mpo_rs.estimators.group_advantages` (``norm_std``, ``eps``, ``leave_one_out``).
-    Returns a ``(B, L)`` tensor on the device and in the floating dtype of
+    :func:`mpo_rs.estimators.group_advantages` (``norm_std``, ``eps``, ``leave_one_out``);
+    ``whiten`` as in :func:`mae_advantages`. Returns a ``(B, L)`` tensor on the device and in the floating dtype of
     ``token_level_rewards`` (the mask's device and float32 with ``scores``).
     """
     batch = PaddedBatch.of(response_mask, like=token_level_rewards)
@@ -235,7 +248,8 @@ def group_advantages(
     if group_ids is None:
         raise InvalidBatchError("`group_ids` is missing: give one group id per row")
     per_row = estimators.group_advantages(row_scores, group_ids, **options)
-    return batch.padded(estimators.broadcast_to_tokens(per_row, batch.mask_u8, batch.offsets))
+    advantages = estimators.broadcast_to_tokens(per_row, batch.mask_u8, batch.offsets)
+    return batch.padded(batch.whitened(advantages) if whiten else advantages)
 
 
 def whiten(advantages: Tensor, mask: Tensor) -> Tensor:
