@@ -160,7 +160,7 @@ def _host_scores(scores: Any, rows: int) -> np.ndarray:
 
 def _reward_source(
     batch: PaddedBatch, token_level_rewards: Tensor | None, scores: Any, observation_rewards: str
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     if (token_level_rewards is None) == (scores is None):
         raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
     if token_level_rewards is not None:
