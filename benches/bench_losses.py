@@ -1,6 +1,6 @@
 """Forward+backward time of the turn-IS policy loss against token-level PPO.
 
-Both run through ``mpo_rs.losses.policy_loss`` on the same tensors (same aggregation, same
+Both run through ``mpo_rs.torch.losses.policy_loss`` on the same tensors (same aggregation, same
 metrics), interleaved repeat by repeat so that drifts in machine load hit both alike; the
 figure is the ratio of medians measured in this one run. Target: turn IS <= 1.3x PPO.
 
@@ -19,7 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from mpo_rs import losses, segment_turns
+from mpo_rs import segment_turns
+from mpo_rs.torch import losses
 
 
 def multi_turn_mask(batch: int, length: int, seed: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Losses suite: forward + backward of the turn-IS policy loss (MPO) against token-level
 PPO, on padded (B, L) agentic rows (the mask builder of `bench_losses.py`).
 
-Rows: `mpo_rs.losses.policy_loss` with a token, turn (product and geometric mean, padded
+Rows: `mpo_rs.torch.losses.policy_loss` with a token, turn (product and geometric mean, padded
 and flat + token_turn) and sequence ratio, and verl 0.9.1 `compute_policy_loss_vanilla`
 (token PPO with dual clip c = 3), which is first checked against mpo_rs's token ratio with
 `dual_clip=3`: same loss and same gradient. Target (issue of the losses): turn IS ≤ 1.3×
@@ -31,7 +31,8 @@ def run(quick: bool) -> dict[str, Any]:
     torch = import_peer("torch")  # the losses need torch; without it the suite cannot run
     from bench_losses import multi_turn_mask
 
-    from mpo_rs import losses, segment_turns
+    from mpo_rs import segment_turns
+    from mpo_rs.torch import losses
 
     batch, length, repeats = (16, 1024, 5) if quick else (64, 4096, 15)
     torch.manual_seed(0)

@@ -26,8 +26,9 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
 import mpo_rs  # noqa: E402
-from mpo_rs import losses  # noqa: E402
+from mpo_rs.torch import losses  # noqa: E402
 from mpo_rs.integrations import verl as plugin  # noqa: E402
+from mpo_rs.integrations.verl import values_hook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F32, F64 = torch.float32, torch.float64
@@ -328,8 +329,11 @@ def test_unknown_or_out_of_range_options_are_refused():
     rewards, values, mask, uid = rollout_batch(15)
     with pytest.raises(plugin.InvalidConfigError, match="unknown `algorithm.mpo` option.*'lam_intr'"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intr=0.9), uid, values=values)
-    with pytest.raises(plugin.InvalidConfigError, match=r"lam_intra` must be in \[0, 1\]"):
+    # Ranges are the Rust estimator's: its error names the option and its domain.
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`lam_intra` = 1.5 is out of range: it must be in \[0, 1\]"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intra=1.5), uid, values=values)
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`eps` = 0 is out of range"):
+        plugin.compute_mpo_mae_grpo_advantage(rewards, mask, algo_config(eps=0.0), uid)
     with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.beta` must be a number"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(beta="high"), uid, values=values)
     with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.whiten` must be true, false or null"):
@@ -499,12 +503,12 @@ def test_values_hook_feeds_the_critic_to_mpo_estimators_through_verls_compute_ad
     with pytest.raises(plugin.MissingCriticValuesError, match=r"critic\.enable=True"):
         ray_trainer.compute_advantage(batch(False), adv_estimator="mpo_mae", config=config)
     # The values are visible only during the call.
-    assert plugin._CRITIC_VALUES.get() is None
+    assert values_hook._CRITIC_VALUES.get() is None
 
 
 def test_values_hook_rebinds_modules_that_imported_compute_advantage_by_name():
     def compute_advantage(data, adv_estimator, **kwargs):
-        return ("verl", adv_estimator, plugin._CRITIC_VALUES.get())
+        return ("verl", adv_estimator, values_hook._CRITIC_VALUES.get())
 
     trainer = types.ModuleType("fake_ray_trainer")
     trainer.compute_advantage = compute_advantage
@@ -512,8 +516,8 @@ def test_values_hook_rebinds_modules_that_imported_compute_advantage_by_name():
     user.compute_advantage = compute_advantage  # as `from ...ray_trainer import compute_advantage`
     sys.modules[user.__name__] = user
     try:
-        plugin._patch_compute_advantage(trainer)
-        plugin._patch_compute_advantage(trainer)  # idempotent
+        values_hook._patch_compute_advantage(trainer)
+        values_hook._patch_compute_advantage(trainer)  # idempotent
         assert user.compute_advantage is trainer.compute_advantage is not compute_advantage
         data = types.SimpleNamespace(batch={"values": "V"})
         assert trainer.compute_advantage(data, "grpo") == ("verl", "grpo", None)
@@ -613,7 +617,7 @@ def test_v1_trainer_groups_mpo_grpo_sessions_as_it_groups_grpo(v1_utils):
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
     assert getattr(compute_advantage_for_multi_trajectories, "__mpo_rs_values_hook__", False)
-    assert plugin._SESSION_ESTIMATOR.get() is None
+    assert values_hook._SESSION_ESTIMATOR.get() is None
 
 
 @pytest.mark.parametrize("norm_std", [True, False])
@@ -668,7 +672,7 @@ def test_v1_session_grouping_refuses_to_pass_off_verls_grpo(v1_utils, monkeypatc
     rewards, _, mask, uid, keys = sessions_batch(44)
     with pytest.raises(RuntimeError, match="'mpo_grpo' could not be grouped by session"):
         v1_advantages(v1_utils, "mpo_grpo", rewards, mask, uid, keys, algo_config())
-    assert plugin._SESSION_ESTIMATOR.get() is None
+    assert values_hook._SESSION_ESTIMATOR.get() is None
 
 
 def test_a_fresh_process_hooks_the_v1_trainer_when_verl_imports_it():

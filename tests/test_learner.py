@@ -1,4 +1,4 @@
-"""mpo_rs.learner on a toy multi-turn task with a tiny randomly initialised transformer."""
+"""mpo_rs.torch.learner on a toy multi-turn task with a tiny randomly initialised transformer."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import losses, mae_advantages  # noqa: E402
-from mpo_rs.learner import (  # noqa: E402
+from mpo_rs import mae_advantages  # noqa: E402
+from mpo_rs.torch import losses  # noqa: E402
+from mpo_rs.torch.learner import (  # noqa: E402
     Learner,
     LearnerConfig,
     RolloutBatch,

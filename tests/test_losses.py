@@ -1,4 +1,4 @@
-"""mpo_rs.losses: turn-IS policy loss, its ablations, the critic loss (spec section 3)."""
+"""mpo_rs.torch.losses: turn-IS policy loss, its ablations, the critic loss."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import mpo_rs  # noqa: E402
-from mpo_rs import losses  # noqa: E402
+from mpo_rs.torch import losses  # noqa: E402
 
 F64 = torch.float64
 

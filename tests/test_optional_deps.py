@@ -45,6 +45,8 @@ def _child(hidden: tuple[str, ...], code: str) -> dict | None:
     [
         (("torch",), "import mpo_rs.losses", "mpo_rs.losses", "torch"),
         (("torch",), "import mpo_rs.learner", "mpo_rs.learner", "torch"),
+        (("torch",), "import mpo_rs.torch", "mpo_rs.torch", "torch"),
+        (("torch",), "import mpo_rs.torch.learner", "mpo_rs.torch", "torch"),
         (("ray",), "import mpo_rs.integrations.ray", "mpo_rs.integrations.ray", "ray"),
         (("pyarrow",), "import mpo_rs.integrations.ray", "mpo_rs.integrations.ray", "ray"),
         (("verl",), "import mpo_rs.integrations.verl", "mpo_rs.integrations.verl", "verl"),

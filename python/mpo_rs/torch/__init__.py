@@ -1,0 +1,41 @@
+"""The torch side of mpo_rs (the ``torch`` extra).
+
+* advantages from padded ``(B, L)`` tensors, the layout of trainers (verl, OpenRLHF, TRL,
+  slime, NeMo-RL): :func:`mae_advantages`, :func:`gae_advantages`,
+  :func:`group_advantages`, and :func:`whiten` (verl's ``masked_whiten``) -- from
+  :mod:`mpo_rs.torch.padded`;
+* :class:`RolloutBatch` (:mod:`mpo_rs.torch.batch`), the flat batch of the learner;
+* :mod:`mpo_rs.torch.losses`: the clipped policy loss with turn / token / sequence ratios
+  and the critic loss;
+* :mod:`mpo_rs.torch.learner`: a PPO-style training loop.
+
+Without torch, importing this package raises ``MissingDependencyError``. See docs/torch.md.
+"""
+
+from __future__ import annotations
+
+from .._deps import missing
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.torch", "torch", _e) from None
+
+from .batch import RolloutBatch
+from .learner import Learner, LearnerConfig
+from .losses import policy_loss, value_loss
+from .padded import OBSERVATION_REWARDS, PaddedBatch, gae_advantages, group_advantages, mae_advantages, whiten
+
+__all__ = [
+    "OBSERVATION_REWARDS",
+    "Learner",
+    "LearnerConfig",
+    "PaddedBatch",
+    "RolloutBatch",
+    "gae_advantages",
+    "group_advantages",
+    "mae_advantages",
+    "policy_loss",
+    "value_loss",
+    "whiten",
+]

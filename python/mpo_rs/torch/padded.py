@@ -1,0 +1,277 @@
+"""Advantages from padded ``(B, L)`` tensors, the layout trainers keep (needs torch).
+
+verl, OpenRLHF, TRL, slime and NeMo-RL hold a batch as ``(B, L)`` tensors, one trajectory
+per row: ``values``, ``token_level_rewards`` and a ``response_mask`` (action mask) that is
+1 on the tokens the policy generated and 0 on observation / tool tokens and padding. This
+module views such a batch as the flat ragged batch of :mod:`mpo_rs.estimators` (row j is
+tokens ``j*L:(j+1)*L``), runs the Rust estimator and returns ``(B, L)`` tensors.
+
+Inputs may live on any device; the estimators run on the host. CPU float32 contiguous
+inputs are read without a copy, and CPU float32 results are returned without one.
+Keyword options (``lam``, ``gamma``, ``beta``, ...) go unchanged to the numpy function
+of :mod:`mpo_rs.estimators`, which owns their names, defaults and checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._deps import missing
+
+try:
+    import torch
+    from torch import Tensor
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.torch", "torch", _e) from None
+
+from .. import estimators
+from .._native import InvalidBatchError
+
+__all__ = [
+    "OBSERVATION_REWARDS",
+    "PaddedBatch",
+    "gae_advantages",
+    "group_advantages",
+    "mae_advantages",
+    "whiten",
+]
+
+OBSERVATION_REWARDS = ("error", "drop", "credit")
+"""What to do with a nonzero reward on a token where the mask is 0: refuse it (the
+estimators' rule), drop it (verl's GAE never reads it), or credit it to the last policy
+token before it in its row (the action the observation answered)."""
+
+WHITEN_EPS = 1e-8
+"""Added to the variance before the square root, as verl's ``masked_whiten``."""
+
+
+@dataclass(frozen=True)
+class PaddedBatch:
+    """A padded ``(B, L)`` batch seen as the flat ragged batch the Rust core reads."""
+
+    shape: tuple[int, int]
+    device: torch.device
+    """Where results go."""
+    dtype: torch.dtype
+    """The dtype of results."""
+    policy: np.ndarray
+    """bool (B*L,): the policy tokens."""
+    offsets: np.ndarray
+    """int64 (B+1,): row j is tokens ``j*L:(j+1)*L``."""
+
+    @classmethod
+    def of(cls, response_mask: Tensor, like: Tensor | None = None) -> PaddedBatch:
+        """The batch of ``response_mask`` (``(B, L)``, bool or numbers, nonzero = policy
+        token); results take the device and floating dtype of ``like`` (float32 if it is
+        not floating), or the mask's device and float32 without it."""
+        _check_tensor(response_mask, "response_mask")
+        if response_mask.dim() != 2:
+            raise ValueError(
+                f"`response_mask` must be padded (batch, response_length), got shape {tuple(response_mask.shape)}"
+            )
+        reference = response_mask if like is None else like
+        dtype = reference.dtype if like is not None and like.dtype.is_floating_point else torch.float32
+        rows, cols = response_mask.shape
+        mask = response_mask.detach().cpu().reshape(-1)
+        if mask.dtype == torch.bool:
+            policy = mask.numpy()  # a view, read only
+        elif mask.dtype in (torch.bfloat16, torch.float16):  # no numpy view of these
+            policy = (mask != 0).numpy()
+        else:
+            policy = mask.numpy() != 0  # numpy: one pass, no torch dispatch
+        return cls((rows, cols), reference.device, dtype, policy, np.arange(rows + 1, dtype=np.int64) * cols)
+
+    @property
+    def mask_u8(self) -> np.ndarray:
+        return self.policy.view(np.uint8)
+
+    def flat(self, x: Tensor, name: str) -> np.ndarray:
+        """A float32 host view (a copy only if it must be) of a ``(B, L)`` tensor, flat."""
+        _check_tensor(x, name)
+        if tuple(x.shape) != self.shape:
+            raise ValueError(f"`{name}` has shape {tuple(x.shape)}, expected {self.shape} like `response_mask`")
+        out: np.ndarray = x.detach().to(device="cpu", dtype=torch.float32).contiguous().reshape(-1).numpy()
+        return out
+
+    def padded(self, flat: np.ndarray) -> Tensor:
+        """A flat per-token result as a ``(B, L)`` tensor on the batch's device and dtype."""
+        return torch.from_numpy(flat).reshape(self.shape).to(device=self.device, dtype=self.dtype)
+
+    def policy_rewards(self, token_level_rewards: Tensor, observation_rewards: str) -> np.ndarray:
+        """Flat rewards, with rewards on observation tokens handled as ``observation_rewards``
+        says (:data:`OBSERVATION_REWARDS`); ``"credit"`` drops a reward with no policy token
+        before it in its row."""
+        if observation_rewards not in OBSERVATION_REWARDS:
+            raise ValueError(
+                f"unknown observation_rewards={observation_rewards!r}; expected one of "
+                f"{', '.join(map(repr, OBSERVATION_REWARDS))}"
+            )
+        rewards = self.flat(token_level_rewards, "token_level_rewards")
+        if observation_rewards == "error":
+            return rewards  # the estimator names the first such token
+        observed = rewards != 0
+        observed &= ~self.policy
+        if not observed.any():  # the usual case: nothing to move, no copy
+            return rewards
+        kept = np.where(self.policy, rewards, np.float32(0.0))
+        if observation_rewards == "credit":
+            tokens = np.flatnonzero(observed)
+            positions = np.arange(self.policy.shape[0])
+            last_policy = np.maximum.accumulate(np.where(self.policy, positions, -1))[tokens]
+            row_start = tokens - tokens % self.shape[1]
+            same_row = last_policy >= row_start
+            np.add.at(kept, last_policy[same_row], rewards[tokens[same_row]])
+        return kept
+
+    def whitened(self, flat: np.ndarray) -> np.ndarray:
+        """:func:`whiten` of a flat per-token result over the policy tokens, on the host
+        (before the result goes to the device, so the numbers do not depend on it)."""
+        out: np.ndarray = whiten(torch.from_numpy(flat), torch.from_numpy(self.policy)).numpy()
+        return out
+
+    def row_scores(self, token_level_rewards: Tensor) -> np.ndarray:
+        """One score per row: the sum of all its token rewards (verl's GRPO / RLOO)."""
+        _check_tensor(token_level_rewards, "token_level_rewards")
+        if tuple(token_level_rewards.shape) != self.shape:
+            raise ValueError(
+                f"`token_level_rewards` has shape {tuple(token_level_rewards.shape)}, expected {self.shape} "
+                "like `response_mask`"
+            )
+        out: np.ndarray = token_level_rewards.detach().to(device="cpu", dtype=torch.float32).sum(dim=-1).numpy()
+        return out
+
+
+def _check_tensor(x: Any, name: str) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
+
+
+def _host_scores(scores: Any, rows: int) -> np.ndarray:
+    if isinstance(scores, Tensor):
+        scores = scores.detach().to(device="cpu", dtype=torch.float32).reshape(-1).numpy()
+    s = np.asarray(scores, dtype=np.float32)
+    if s.shape != (rows,):
+        raise ValueError(f"`scores` has shape {s.shape}, expected ({rows},): one per row")
+    return s
+
+
+def _reward_source(
+    batch: PaddedBatch, token_level_rewards: Tensor | None, scores: Any, observation_rewards: str
+) -> dict[str, Any]:
+    if (token_level_rewards is None) == (scores is None):
+        raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
+    if token_level_rewards is not None:
+        return {"rewards": batch.policy_rewards(token_level_rewards, observation_rewards)}
+    return {"scores": _host_scores(scores, batch.shape[0])}
+
+
+def mae_advantages(
+    values: Tensor,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None = None,
+    *,
+    scores: Any = None,
+    observation_rewards: str = "error",
+    whiten: bool = False,
+    **options: Any,
+) -> tuple[Tensor, Tensor]:
+    """Multiscale advantage estimation (MPO) over ``(B, L)`` rows; a turn is a run of
+    policy tokens in a row.
+
+    Exactly one of ``token_level_rewards`` (``(B, L)``) and ``scores`` (``(B,)``, placed on
+    each row's last policy token) is given. ``options`` go to
+    :func:`mpo_rs.estimators.mae_advantages` (``lam``, ``lam_intra``, ``beta``, ``gamma``,
+    ``lam_critic``, ...). ``observation_rewards`` says what happens to a reward on a token
+    where the mask is 0 (:data:`OBSERVATION_REWARDS`); ``whiten=True`` whitens the
+    advantages over the batch's policy tokens (:func:`whiten`, on the host). Returns
+    ``(advantages, returns)``, ``(B, L)`` tensors, 0 off the policy tokens, on the device and in the floating dtype of ``token_level_rewards``
+    (of ``values`` when ``scores`` are given).
+    """
+    batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
+    source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
+    result = estimators.mae_advantages(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
+    advantages = batch.whitened(result.advantages) if whiten else result.advantages
+    return batch.padded(advantages), batch.padded(result.returns)
+
+
+def gae_advantages(
+    values: Tensor,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None = None,
+    *,
+    scores: Any = None,
+    observation_rewards: str = "error",
+    whiten: bool = False,
+    **options: Any,
+) -> tuple[Tensor, Tensor]:
+    """Token GAE over the policy tokens of each row, observation tokens skipped (verl's
+    multi-turn convention). Arguments and results as
+    :func:`mae_advantages`; ``options`` go to :func:`mpo_rs.estimators.gae_advantages`
+    (``gamma``, ``lam``, ``lam_critic``, ...; verl's ``returns = advantages + values`` is
+    ``lam_critic=lam``)."""
+    batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
+    source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
+    result = estimators.gae_advantages(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
+    advantages = batch.whitened(result.advantages) if whiten else result.advantages
+    return batch.padded(advantages), batch.padded(result.returns)
+
+
+def group_advantages(
+    token_level_rewards: Tensor | None,
+    response_mask: Tensor,
+    group_ids: Any,
+    *,
+    scores: Any = None,
+    whiten: bool = False,
+    **options: Any,
+) -> Tensor:
+    """Critic-free group baselines (GRPO, Dr. GRPO, RLOO): one advantage per row, written
+    on its policy tokens (0 elsewhere).
+
+    A row's score is ``scores[j]`` or, with ``token_level_rewards``, the sum of the row's
+    token rewards (as verl's ``grpo`` / ``rloo``). ``group_ids`` (one per row: ints,
+    strings, objects) marks rollouts of one prompt. ``options`` go to
+    :func:`mpo_rs.estimators.group_advantages` (``norm_std``, ``eps``, ``leave_one_out``);
+    ``whiten`` as in :func:`mae_advantages`. Returns a ``(B, L)`` tensor on the device and in the floating dtype of
+    ``token_level_rewards`` (the mask's device and float32 with ``scores``).
+    """
+    batch = PaddedBatch.of(response_mask, like=token_level_rewards)
+    if (token_level_rewards is None) == (scores is None):
+        raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
+    if token_level_rewards is not None:
+        row_scores = batch.row_scores(token_level_rewards)
+    else:
+        row_scores = _host_scores(scores, batch.shape[0])
+    if group_ids is None:
+        raise InvalidBatchError("`group_ids` is missing: give one group id per row")
+    per_row = estimators.group_advantages(row_scores, group_ids, **options)
+    advantages = estimators.broadcast_to_tokens(per_row, batch.mask_u8, batch.offsets)
+    return batch.padded(batch.whitened(advantages) if whiten else advantages)
+
+
+def whiten(advantages: Tensor, mask: Tensor) -> Tensor:
+    """verl's ``masked_whiten`` over the policy tokens: ``(A - mean) / sqrt(var + 1e-8)``
+    with the masked mean and the unbiased masked variance; 0 off the policy tokens.
+
+    The statistics are taken in float64 over the policy tokens only; the result has the
+    dtype, shape and device of ``advantages``. Fewer than 2 policy tokens raise
+    ``InvalidBatchError`` (verl's formula divides by n - 1).
+    """
+    _check_tensor(advantages, "advantages")
+    _check_tensor(mask, "mask")
+    if mask.shape != advantages.shape:
+        raise ValueError(f"`mask` has shape {tuple(mask.shape)}, expected {tuple(advantages.shape)}")
+    policy = mask.to(device=advantages.device)
+    policy = policy if policy.dtype == torch.bool else policy != 0
+    selected = advantages[policy].double()
+    n = selected.shape[0]
+    if n < 2:
+        raise InvalidBatchError(f"whitening needs at least 2 LLM tokens (policy tokens, mask 1) in the batch, got {n}")
+    centred = selected - selected.mean()
+    var = torch.dot(centred, centred) / (n - 1)
+    out = torch.zeros_like(advantages)
+    out[policy] = (centred / torch.sqrt(var + WHITEN_EPS)).to(advantages.dtype)
+    return out

@@ -1,0 +1,260 @@
+"""mpo_rs.torch: advantages from padded (B, L) tensors, whitening, the compatibility modules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpo_rs  # noqa: E402
+import mpo_rs.torch as mt  # noqa: E402
+from mpo_rs import estimators  # noqa: E402
+from mpo_rs.torch import padded  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+
+
+def padded_batch(seed: int, rows: int = 6, cols: int = 20):
+    """(values, mask, token rewards, scores, group ids): agentic rows, turns of policy
+    tokens (1) between observations (0), right padding; rewards only on policy tokens."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((rows, cols), dtype=bool)
+    for b in range(rows):
+        pos, end = 1, int(rng.integers(cols // 2, cols + 1))
+        while pos < end:
+            turn = int(rng.integers(1, 5))
+            mask[b, pos : min(pos + turn, end)] = True
+            pos += turn + int(rng.integers(1, 4))
+    rewards = (rng.standard_normal((rows, cols)) * mask).astype(np.float32)
+    values = rng.standard_normal((rows, cols)).astype(np.float32)
+    scores = rng.integers(0, 2, rows).astype(np.float32)
+    groups = np.arange(rows) // 3
+    return torch.from_numpy(values), torch.from_numpy(mask), torch.from_numpy(rewards), scores, groups
+
+
+def flat(mask: torch.Tensor):
+    rows, cols = mask.shape
+    return mask.reshape(-1).numpy().astype(np.uint8), np.arange(rows + 1, dtype=np.int64) * cols
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_mae_and_gae_equal_the_numpy_estimators_on_the_flat_layout(seed):
+    values, mask, rewards, scores, _ = padded_batch(seed)
+    m, offsets = flat(mask)
+    options = {"lam": 0.7, "lam_intra": 0.9, "beta": 0.5, "gamma": 0.99, "lam_critic": 0.95}
+    adv, ret = mt.mae_advantages(values, mask, rewards, **options)
+    want = estimators.mae_advantages(values.reshape(-1).numpy(), m, offsets, rewards=rewards.reshape(-1), **options)
+    assert adv.shape == mask.shape and adv.dtype == torch.float32
+    np.testing.assert_array_equal(adv.reshape(-1).numpy(), want.advantages)
+    np.testing.assert_array_equal(ret.reshape(-1).numpy(), want.returns)
+    adv, ret = mt.mae_advantages(values, mask, scores=torch.from_numpy(scores))
+    want = estimators.mae_advantages(values.reshape(-1).numpy(), m, offsets, scores=scores)
+    np.testing.assert_array_equal(adv.reshape(-1).numpy(), want.advantages)
+    adv, ret = mt.gae_advantages(values, mask, rewards, gamma=0.99, lam=0.9)
+    want = estimators.gae_advantages(
+        values.reshape(-1).numpy(), m, offsets, rewards=rewards.reshape(-1), gamma=0.99, lam=0.9
+    )
+    np.testing.assert_array_equal(adv.reshape(-1).numpy(), want.advantages)
+    np.testing.assert_array_equal(ret.reshape(-1).numpy(), want.returns)
+
+
+def test_options_are_forwarded_unchanged_to_the_numpy_functions(monkeypatch):
+    values, mask, rewards, _, _ = padded_batch(2)
+    seen = {}
+    real = estimators.mae_advantages
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **{k: v for k, v in kwargs.items() if k != "some_future_option"})
+
+    monkeypatch.setattr(estimators, "mae_advantages", spy)
+    mt.mae_advantages(values, mask, rewards, lam=0.5, some_future_option="x")
+    assert seen["lam"] == 0.5 and seen["some_future_option"] == "x"
+    # A keyword nobody knows reaches the numpy function, which refuses it.
+    monkeypatch.setattr(estimators, "mae_advantages", real)
+    with pytest.raises(TypeError, match="lam_intr"):
+        mt.mae_advantages(values, mask, rewards, lam_intr=0.9)
+    # Ranges are the estimator's.
+    with pytest.raises(mpo_rs.InvalidBatchError, match="`lam` = 1.5 is out of range"):
+        mt.mae_advantages(values, mask, rewards, lam=1.5)
+
+
+def test_cpu_float32_inputs_and_results_are_not_copied(monkeypatch):
+    values, mask, rewards, _, _ = padded_batch(3)
+    seen = {}
+    real = estimators.mae_advantages
+
+    def spy(values_flat, mask_flat, offsets, **kwargs):
+        seen["values"], seen["rewards"], seen["mask"] = values_flat, kwargs["rewards"], mask_flat
+        result = real(values_flat, mask_flat, offsets, **kwargs)
+        seen["advantages"] = result.advantages
+        return result
+
+    monkeypatch.setattr(estimators, "mae_advantages", spy)
+    adv, _ = mt.mae_advantages(values, mask, rewards)
+    assert np.shares_memory(seen["values"], values.numpy())
+    assert np.shares_memory(seen["rewards"], rewards.numpy())
+    assert np.shares_memory(seen["mask"], mask.numpy())
+    assert adv.data_ptr() == seen["advantages"].ctypes.data  # the Rust result, as a tensor
+
+
+def test_results_take_the_rewards_dtype_and_other_inputs_are_converted():
+    values, mask, rewards, _, _ = padded_batch(4)
+    adv64, _ = mt.gae_advantages(values.double(), mask.long(), rewards.double())
+    adv32, _ = mt.gae_advantages(values, mask, rewards)
+    assert adv64.dtype == torch.float64
+    np.testing.assert_array_equal(adv64.float().numpy(), adv32.numpy())
+    adv_bf16_mask, _ = mt.gae_advantages(values, mask.to(torch.bfloat16), rewards)
+    torch.testing.assert_close(adv_bf16_mask, adv32, rtol=0, atol=0)
+
+
+def test_group_advantages_equal_the_numpy_estimator_per_row():
+    _, mask, rewards, scores, groups = padded_batch(5)
+    m, offsets = flat(mask)
+    out = mt.group_advantages(None, mask, groups, scores=scores, leave_one_out=True)
+    per_row = estimators.group_advantages(scores, groups, leave_one_out=True)
+    np.testing.assert_array_equal(out.reshape(-1).numpy(), estimators.broadcast_to_tokens(per_row, m, offsets))
+    # With token rewards a row's score is the sum of its rewards (verl's convention).
+    out = mt.group_advantages(rewards, mask, groups)
+    per_row = estimators.group_advantages(rewards.sum(dim=-1).numpy(), groups)
+    np.testing.assert_array_equal(out.reshape(-1).numpy(), estimators.broadcast_to_tokens(per_row, m, offsets))
+    with pytest.raises(mpo_rs.InvalidBatchError, match="exactly one"):
+        mt.group_advantages(rewards, mask, groups, scores=scores)
+
+
+def test_observation_rewards_are_refused_dropped_or_credited():
+    values, mask, rewards, _, _ = padded_batch(6)
+    row, col = (~mask).nonzero()[3].tolist()
+    assert mask[row, :col].any()
+    moved = rewards.clone()
+    moved[row, col] = 2.0
+    with pytest.raises(mpo_rs.InvalidBatchError, match="rewards must be 0 where mask is 0"):
+        mt.mae_advantages(values, mask, moved)
+    dropped, _ = mt.mae_advantages(values, mask, moved, observation_rewards="drop")
+    torch.testing.assert_close(dropped, mt.mae_advantages(values, mask, rewards)[0], rtol=0, atol=0)
+    credited_rewards = rewards.clone()
+    last = int(mask[row, :col].nonzero()[-1])
+    credited_rewards[row, last] += 2.0
+    credited, _ = mt.mae_advantages(values, mask, moved, observation_rewards="credit")
+    torch.testing.assert_close(credited, mt.mae_advantages(values, mask, credited_rewards)[0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="observation_rewards"):
+        mt.mae_advantages(values, mask, moved, observation_rewards="keep")
+
+
+def test_bad_inputs_name_the_argument():
+    values, mask, rewards, scores, _ = padded_batch(7)
+    with pytest.raises(ValueError, match="`values` has shape"):
+        mt.mae_advantages(values[:, :-1], mask, rewards)
+    with pytest.raises(TypeError, match="`response_mask` must be a torch.Tensor"):
+        mt.gae_advantages(values, mask.numpy(), rewards)
+    with pytest.raises(ValueError, match="`response_mask` must be padded"):
+        mt.gae_advantages(values, mask.reshape(-1), rewards)
+    with pytest.raises(ValueError, match=r"`scores` has shape \(5,\)"):
+        mt.mae_advantages(values, mask, scores=scores[:-1])
+    with pytest.raises(mpo_rs.InvalidBatchError, match="exactly one"):
+        mt.mae_advantages(values, mask)
+
+
+# --------------------------------------------------------------------------- whitening
+
+
+def whiten_formula(adv: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(A - mean) / sqrt(var + 1e-8) over the policy tokens, var unbiased; 0 elsewhere."""
+    a = adv[mask].astype(np.float64)
+    var = a.var(ddof=1)
+    out = np.zeros_like(adv)
+    out[mask] = ((a - a.mean()) / np.sqrt(var + 1e-8)).astype(adv.dtype)
+    return out
+
+
+def test_whiten_is_verls_masked_whiten_on_the_policy_tokens():
+    values, mask, rewards, _, _ = padded_batch(8)
+    adv, _ = mt.gae_advantages(values, mask, rewards)
+    got = mt.whiten(adv, mask)
+    np.testing.assert_allclose(got.numpy(), whiten_formula(adv.numpy(), mask.numpy()), rtol=1e-6, atol=1e-7)
+    assert not got[~mask].any()
+    verl_F = pytest.importorskip("verl.utils.torch_functional")
+    torch.testing.assert_close(got[mask], verl_F.masked_whiten(adv, mask.float())[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_whiten_keyword_whitens_on_the_host_like_whiten():
+    values, mask, rewards, _, _ = padded_batch(9)
+    adv, ret = mt.mae_advantages(values, mask, rewards)
+    white, white_ret = mt.mae_advantages(values, mask, rewards, whiten=True)
+    torch.testing.assert_close(white, mt.whiten(adv, mask), rtol=0, atol=0)
+    torch.testing.assert_close(white_ret, ret, rtol=0, atol=0)
+
+
+def test_whiten_needs_two_policy_tokens():
+    adv = torch.ones(2, 3)
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    mask[1, 1] = True
+    with pytest.raises(mpo_rs.InvalidBatchError, match="at least 2"):
+        mt.whiten(adv, mask)
+
+
+def test_the_learners_whitening_is_verls():
+    from mpo_rs.torch import Learner, LearnerConfig, RolloutBatch
+
+    rng = np.random.default_rng(10)
+    n_tokens = 40
+    mask = rng.random(n_tokens) < 0.6
+    mask[[0, 20]] = False  # trajectories start with a prompt token
+    batch = RolloutBatch(
+        token_ids=np.zeros(n_tokens, np.int64),
+        mask=mask,
+        offsets=np.array([0, 20, 40]),
+        scores=np.array([1.0, 0.0], np.float32),
+        values=rng.standard_normal(n_tokens).astype(np.float32),
+    )
+    policy = torch.nn.Linear(1, 1)
+    learner = Learner(policy, torch.optim.SGD(policy.parameters(), lr=0.1), LearnerConfig(normalize_advantages=True))
+    raw, _ = Learner(policy, torch.optim.SGD(policy.parameters()), LearnerConfig()).compute_advantages(
+        batch, batch.values
+    )
+    white, _ = learner.compute_advantages(batch, batch.values)
+    np.testing.assert_allclose(white, whiten_formula(raw, mask), rtol=1e-6, atol=1e-7)
+    try:
+        from verl.utils import torch_functional as verl_F
+    except ModuleNotFoundError:
+        return
+    want = verl_F.masked_whiten(torch.from_numpy(raw), torch.from_numpy(mask).float())
+    torch.testing.assert_close(torch.from_numpy(white)[mask], want[mask], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- devices, modules
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_cuda_tensors_give_results_on_their_device_equal_to_the_cpu_ones():
+    values, mask, rewards, scores, groups = padded_batch(11)
+    cpu = mt.mae_advantages(values, mask, rewards, whiten=True)
+    gpu = mt.mae_advantages(values.cuda(), mask.cuda(), rewards.cuda(), whiten=True)
+    for c, g in zip(cpu, gpu, strict=True):
+        assert g.device.type == "cuda"
+        torch.testing.assert_close(g.cpu(), c, rtol=0, atol=0)
+    out = mt.group_advantages(rewards.cuda(), mask.cuda(), groups)
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out.cpu(), mt.group_advantages(rewards, mask, groups), rtol=0, atol=0)
+    adv = cpu[0].cuda()
+    torch.testing.assert_close(mt.whiten(adv, mask.cuda()).cpu(), mt.whiten(cpu[0], mask), rtol=1e-6, atol=1e-7)
+
+
+def test_the_compatibility_modules_are_the_torch_modules():
+    import mpo_rs.learner
+    import mpo_rs.losses
+    import mpo_rs.torch.learner
+    import mpo_rs.torch.losses
+
+    for name in mpo_rs.torch.losses.__all__:
+        assert getattr(mpo_rs.losses, name) is getattr(mpo_rs.torch.losses, name), name
+    for name in mpo_rs.torch.learner.__all__:
+        assert getattr(mpo_rs.learner, name) is getattr(mpo_rs.torch.learner, name), name
+    assert mpo_rs.learner.RolloutBatch is mt.RolloutBatch is padded_module_batch()
+
+
+def padded_module_batch():
+    from mpo_rs.torch.batch import RolloutBatch
+
+    return RolloutBatch
