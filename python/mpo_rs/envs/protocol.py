@@ -111,6 +111,8 @@ def check_action(env_name: str, turn: int, action: object, action_tokens: int, v
         if action.dtype.kind not in "iu":
             raise ValueError(f"{where}: action token ids must be integers, got dtype {action.dtype}")
         tokens = action.tolist()
+    elif type(action) is list and all(type(token) is int for token in action):
+        tokens = action  # the common case, checked without a per-token call
     else:
         tokens = []
         for position, token in enumerate(action):  # type: ignore[attr-defined]
@@ -120,10 +122,10 @@ def check_action(env_name: str, turn: int, action: object, action_tokens: int, v
                 raise ValueError(f"{where}: action position {position} is not an integer token id: {token!r}") from None
     if len(tokens) != action_tokens:
         raise ValueError(f"{where}: action has {len(tokens)} tokens, expected exactly {action_tokens}")
-    for position, token in enumerate(tokens):
-        if not 0 <= token < vocab_size:
-            raise ValueError(f"{where}: token id {token} at position {position} is outside [0, {vocab_size})")
-    return tokens
+    if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):
+        position, token = next((p, t) for p, t in enumerate(tokens) if not 0 <= t < vocab_size)
+        raise ValueError(f"{where}: token id {token} at position {position} is outside [0, {vocab_size})")
+    return list(tokens)
 
 
 @dataclass

@@ -97,6 +97,11 @@ class VectorEnv:
             raise ValueError(f"VectorEnv.step: an action array must have shape ({n}, K), got {actions.shape}")  # type: ignore[union-attr]
         if len(actions) != n:
             raise ValueError(f"VectorEnv.step: {len(actions)} actions for {n} environments")
+        if lockstep:
+            # One conversion for the batch; each row is then checked as a plain list.
+            if actions.dtype.kind not in "iu":  # type: ignore[union-attr]
+                raise ValueError(f"VectorEnv.step: action token ids must be integers, got dtype {actions.dtype}")  # type: ignore[union-attr]
+            actions = actions.tolist()  # type: ignore[union-attr]
         # Check every action before stepping any env, so a bad batch changes nothing.
         checked: list[list[int] | None] = []
         for i, action in enumerate(actions):
