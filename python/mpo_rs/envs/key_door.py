@@ -84,7 +84,7 @@ class KeyDoor:
         stream = SeedStream(check_seed("KeyDoor", seed))
         self.target_key = stream.below(self.num_keys)
         noise_ids = self.vocab_size - self.first_noise
-        # observations[t] is shown before turn t; the last one (empty) comes with done.
+        # _observations[t] is shown before turn t; the last step returns an empty one.
         self._observations = [[START, self.key_token(self.target_key)]]
         for _ in range(self.max_turns - 2):
             length = stream.below(self.max_noise + 1)
