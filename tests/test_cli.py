@@ -191,15 +191,32 @@ def _slow_run_script(src: Path, dst: Path) -> str:
 
 
 def _signal_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int, sig: int) -> None:
-    """Sends `sig` to `proc` once a staged temporary in `directory` has `min_bytes`."""
+    """Sends `sig` to `proc` once a staged temporary in `directory` has `min_bytes`.
+
+    The run is paused (SIGSTOP) while the staged file is looked for, so on a loaded
+    machine it cannot commit between the look and the signal; `sig` is delivered when it
+    resumes."""
+
+    def staged() -> bool:
+        for p in directory.rglob("*"):
+            in_temp = ".mpo-rs-" in str(p.relative_to(directory))  # a temp file or inside a temp dir
+            try:
+                if in_temp and p.is_file() and p.stat().st_size >= min_bytes:
+                    return True
+            except FileNotFoundError:  # renamed or removed while we looked
+                pass
+        return False
+
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the run finished before it could be signalled"
-        for p in directory.rglob("*"):
-            staged = ".mpo-rs-" in str(p.relative_to(directory))  # a temp file or inside a temp dir
-            if staged and p.is_file() and p.stat().st_size >= min_bytes:
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            if staged():
                 proc.send_signal(sig)
                 return
+        finally:
+            proc.send_signal(signal.SIGCONT)
         time.sleep(0.002)
     proc.kill()
     raise AssertionError("no staged output appeared")
