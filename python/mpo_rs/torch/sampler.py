@@ -369,7 +369,7 @@ def sample(
     generator: torch.Generator | None = None,
     use_cache: bool | str = "auto",
 ) -> Rollouts:
-    """Plays ``group_size`` episodes of each task seed, all B = len(seeds) × group_size at
+    """Plays ``group_size`` episodes of each task seed, all B = len(seeds) * group_size at
     once, and returns them as a :class:`Rollouts` (``.batch``, ``.stats``).
 
     ``envs``: a factory called once per episode, or a list of B environments; episode b
