@@ -92,7 +92,7 @@ class TinyCausalLM(nn.Module):
         self.position = nn.Embedding(max_len, width)
         self.blocks = nn.ModuleList(_Block(width, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(width)
-        self.lm_head = nn.Linear(width, vocab_size)
+        self.lm_head: nn.Module = nn.Linear(width, vocab_size)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed
@@ -174,17 +174,17 @@ def tiny_hf_model(
     if attn_implementation is not None:
         extra["attn_implementation"] = attn_implementation
     if kind == "llama":
-        config = transformers.LlamaConfig(
+        llama_config = transformers.LlamaConfig(
             vocab_size=vocab_size, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=layers,
             num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_len,
             attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
             pad_token_id=None, **extra,
         )  # fmt: skip
-        return transformers.LlamaForCausalLM(config)
+        return transformers.LlamaForCausalLM(llama_config)
     if kind == "gpt2":
-        config = transformers.GPT2Config(
+        gpt2_config = transformers.GPT2Config(
             vocab_size=vocab_size, n_embd=width, n_layer=layers, n_head=heads, n_positions=max_len,
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, **extra,
         )  # fmt: skip
-        return transformers.GPT2LMHeadModel(config)
+        return transformers.GPT2LMHeadModel(gpt2_config)
     raise ValueError(f"tiny_hf_model: unknown kind={kind!r}; expected 'llama' or 'gpt2'")

@@ -476,7 +476,7 @@ def sample(
 
         taken = actions.cpu().numpy()
         observations: list[np.ndarray] = [np.zeros(0, np.int64)] * rows
-        for b in np.flatnonzero(running):
+        for b in np.flatnonzero(running).tolist():
             action = taken[b][taken[b] >= 0]
             response[b] += action.size
             if stop_token is not None and action.size and action[-1] == stop_token:
