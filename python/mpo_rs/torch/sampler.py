@@ -44,7 +44,7 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.sampler", "torch", _e) from None
 
-from ..learner import RolloutBatch
+from .batch import RolloutBatch
 
 __all__ = ["EpisodeStats", "Rollouts", "TokenEnv", "sample"]
 
