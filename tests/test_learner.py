@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import mae_advantages  # noqa: E402
+from mpo_rs import InvalidBatchError, mae_advantages  # noqa: E402
 from mpo_rs.torch import losses  # noqa: E402
 from mpo_rs.torch.learner import (  # noqa: E402
     Learner,
@@ -282,16 +282,55 @@ def test_bad_batches_and_configs_are_rejected():
         LearnerConfig(estimator="vapo")
     with pytest.raises(ValueError, match="ratio"):
         LearnerConfig(ratio="turns")
+    with pytest.raises(ValueError, match="advantage_scale"):
+        LearnerConfig(advantage_scale="group")
     policy = TinyCausalLM()
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="critic-free"):
-        Learner(policy, optimizer, LearnerConfig(estimator="grpo"), critic=TinyCausalLM(1),
-                critic_optimizer=optimizer)  # fmt: skip
     batch = RolloutBatch(**good, scores=np.ones(2))
     with pytest.raises(ValueError, match="needs a critic"):
         Learner(policy, optimizer, LearnerConfig(estimator="mae")).step(batch)
     with pytest.raises(ValueError, match="group_ids"):
         Learner(policy, optimizer, LearnerConfig(estimator="grpo")).step(batch)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "option", "message"),
+    [
+        ("mae", {"lam": 1.5}, r"`lam` = 1.5 is out of range"),
+        ("gae", {"lam": 1.5}, r"`lam` = 1.5 is out of range"),
+        ("mae", {"beta": -1.0}, r"`beta` = -1 is out of range"),
+        ("mae", {"lam_intra": 2.0}, r"`lam_intra` = 2 is out of range"),
+        ("gae", {"gamma": 0.0}, r"`gamma` = 0 is out of range"),
+        ("gae", {"gae_length_adaptive_alpha": -1.0}, r"`length_adaptive_alpha` = -1 is out of range"),
+        ("grpo", {"grpo_eps": 0.0}, r"`eps` = 0 is out of range"),
+        ("grpo", {"gamma": 2.0}, r"`gamma` = 2 is out of range"),
+    ],
+)
+def test_estimator_options_are_checked_at_construction(estimator, option, message):
+    """The Rust core's exception and message, raised by the config, not by the first step."""
+    with pytest.raises(InvalidBatchError, match=message):
+        LearnerConfig(estimator=estimator, **option)
+
+
+def test_other_settings_are_checked_at_construction():
+    for bad in ({"clip_low": 1.0}, {"dual_clip": 0.5}, {"value_clip": 0.0}, {"entropy_coef": float("nan")},
+                {"temperature": 0.0}, {"log_ratio_clamp": 0.0}):  # fmt: skip
+        with pytest.raises(ValueError):
+            LearnerConfig(**bad)
+
+
+def test_ratio_defaults_to_the_estimators_natural_one():
+    assert LearnerConfig(estimator="mae").policy_ratio == "turn"
+    assert LearnerConfig(estimator="gae").policy_ratio == "token"
+    assert LearnerConfig(estimator="grpo").policy_ratio == "token"
+    assert LearnerConfig(estimator="grpo", ratio="sequence").policy_ratio == "sequence"
+    assert LearnerConfig(estimator="gae", ratio="turn").policy_ratio == "turn"
+    assert LearnerConfig().ratio is None
+
+
+def test_normalize_advantages_is_the_old_spelling_of_whitening():
+    assert LearnerConfig(normalize_advantages=True).advantage_scale == "whiten"
+    assert LearnerConfig().advantage_scale == "none"
 
 
 # --------------------------------------------------------------------------- GPU

@@ -42,13 +42,24 @@ except ModuleNotFoundError as _e:
 
 from .. import estimators
 from .batch import RolloutBatch
-from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, policy_loss, value_loss
+from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, aggregate, check_clip_range, policy_loss, value_loss
 from .padded import whiten
 
-__all__ = ["ESTIMATORS", "Learner", "LearnerConfig", "RolloutBatch", "token_log_probs", "token_values"]
+__all__ = [
+    "ADVANTAGE_SCALES",
+    "ESTIMATORS",
+    "Learner",
+    "LearnerConfig",
+    "RolloutBatch",
+    "token_log_probs",
+    "token_values",
+]
 
 ESTIMATORS = ("mae", "gae", "grpo")
+ADVANTAGE_SCALES = ("none", "whiten")
 _DEFAULT_LAM = {"mae": 0.8, "gae": 0.95}
+# MPO updates with the turn ratio; PPO and GRPO mean token ratios unless asked.
+_NATURAL_RATIO = {"mae": "turn", "gae": "token", "grpo": "token"}
 
 
 @dataclass
@@ -64,13 +75,22 @@ class LearnerConfig:
     lam_critic: float = 1.0
     gae_length_adaptive_alpha: float | None = None
     grpo_norm_std: bool = True
+    """GRPO's own scale: divide by the group's std (Dr. GRPO: False)."""
     grpo_leave_one_out: bool = False
+    grpo_eps: float = 1e-6
+    """GRPO's ``std + eps`` denominator."""
+    advantage_scale: str = "none"
+    """``"none"`` or ``"whiten"``: whiten the advantages over the batch's policy tokens
+    after estimation, as verl does for GAE (:func:`mpo_rs.torch.whiten`: masked mean,
+    unbiased variance, ``rsqrt(var + 1e-8)``; needs 2 policy tokens or more). Applies to
+    every estimator; GRPO's per-group std is ``grpo_norm_std``, part of the estimator."""
     normalize_advantages: bool = False
-    """Whiten advantages over the batch's policy tokens after estimation, as verl does
-    (:func:`mpo_rs.torch.whiten`: unbiased variance; needs 2 policy tokens or more)."""
+    """Older spelling of ``advantage_scale="whiten"`` (kept working; True sets it)."""
 
-    # Policy loss (see mpo_rs.losses.policy_loss).
-    ratio: str = "turn"
+    # Policy loss (see mpo_rs.torch.losses.policy_loss).
+    ratio: str | None = None
+    """``"turn"`` | ``"token"`` | ``"sequence"`` (GSPO); None = the estimator's natural
+    ratio (:attr:`policy_ratio`): turn for mae, token for gae and grpo."""
     turn_ratio: str = "product"
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -78,6 +98,9 @@ class LearnerConfig:
     log_ratio_clamp: float = 20.0
     agg: str = "token-mean"
     value_clip: float | None = 0.5
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss is ``policy_loss - entropy_coef * entropy``, the entropy of
+    the policy (at ``temperature``) per policy token, aggregated with ``agg``."""
 
     # Optimisation.
     ppo_epochs: int = 1
@@ -99,24 +122,88 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         for name, value, allowed in (
             ("estimator", self.estimator, ESTIMATORS),
-            ("ratio", self.ratio, RATIO_MODES),
+            ("ratio", self.policy_ratio, RATIO_MODES),
             ("turn_ratio", self.turn_ratio, TURN_RATIOS),
             ("agg", self.agg, AGGREGATIONS),
+            ("advantage_scale", self.advantage_scale, ADVANTAGE_SCALES),
         ):
             if value not in allowed:
                 raise ValueError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
+        if self.normalize_advantages:
+            self.advantage_scale = "whiten"
         if self.ppo_epochs < 1 or self.minibatch_size < 1:
             raise ValueError("ppo_epochs and minibatch_size must be at least 1")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError("micro_batch_size must be at least 1 (or None)")
-        if self.temperature <= 0:
+        if not self.temperature > 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if not math.isfinite(self.entropy_coef):
+            raise ValueError(f"entropy_coef must be finite, got {self.entropy_coef}")
+        if self.value_clip is not None and not self.value_clip > 0:
+            raise ValueError(f"value_clip must be positive (or None), got {self.value_clip}")
+        if not self.log_ratio_clamp > 0:
+            raise ValueError(f"log_ratio_clamp must be positive, got {self.log_ratio_clamp}")
+        check_clip_range(self.clip_low, self.clip_high, self.dual_clip)
+        self._check_estimator_options()
+
+    def _check_estimator_options(self) -> None:
+        """Runs the chosen estimator once on a one-trajectory batch, so an option out of
+        range raises here, with the Rust core's exception and message, not at the first
+        step; the ranges are declared once, in the core."""
+        values = np.zeros(2, np.float32)
+        mask = np.array([False, True])
+        offsets = np.array([0, 2], np.int64)
+        scores = np.ones(1, np.float32)
+        if self.estimator == "mae":
+            self._mae(values, mask, offsets, {"scores": scores})
+        elif self.estimator == "gae":
+            self._gae(values, mask, offsets, {"scores": scores})
+        else:
+            self._group(scores, np.zeros(1, np.int64))
+            self._monte_carlo_returns(values, mask, offsets, {"scores": scores})  # a critic's targets
+
+    # The estimator calls, shared by the check above and the learner.
+
+    def _mae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict) -> Any:
+        return estimators.mae_advantages(
+            values, mask, offsets, **rewards,
+            lam=self.estimator_lam, lam_intra=self.lam_intra, beta=self.beta,
+            gamma=self.gamma, lam_critic=self.lam_critic,
+        )  # fmt: skip
+
+    def _gae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict) -> Any:
+        return estimators.gae_advantages(
+            values, mask, offsets, **rewards,
+            gamma=self.gamma, lam=self.estimator_lam, lam_critic=self.lam_critic,
+            length_adaptive_alpha=self.gae_length_adaptive_alpha,
+        )  # fmt: skip
+
+    def _group(self, scores: np.ndarray, group_ids: Any) -> np.ndarray:
+        return estimators.group_advantages(
+            scores, group_ids, norm_std=self.grpo_norm_std, eps=self.grpo_eps, leave_one_out=self.grpo_leave_one_out
+        )
+
+    def _monte_carlo_returns(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict) -> Any:
+        """Discounted Monte-Carlo returns (lambda_critic = 1) per token, whatever the values."""
+        gae = estimators.gae_advantages(values, mask, offsets, **rewards, gamma=self.gamma, lam=1.0, lam_critic=1.0)
+        return gae.returns
 
     @property
     def estimator_lam(self) -> float:
         if self.lam is not None:
             return self.lam
         return _DEFAULT_LAM.get(self.estimator, 1.0)
+
+    @property
+    def policy_ratio(self) -> str:
+        """The ratio the policy loss uses: ``ratio``, or the estimator's natural one."""
+        if self.ratio is not None:
+            return self.ratio
+        return _NATURAL_RATIO.get(self.estimator, "turn")
+
+    @property
+    def whitens(self) -> bool:
+        return self.advantage_scale == "whiten"
 
 
 # --------------------------------------------------------------------------- model I/O
@@ -235,8 +322,6 @@ class Learner:
         critic_optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         self.config = config or LearnerConfig()
-        if self.config.estimator == "grpo" and critic is not None:
-            raise ValueError("estimator='grpo' is critic-free; pass critic=None")
         if (critic is None) != (critic_optimizer is None):
             raise ValueError("pass `critic` and `critic_optimizer` together")
         self.policy = policy
@@ -305,41 +390,26 @@ class Learner:
     def compute_advantages(
         self, batch: RolloutBatch, values: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Per-token advantages and critic targets (None for grpo) from the Rust core."""
+        """Per-token advantages (scaled as ``advantage_scale`` says) and critic targets
+        from the Rust core. Targets are None only for grpo without values; grpo with
+        values (a critic) gets the Monte-Carlo returns, its advantages stay critic-free."""
         cfg = self.config
         rewards = {"rewards": batch.rewards} if batch.rewards is not None else {"scores": batch.scores}
         returns: np.ndarray | None
         if cfg.estimator == "grpo":
             if batch.group_ids is None:
                 raise ValueError("estimator='grpo' needs `group_ids` in the batch")
-            per_traj = estimators.group_advantages(
-                batch.trajectory_scores(),
-                batch.group_ids,
-                norm_std=cfg.grpo_norm_std,
-                leave_one_out=cfg.grpo_leave_one_out,
-            )
+            per_traj = cfg._group(batch.trajectory_scores(), batch.group_ids)
             advantages = estimators.broadcast_to_tokens(per_traj, batch.mask, batch.offsets)
-            returns = None
+            returns = None if values is None else cfg._monte_carlo_returns(values, batch.mask, batch.offsets, rewards)
         else:
             if values is None:
                 raise ValueError(
                     f"estimator={cfg.estimator!r} needs values: give the learner a critic or the batch `values`"
                 )
-            if cfg.estimator == "mae":
-                res = estimators.mae_advantages(
-                    values, batch.mask, batch.offsets, **rewards,
-                    lam=cfg.estimator_lam, lam_intra=cfg.lam_intra, beta=cfg.beta,
-                    gamma=cfg.gamma, lam_critic=cfg.lam_critic,
-                )  # fmt: skip
-                advantages, returns = res.advantages, res.returns
-            else:
-                gae = estimators.gae_advantages(
-                    values, batch.mask, batch.offsets, **rewards,
-                    gamma=cfg.gamma, lam=cfg.estimator_lam, lam_critic=cfg.lam_critic,
-                    length_adaptive_alpha=cfg.gae_length_adaptive_alpha,
-                )  # fmt: skip
-                advantages, returns = gae.advantages, gae.returns
-        if cfg.normalize_advantages and batch.mask.any():
+            estimate = (cfg._mae if cfg.estimator == "mae" else cfg._gae)(values, batch.mask, batch.offsets, rewards)
+            advantages, returns = estimate.advantages, estimate.returns
+        if cfg.whitens and batch.mask.any():
             advantages = whiten(torch.from_numpy(advantages), torch.from_numpy(batch.mask)).numpy()
         return advantages, returns
 
@@ -426,7 +496,7 @@ class Learner:
             log_prob = token_log_probs(self.policy, dev["token_ids"], dev["attention_mask"], cfg.temperature)
         loss, metrics = policy_loss(
             log_prob, dev["old_log_probs"], dev["advantages"], dev["mask"],
-            ratio=cfg.ratio, turn_ratio=cfg.turn_ratio, clip_low=cfg.clip_low,
+            ratio=cfg.policy_ratio, turn_ratio=cfg.turn_ratio, clip_low=cfg.clip_low,
             clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
             log_ratio_clamp=cfg.log_ratio_clamp,
         )  # fmt: skip
