@@ -25,8 +25,9 @@ the caller left them.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +52,17 @@ __all__ = [
     "Learner",
     "LearnerConfig",
     "RolloutBatch",
+    "explained_variance",
     "token_log_probs",
+    "token_log_probs_and_entropy",
     "token_values",
 ]
 
 ESTIMATORS = ("mae", "gae", "grpo")
 ADVANTAGE_SCALES = ("none", "whiten")
 _DEFAULT_LAM = {"mae": 0.8, "gae": 0.95}
+# Below this variance of the returns the explained variance is reported as NaN.
+_EV_MIN_RETURN_VAR = 1e-8
 # MPO updates with the turn ratio; PPO and GRPO mean token ratios unless asked.
 _NATURAL_RATIO = {"mae": "turn", "gae": "token", "grpo": "token"}
 
@@ -220,16 +225,46 @@ def _model_output(module: nn.Module, input_ids: Tensor, attention_mask: Tensor) 
     return out
 
 
-def token_log_probs(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0) -> Tensor:
-    """log pi(token q | tokens < q) for every position of ``(B, L)`` rows, 0 at q = 0; fp32."""
+def _scaled_logits(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float) -> Tensor:
+    """The fp32 logits at positions 0..L-2 (each scores the next token), over ``temperature``."""
     logits = _model_output(policy, input_ids, attention_mask)
     if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
         raise ValueError(f"policy logits have shape {tuple(logits.shape)}, expected (B, L, vocab)")
     logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
+    return logits
+
+
+def _chosen_log_probs(logits: Tensor, input_ids: Tensor, log_norm: Tensor) -> Tensor:
     chosen = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return nn.functional.pad(chosen - torch.logsumexp(logits, dim=-1), (1, 0))
+    return nn.functional.pad(chosen - log_norm, (1, 0))
+
+
+def token_log_probs(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0) -> Tensor:
+    """log pi(token q | tokens < q) for every position of ``(B, L)`` rows, 0 at q = 0; fp32."""
+    logits = _scaled_logits(policy, input_ids, attention_mask, temperature)
+    return _chosen_log_probs(logits, input_ids, torch.logsumexp(logits, dim=-1))
+
+
+def token_log_probs_and_entropy(
+    policy: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    temperature: float = 1.0,
+    *,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """``token_log_probs`` and the entropy of the distribution each token was drawn from,
+    H_q = -sum_v pi(v | tokens < q) log pi(v | tokens < q) at ``temperature`` (0 at q = 0);
+    ``entropy_grad=False`` computes the entropy without a graph (a metric only)."""
+    logits = _scaled_logits(policy, input_ids, attention_mask, temperature)
+    log_norm = torch.logsumexp(logits, dim=-1)
+    log_probs = _chosen_log_probs(logits, input_ids, log_norm)
+    with torch.enable_grad() if entropy_grad else torch.no_grad():
+        # H = logsumexp(z) - sum_v softmax(z)_v z_v: one (B, L, V) temporary.
+        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return log_probs, nn.functional.pad(entropy, (1, 0))
 
 
 def token_values(critic: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -307,6 +342,30 @@ class _Averages:
             weight = self.weights.get(key)
             out[key] = value if weight is None else (value / weight if weight else math.nan)
         return out
+
+
+class _Clock:
+    """Wall time per phase of a step. On CUDA the device is synchronised at both ends of a
+    measurement, so kernels are charged to the phase that launched them."""
+
+    PHASES = ("estimation", "forward", "backward", "optimizer")
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+
+    def now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    @contextmanager
+    def measure(self, phase: str) -> Iterator[None]:
+        start = self.now()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += self.now() - start
 
 
 class Learner:
@@ -440,12 +499,16 @@ class Learner:
 
     def step(self, batch: RolloutBatch) -> dict[str, float]:
         """One update from ``batch``; returns metrics named ``actor/*``, ``critic/*``,
-        ``batch/*``."""
+        ``advantages/*``, ``batch/*`` and ``timing/*``."""
         cfg = self.config
         if cfg.estimator != "grpo" and self.critic is None and batch.values is None:
             raise ValueError(f"estimator={cfg.estimator!r} needs a critic or the batch `values`")
-        values, old_log_probs = self._fill_in(batch)
-        advantages, returns = self.compute_advantages(batch, values)
+        clock = _Clock(self.device)
+        step_start = clock.now()
+        with clock.measure("forward"):
+            values, old_log_probs = self._fill_in(batch)
+        with clock.measure("estimation"):
+            advantages, returns = self.compute_advantages(batch, values)
 
         flat: dict[str, np.ndarray] = {
             "token_ids": batch.token_ids,
@@ -469,47 +532,66 @@ class Learner:
                     continue  # nothing to learn from; do not step optimizers on zero grads
                 policy_weights = self._micro_weights(parts, cfg.agg)
                 critic_weights = self._micro_weights(parts, "token-mean")  # critic: token-mean
-                self.policy_optimizer.zero_grad(set_to_none=True)
-                if train_critic:
-                    assert self.critic_optimizer is not None
-                    self.critic_optimizer.zero_grad(set_to_none=True)
+                with clock.measure("optimizer"):
+                    self.policy_optimizer.zero_grad(set_to_none=True)
+                    if train_critic:
+                        assert self.critic_optimizer is not None
+                        self.critic_optimizer.zero_grad(set_to_none=True)
                 for part, policy_weight, critic_weight in zip(parts, policy_weights, critic_weights):
                     if critic_weight == 0.0:  # no policy token in this micro-batch
                         continue
                     weights = (policy_weight, critic_weight if train_critic else None)
-                    self._accumulate(self._to_device(part), weights, averages)
-                norms = {"actor/grad_norm": self._clip_and_step(self.policy, self.policy_optimizer)}
-                if train_critic:
-                    assert self.critic is not None and self.critic_optimizer is not None
-                    norms["critic/grad_norm"] = self._clip_and_step(self.critic, self.critic_optimizer)
+                    self._accumulate(self._to_device(part), weights, averages, clock)
+                with clock.measure("optimizer"):
+                    norms = {"actor/grad_norm": self._clip_and_step(self.policy, self.policy_optimizer)}
+                    if train_critic:
+                        assert self.critic is not None and self.critic_optimizer is not None
+                        norms["critic/grad_norm"] = self._clip_and_step(self.critic, self.critic_optimizer)
                 averages.add("", norms, 1.0)
 
         metrics = averages.result()
         metrics.update(self._batch_metrics(batch, advantages, returns, values))
+        metrics.update({f"timing/{phase}_s": seconds for phase, seconds in clock.seconds.items()})
+        metrics["timing/step_s"] = clock.now() - step_start
         return metrics
 
-    def _accumulate(self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages) -> None:
+    def _accumulate(
+        self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages, clock: _Clock
+    ) -> None:
         """Forward and backward of one micro-batch, each loss scaled by its share."""
         cfg = self.config
         weight, critic_weight = weights
-        with self._autocast():
-            log_prob = token_log_probs(self.policy, dev["token_ids"], dev["attention_mask"], cfg.temperature)
-        loss, metrics = policy_loss(
-            log_prob, dev["old_log_probs"], dev["advantages"], dev["mask"],
-            ratio=cfg.policy_ratio, turn_ratio=cfg.turn_ratio, clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
-            log_ratio_clamp=cfg.log_ratio_clamp,
-        )  # fmt: skip
-        (loss * weight).backward()
+        with clock.measure("forward"):
+            with self._autocast():
+                log_prob, entropy = token_log_probs_and_entropy(
+                    self.policy, dev["token_ids"], dev["attention_mask"], cfg.temperature,
+                    entropy_grad=cfg.entropy_coef != 0.0,
+                )  # fmt: skip
+            pg_loss, metrics = policy_loss(
+                log_prob, dev["old_log_probs"], dev["advantages"], dev["mask"],
+                ratio=cfg.policy_ratio, turn_ratio=cfg.turn_ratio, clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
+                log_ratio_clamp=cfg.log_ratio_clamp,
+            )  # fmt: skip
+            mean_entropy = aggregate(entropy, dev["mask"], cfg.agg)
+            loss = pg_loss - cfg.entropy_coef * mean_entropy if cfg.entropy_coef != 0.0 else pg_loss
+        with clock.measure("backward"):
+            (loss * weight).backward()
         metrics = {k: v for k, v in metrics.items() if not k.startswith("num_")}
         metrics["loss"] = loss.detach()
+        metrics["pg_loss"] = pg_loss.detach()
+        metrics["entropy"] = mean_entropy.detach()
         averages.add("actor/", metrics, weight)
         if critic_weight is not None:
             assert self.critic is not None
-            with self._autocast():
-                v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
-            vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
-            (vloss * critic_weight).backward()
+            with clock.measure("forward"):
+                with self._autocast():
+                    v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
+                vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
+            with clock.measure("backward"):
+                (vloss * critic_weight).backward()
+            # The step reports the explained variance of the whole batch (_batch_metrics).
+            vmetrics.pop("explained_variance", None)
             vmetrics["loss"] = vloss.detach()
             averages.add("critic/", vmetrics, critic_weight)
 
@@ -521,17 +603,38 @@ class Learner:
         values: np.ndarray | None,
     ) -> dict[str, float]:
         on_policy = batch.mask
-        adv = advantages[on_policy]
+        adv = advantages[on_policy].astype(np.float64)
+        nan = math.nan
+        adv_mean = float(adv.mean()) if adv.size else nan
+        adv_std = float(adv.std()) if adv.size else nan
         out = {
-            "batch/score_mean": float(batch.trajectory_scores().mean()) if batch.n_trajectories else math.nan,
+            "batch/score_mean": float(batch.trajectory_scores().mean()) if batch.n_trajectories else nan,
             "batch/num_trajectories": float(batch.n_trajectories),
             "batch/num_policy_tokens": float(on_policy.sum()),
             "batch/num_turns": float(estimators.segment_turns(batch.mask, batch.offsets).n_turns),
-            "batch/advantage_mean": float(adv.mean()) if adv.size else math.nan,
-            "batch/advantage_std": float(adv.std()) if adv.size else math.nan,
+            "batch/advantage_mean": adv_mean,
+            "batch/advantage_std": adv_std,
+            "advantages/mean": adv_mean,
+            "advantages/std": adv_std,
+            "advantages/abs_max": float(np.abs(adv).max()) if adv.size else nan,
         }
         if returns is not None:
-            out["batch/return_mean"] = float(returns[on_policy].mean()) if adv.size else math.nan
+            out["batch/return_mean"] = float(returns[on_policy].mean()) if adv.size else nan
         if values is not None:
-            out["batch/value_mean"] = float(values[on_policy].mean()) if adv.size else math.nan
+            out["batch/value_mean"] = float(values[on_policy].mean()) if adv.size else nan
+        if self.critic is not None and returns is not None and values is not None:
+            out["critic/explained_variance"] = explained_variance(values[on_policy], returns[on_policy])
         return out
+
+
+def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
+    """1 - Var(G - V) / Var(G) over the given tokens (float64). NaN when the returns have
+    (near) zero variance -- e.g. every trajectory of the batch got the same score -- where
+    the ratio says nothing about the critic (clamping Var(G) would read about -1e7)."""
+    g = returns.astype(np.float64)
+    if g.size == 0:
+        return math.nan
+    return_var = float(g.var())
+    if not return_var > _EV_MIN_RETURN_VAR:
+        return math.nan
+    return 1.0 - float((g - values.astype(np.float64)).var()) / return_var
