@@ -6,12 +6,14 @@ One :meth:`Learner.step` takes a rollout batch of N trajectories, flat token by 
 1. fills in what the rollout did not record: critic values and old log-probs, from a
    no-grad pass of the current critic and policy;
 2. computes advantages and critic targets with the Rust core on the host (``mae``,
-   ``gae`` or ``grpo``, see :class:`LearnerConfig`);
+   ``gae`` or ``grpo``, see :class:`LearnerConfig`), scaled as ``advantage_scale`` says;
 3. runs ``ppo_epochs`` passes over shuffled minibatches of trajectories: each minibatch
    is right-padded to ``(B, L)``, copied to the device (pinned memory, non-blocking),
    scored by the policy (and critic), and gives one optimizer step per model, with
    gradient accumulation over micro-batches and gradient-norm clipping;
-4. returns float metrics (one host synchronisation, at the end).
+4. returns float metrics (one host synchronisation, at the end, besides the timing's on
+   CUDA): ``actor/*`` (with ``entropy``), ``critic/*``, ``advantages/*``, ``batch/*``,
+   ``timing/*``; see docs/torch.md.
 
 Conventions. ``old_log_probs[q]`` is log pi(token q | tokens < q) and ``values[q]`` is
 V(tokens < q), so the model output at position q-1 scores token q; the first token of a
@@ -169,14 +171,14 @@ class LearnerConfig:
 
     # The estimator calls, shared by the check above and the learner.
 
-    def _mae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict) -> Any:
+    def _mae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]) -> Any:
         return estimators.mae_advantages(
             values, mask, offsets, **rewards,
             lam=self.estimator_lam, lam_intra=self.lam_intra, beta=self.beta,
             gamma=self.gamma, lam_critic=self.lam_critic,
         )  # fmt: skip
 
-    def _gae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict) -> Any:
+    def _gae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]) -> Any:
         return estimators.gae_advantages(
             values, mask, offsets, **rewards,
             gamma=self.gamma, lam=self.estimator_lam, lam_critic=self.lam_critic,
@@ -188,7 +190,9 @@ class LearnerConfig:
             scores, group_ids, norm_std=self.grpo_norm_std, eps=self.grpo_eps, leave_one_out=self.grpo_leave_one_out
         )
 
-    def _monte_carlo_returns(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict) -> Any:
+    def _monte_carlo_returns(
+        self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]
+    ) -> Any:
         """Discounted Monte-Carlo returns (lambda_critic = 1) per token, whatever the values."""
         gae = estimators.gae_advantages(values, mask, offsets, **rewards, gamma=self.gamma, lam=1.0, lam_critic=1.0)
         return gae.returns
