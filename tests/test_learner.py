@@ -507,7 +507,10 @@ def test_ratio_defaults_to_the_estimators_natural_one():
 
 def test_normalize_advantages_is_the_old_spelling_of_whitening():
     assert LearnerConfig(normalize_advantages=True).advantage_scale == "whiten"
-    assert LearnerConfig().advantage_scale == "none"
+    assert LearnerConfig().advantage_scale == "none" and not LearnerConfig().whitens
+    late = LearnerConfig()
+    late.normalize_advantages = True  # set after construction, as older callers may
+    assert late.whitens
 
 
 # --------------------------------------------------------------------------- GPU

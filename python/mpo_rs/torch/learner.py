@@ -212,7 +212,8 @@ class LearnerConfig:
 
     @property
     def whitens(self) -> bool:
-        return self.advantage_scale == "whiten"
+        # normalize_advantages may also be set on a config after construction.
+        return self.advantage_scale == "whiten" or self.normalize_advantages
 
 
 # --------------------------------------------------------------------------- model I/O
