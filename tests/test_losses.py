@@ -425,6 +425,10 @@ def test_value_loss_formula():
     assert losses.value_loss(exact, old, returns, mask)[0] > 0
     perfect, m = losses.value_loss(exact, returns, returns, mask)
     assert perfect == 0 and m["explained_variance"] == 1.0 and m["clip_frac"] == 0
+    # Returns that do not vary leave the explained variance undefined: NaN, not -1e7.
+    flat = torch.ones_like(returns)
+    _, m = losses.value_loss(values.detach(), old, flat, mask)
+    assert torch.isnan(m["explained_variance"])
 
 
 def test_value_loss_flat_and_seq_aggregation():

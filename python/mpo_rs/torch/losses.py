@@ -552,7 +552,8 @@ def value_loss(
 
     Shapes and ``offsets`` as in :func:`policy_loss`. Metrics (detached 0-dim tensors):
     ``clip_frac`` (tokens where the clipped branch is the larger), ``value_mean``,
-    ``return_mean``, ``explained_variance`` (1 - Var(G - V) / Var(G), token-weighted).
+    ``return_mean``, ``explained_variance`` (1 - Var(G - V) / Var(G), token-weighted; NaN when
+    Var(G) <= 1e-8).
     """
     if not isinstance(values, Tensor):
         raise TypeError(f"`values` must be a torch.Tensor (it carries the gradient), got {type(values).__name__}")
@@ -592,6 +593,9 @@ def value_loss(
             "clip_frac": _masked_mean((clipped_wins & m).to(dtype), mask_f),
             "value_mean": _masked_mean(vd, mask_f),
             "return_mean": return_mean,
-            "explained_variance": 1.0 - residual_var / return_var.clamp_min(1e-8),
+            # Undefined when the returns do not vary: NaN, never 1 - r / 1e-8 (about -1e7).
+            "explained_variance": torch.where(
+                return_var > 1e-8, 1.0 - residual_var / return_var.clamp_min(1e-8), torch.nan
+            ),
         }
     return loss, metrics
