@@ -6,7 +6,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: demo test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build clean
+.PHONY: demo test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build clean \
+	format lint lint-rust lint-python
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +18,7 @@ $(PY):
 # only the modules its core_algos and ray_trainer import, listed on the line before.
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q "maturin>=1.8,<2" numpy pyarrow polars scipy matplotlib \
-		"pytest>=8" "hypothesis>=6.100" "mypy>=1.10" torch
+		"pytest>=8" "hypothesis>=6.100" "mypy>=1.10" "ruff~=0.17.0" torch
 	$(PIP) install -q "ray[data]" tensordict omegaconf transformers codetiming orjson \
 		torchdata datasets peft cachetools uvicorn fastapi
 	$(PIP) install -q --no-deps verl==0.9.1
@@ -51,6 +52,30 @@ test-fuzz:
 	$(FUZZ_CARGO) test $(FUZZ_FLAGS)
 
 test: test-rust test-fuzz test-python stubtest
+
+# Formatting: rustfmt (rustfmt.toml; rust/fuzz is outside the workspace, so it is named)
+# and ruff (pyproject.toml), then ruff's safe fixes.
+format: $(STAMP)
+	cargo fmt --all
+	cargo fmt --manifest-path rust/fuzz/Cargo.toml
+	$(PY) -m ruff format
+	$(PY) -m ruff check --fix
+
+# What CI checks before the tests: formatting, clippy with warnings denied (the lints are
+# in Cargo.toml), ruff, mypy --strict and the extension's stubs against the extension.
+lint: lint-rust lint-python stubtest
+
+lint-rust:
+	cargo fmt --all --check
+	cargo fmt --manifest-path rust/fuzz/Cargo.toml --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(FUZZ_CARGO) clippy $(FUZZ_FLAGS) --all-targets -- -D warnings
+
+# mypy's files and options are [tool.mypy] in pyproject.toml.
+lint-python: $(STAMP)
+	$(PY) -m ruff check
+	$(PY) -m ruff format --check
+	$(PY) -m mypy
 
 # The daily fuzz run: >= 10^6 estimator inputs and >= 10^4 corrupt Parquet files (a new
 # seed each day, printed so a failure can be replayed with FUZZ_SEED=...), then the

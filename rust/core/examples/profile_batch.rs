@@ -38,14 +38,20 @@ fn main() {
         std::hint::black_box((values.clone(), rewards.clone()));
     });
     time("segment", &|| {
-        std::hint::black_box(segment_turns(&mask, &offsets).unwrap());
+        std::hint::black_box(segment_turns(&mask, &offsets).expect("the synthetic batch is valid"));
     });
     time("gae", &|| {
         let p = GaeParams::default();
-        std::hint::black_box(gae_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap());
+        std::hint::black_box(
+            gae_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p)
+                .expect("the synthetic batch is valid"),
+        );
     });
     time("mae", &|| {
         let p = MaeParams::default();
-        std::hint::black_box(mae_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap());
+        std::hint::black_box(
+            mae_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p)
+                .expect("the synthetic batch is valid"),
+        );
     });
 }

@@ -1,4 +1,4 @@
-//! Does the critic's value structure live on the turn scale? (spec §6)
+//! Does the critic's value structure live on the turn scale? (docs/diagnostics.md)
 //!
 //! Per trajectory, the token-weighted variance of the values over its policy tokens splits
 //! exactly into a between-turn part (turn means around the trajectory mean, weighted by

@@ -1,4 +1,4 @@
-//! Token-level GAE over policy tokens with verl's multi-turn convention (spec §2.2):
+//! Token-level GAE over policy tokens with verl's multi-turn convention (docs/estimators.md):
 //! observation tokens are skipped, so a policy token bootstraps from the next *policy*
 //! token's value, across observations.
 

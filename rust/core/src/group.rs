@@ -1,5 +1,6 @@
-//! Critic-free group baselines (spec §2.3): GRPO, Dr. GRPO and RLOO over trajectories
-//! that share a prompt, and broadcasting per-trajectory values to their policy tokens.
+//! Critic-free group baselines: GRPO, Dr. GRPO and RLOO over trajectories that share a
+//! prompt (docs/estimators.md, "Group baselines"), and broadcasting per-trajectory values to
+//! their policy tokens.
 
 use rayon::prelude::*;
 

@@ -99,7 +99,7 @@ pub(crate) fn split_by<'b, T, O: Copy + TryInto<usize>>(mut buf: &'b mut [T], of
     parts
 }
 
-/// Where the reward signal comes from (exactly one of the two, spec §1).
+/// Where the reward signal comes from (exactly one of the two).
 #[derive(Debug, Clone, Copy)]
 pub enum Rewards<'a> {
     /// Token-level rewards, one per token; only policy tokens may be nonzero.

@@ -1,5 +1,5 @@
 //! mpo-core: turn segmentation and advantage estimators for multi-turn LLM-agent
-//! trajectories (MPO, spec `mpo-spec.md`), over ragged batches (flat token arrays plus
+//! trajectories (MPO; the formulas are in docs/estimators.md), over ragged batches (flat token arrays plus
 //! trajectory offsets).
 //!
 //! Every estimator runs in parallel over trajectories on the *current* rayon pool (call it

@@ -1,5 +1,6 @@
-//! Multiscale advantage estimation (spec §2.1): a GAE over turns, refined inside each
-//! turn by a centred token-level GAE, plus the critic's value targets.
+//! Multiscale advantage estimation: a GAE over turns, refined inside each turn by a
+//! centred token-level GAE, plus the critic's value targets (the formulas are in
+//! docs/estimators.md, "MAE").
 
 use std::mem::MaybeUninit;
 

@@ -1,5 +1,5 @@
 //! Turn segmentation: a turn is a maximal run of policy tokens (mask = 1) inside one
-//! trajectory (spec §1).
+//! trajectory.
 
 use std::mem::MaybeUninit;
 

@@ -1,4 +1,8 @@
-//! Results are bitwise identical whatever the number of threads (spec §4).
+//! Results are bitwise identical whatever the number of threads: each trajectory is computed
+//! by one thread in a fixed order (docs/estimators.md, "Threads, fork, the GIL").
+
+// Helpers outside #[test] functions may unwrap too: a failed set-up fails the test.
+#![allow(clippy::unwrap_used)]
 
 use mpo_core::{gae_advantages, mae_advantages, segment_turns, GaeParams, MaeParams, Rewards};
 
@@ -12,8 +16,8 @@ fn batch(n_traj: usize) -> (Vec<f32>, Vec<u8>, Vec<i64>, Vec<f32>) {
     let (mut mask, mut offsets) = (Vec::new(), vec![0i64]);
     for _ in 0..n_traj {
         for _ in 0..1 + next(6) {
-            mask.extend(std::iter::repeat(0u8).take(next(20) as usize));
-            mask.extend(std::iter::repeat(1u8).take(1 + next(30) as usize));
+            mask.extend(std::iter::repeat_n(0u8, next(20) as usize));
+            mask.extend(std::iter::repeat_n(1u8, 1 + next(30) as usize));
         }
         offsets.push(mask.len() as i64);
     }

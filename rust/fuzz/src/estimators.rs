@@ -1,6 +1,6 @@
 //! The estimator fuzz target: bytes → a structured call of one mpo-core entry point
 //! (segment_turns, mae_advantages, gae_advantages, group_advantages, broadcast_to_tokens)
-//! → the result checked against the spec.
+//! → the result checked against the formulas and input rules (docs/estimators.md).
 //!
 //! Inputs are mostly well formed, with adversarial parts mixed in: NaN/±inf/huge/subnormal
 //! numbers, mask bytes other than 0/1, broken offsets, wrong lengths, rewards on
@@ -219,8 +219,11 @@ impl Case {
                 let k = u.int_in_range(1..=n_off - 2)?;
                 self.offsets[k] = self.offsets[k + 1] + u.int_in_range(1i64..=3)?;
             }
-            3 => *self.offsets.last_mut().unwrap() += u.int_in_range(1i64..=3)?,
-            4 => *self.offsets.last_mut().unwrap() -= 1,
+            3 => {
+                *self.offsets.last_mut().expect("break_layout makes one defect; the offsets start as [0]") +=
+                    u.int_in_range(1i64..=3)?
+            }
+            4 => *self.offsets.last_mut().expect("break_layout makes one defect; the offsets start as [0]") -= 1,
             5 => {
                 let k = u.choose_index(n_off)?;
                 self.offsets[k] = *u.choose(&[i64::MAX, i64::MIN, -1, 1 << 40])?;
@@ -315,7 +318,7 @@ fn is_clean(x: f32) -> bool {
     x.is_finite() && x.abs() <= CLEAN
 }
 
-/// The independent validator: the spec's rules (§1, §2), written out.
+/// The independent validator: the input rules of the estimators, written out.
 fn judge(c: &Case) -> Verdict {
     let mut v = Verdict::default();
     let p = &mut v.problems;
@@ -366,7 +369,7 @@ fn judge(c: &Case) -> Verdict {
     // The layout: offsets start at 0, never decrease, end at the number of tokens.
     let o = &c.offsets;
     let n_tok = c.mask.len() as i64;
-    if o.is_empty() || o[0] != 0 || o.windows(2).any(|w| w[1] < w[0]) || *o.last().unwrap() != n_tok {
+    if o.is_empty() || o[0] != 0 || o.windows(2).any(|w| w[1] < w[0]) || o.last() != Some(&n_tok) {
         p.push(Problem::Offsets);
         return v;
     }
@@ -401,14 +404,11 @@ fn judge(c: &Case) -> Verdict {
         }
         Kind::Mae | Kind::Gae => {
             for q in 0..c.mask.len() {
-                match (c.mask[q], &c.scores) {
-                    (1, _) => {
-                        if !c.values[q].is_finite() {
-                            p.push(Problem::NonFiniteToken("values"));
-                        }
-                        v.either |= !is_clean(c.values[q]);
+                if c.mask[q] == 1 {
+                    if !c.values[q].is_finite() {
+                        p.push(Problem::NonFiniteToken("values"));
                     }
-                    _ => {}
+                    v.either |= !is_clean(c.values[q]);
                 }
                 if c.scores.is_none() {
                     let r = c.rewards[q];

@@ -1,8 +1,8 @@
-//! Slow, independent reference estimators, written from the formulas of the spec (§1-§2)
+//! Slow, independent reference estimators, written from the formulas (docs/estimators.md)
 //! as explicit sums (a Rust port of tests/reference.py): they share nothing with mpo-core
-//! but the spec. Everything in f64; quadratic in a turn's length, so for small inputs.
+//! but the formulas. Everything in f64; quadratic in a turn's length, so for small inputs.
 
-/// Turns as in the spec: maximal runs of policy tokens inside one trajectory.
+/// Turns: maximal runs of policy tokens inside one trajectory.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RefTurns {
     pub starts: Vec<i64>,
@@ -50,13 +50,14 @@ pub fn token_rewards(mask: &[u8], offsets: &[i64], rewards: Option<&[f32]>, scor
     out
 }
 
+#[derive(Debug)]
 pub struct MaeRef {
     pub advantages: Vec<f64>,
     pub returns: Vec<f64>,
     pub turn_advantages: Vec<f64>,
 }
 
-/// MAE (spec §2.1), every quantity by its defining sum.
+/// MAE, every quantity by its defining sum.
 #[allow(clippy::too_many_arguments)]
 pub fn mae(
     values: &[f32],
@@ -125,7 +126,8 @@ pub fn mae(
     MaeRef { advantages: adv, returns: ret, turn_advantages: turn_adv }
 }
 
-/// Token GAE over policy tokens (spec §2.2): A_q = Σ_k (γλ)^k δ_{q+k}.
+/// Token GAE over policy tokens: A_q = Σ_k (γλ)^k δ_{q+k}.
+#[allow(clippy::too_many_arguments, reason = "the estimator's parameters, one argument each")]
 pub fn gae(
     values: &[f32],
     mask: &[u8],
@@ -157,7 +159,7 @@ pub fn gae(
     (adv, ret)
 }
 
-/// GRPO / Dr. GRPO / RLOO (spec §2.3): each group's members listed, then the formula.
+/// GRPO / Dr. GRPO / RLOO: each group's members listed, then the formula.
 pub fn group(scores: &[f32], group_index: &[i64], norm_std: bool, eps: f64, leave_one_out: bool) -> Vec<f64> {
     let mut out = vec![0.0; scores.len()];
     let mut ids: Vec<i64> = group_index.to_vec();

@@ -1,4 +1,4 @@
-//! Computing the output columns of a batch (spec §5) with mpo-core:
+//! Computing the output columns of a batch with mpo-core (docs/parquet.md, "Columns"):
 //!
 //! - `advantages` list<float32>: one per token, 0 on observation tokens;
 //! - `returns` list<float32>: the critic's value targets (group estimators have no critic:
@@ -8,7 +8,7 @@
 //!   batches, row groups or files;
 //! - `turn_advantages` list<float32>: one per turn of the row. For MAE it is A_t^turn; for
 //!   the other estimators it is the mean token advantage of the turn, which is what A_t^turn
-//!   equals for MAE too (turn-mean preservation, spec §4).
+//!   equals for MAE too (the intra-turn refinement is centred, so it keeps the turn mean).
 //!
 //! The lists take the mask column's width (list or large_list) and its offsets.
 
@@ -20,12 +20,11 @@ use arrow::datatypes::{DataType, Field, Float32Type, Int32Type, Schema, SchemaRe
 use mpo_core::{MpoError, Rewards};
 use rayon::prelude::*;
 
-use crate::columns::{
-    read_row_scores, Columns, ListKind, ListOffsets, RewardColumn, RewardData, Rollouts, OUTPUT_COLUMNS,
-};
+use crate::decode::{read_row_scores, ListOffsets, RewardData, Rollouts};
 use crate::error::DataError;
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
+use crate::schema::{Columns, ListKind, RewardColumn, OUTPUT_COLUMNS};
 
 /// Counts of what one batch held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -189,7 +188,7 @@ fn from_core(e: MpoError, columns: &Columns) -> DataError {
     }
 }
 
-/// Rewards must be 0 off-policy (spec §1); the critic estimators check this in the core,
+/// Rewards must be 0 on observation tokens; the critic estimators check this in the core,
 /// the group estimators only sum rewards, so they check here.
 fn check_observation_rewards(rewards: &[f32], mask: &[u8], offsets: &[i64], column: &str) -> Result<(), DataError> {
     for (row, w) in offsets.windows(2).enumerate() {
@@ -271,8 +270,8 @@ fn list_of<T: ArrowPrimitiveType>(offsets: &ListOffsets, values: Vec<T::Native>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::columns::ColumnSpec;
     use crate::estimator::EstimatorOptions;
+    use crate::schema::ColumnSpec;
     use arrow::array::{AsArray, BooleanBuilder, Int64Array, ListBuilder};
 
     fn bool_list(rows: &[Vec<u8>]) -> ArrayRef {

@@ -1,20 +1,408 @@
-//! Decoding a row group with its columns decoded in parallel.
+//! Decoding: a Parquet row group into a `RecordBatch`, and a batch's token columns into the
+//! flat slices mpo-core works on.
 //!
-//! `ParquetRecordBatchReader` decodes the columns of a batch one after another; a
-//! rollout log's cost sits in a handful of long list columns, so one reader per top-level
-//! column, advanced together on the rayon pool, decodes a batch in about the time of its
-//! largest column. The readers share the footer and read their own column chunks.
+//! One row is one trajectory; its token columns are lists. The mask column's list offsets
+//! are the trajectory offsets, rebased to start at 0 (a sliced batch's offsets do not).
+//! Float32 tokens and uint8 masks are borrowed from the Arrow buffers; other numeric types
+//! are converted, and bit-packed boolean masks are unpacked to one byte per token.
+//!
+//! A row group is decoded with its columns in parallel: `ParquetRecordBatchReader` decodes
+//! the columns of a batch one after another, but a rollout log's cost sits in a handful of
+//! long list columns, so one reader per top-level column, advanced together on the rayon
+//! pool, decodes a batch in about the time of its largest column. The readers share the
+//! footer and read their own column chunks.
 
+use std::borrow::Cow;
 use std::fs::File;
 
-use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::SchemaRef;
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, RecordBatch};
+use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{self as dt, SchemaRef};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use rayon::prelude::*;
 
+use crate::error::DataError;
+use crate::schema::{check_number, column, Columns, RewardColumn};
+
+/// List offsets for the output columns, rebased to start at 0, in the input's width.
+#[derive(Debug, Clone)]
+pub enum ListOffsets {
+    Small(OffsetBuffer<i32>),
+    Large(OffsetBuffer<i64>),
+}
+
+/// A batch's token columns as flat slices, ready for mpo-core.
+#[derive(Debug)]
+pub struct Rollouts<'a> {
+    /// Trajectory offsets (rows + 1), starting at 0.
+    pub offsets: Cow<'a, [i64]>,
+    /// The same offsets in the mask column's list width, for building outputs.
+    pub list_offsets: ListOffsets,
+    pub mask: Cow<'a, [u8]>,
+    pub values: Option<Cow<'a, [f32]>>,
+    pub rewards: RewardData<'a>,
+}
+
+#[derive(Debug)]
+pub enum RewardData<'a> {
+    Token(Cow<'a, [f32]>),
+    Score(Cow<'a, [f32]>),
+}
+
+impl<'a> Rollouts<'a> {
+    /// Reads the columns of `batch`. Lists of every token column must have the mask's
+    /// length in each row; nulls are refused wherever they are.
+    pub fn read(batch: &'a RecordBatch, columns: &Columns) -> Result<Self, DataError> {
+        let mask_col = ListCol::get(batch, &columns.mask)?;
+        let mask = mask_col.mask()?;
+        let values = match &columns.values {
+            Some(name) => {
+                let col = ListCol::get(batch, name)?;
+                col.same_lengths_as(&mask_col)?;
+                Some(col.numbers()?)
+            }
+            None => None,
+        };
+        let rewards = match &columns.reward {
+            RewardColumn::Token(name) => {
+                let col = ListCol::get(batch, name)?;
+                col.same_lengths_as(&mask_col)?;
+                RewardData::Token(col.numbers()?)
+            }
+            RewardColumn::Score(name) => RewardData::Score(read_numbers(batch, name)?),
+        };
+        Ok(Self {
+            offsets: mask_col.offsets.rebased(),
+            list_offsets: mask_col.offsets.rebased_buffer(),
+            mask,
+            values,
+            rewards,
+        })
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.mask.len()
+    }
+}
+
+/// One score per row: the score column, or the sum of each row's token rewards. Reads
+/// only that column, so the group-statistics pass can project it alone.
+pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Result<Cow<'a, [f32]>, DataError> {
+    match reward {
+        RewardColumn::Score(name) => read_numbers(batch, name),
+        RewardColumn::Token(name) => {
+            let col = ListCol::get(batch, name)?;
+            let rewards = col.numbers()?;
+            let offsets = col.offsets.rebased();
+            let mut scores = Vec::with_capacity(offsets.len() - 1);
+            for (row, w) in offsets.windows(2).enumerate() {
+                let mut sum = 0f64;
+                for (k, &r) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
+                    if !r.is_finite() {
+                        return Err(DataError::NonFiniteToken {
+                            column: name.clone(),
+                            row: row as u64,
+                            token: k as u64,
+                            value: r,
+                        });
+                    }
+                    sum += r as f64;
+                }
+                if (sum as f32).is_infinite() {
+                    return Err(DataError::RewardSumOutOfRange { column: name.clone(), row: row as u64, value: sum });
+                }
+                scores.push(sum as f32);
+            }
+            Ok(Cow::Owned(scores))
+        }
+    }
+}
+
+/// A numeric (non-list) column as f32, one value per row; NaN/Inf refused.
+pub fn read_numbers<'a>(batch: &'a RecordBatch, name: &str) -> Result<Cow<'a, [f32]>, DataError> {
+    let array = column(batch, name)?;
+    check_number(name, array.data_type())?;
+    if let Some(row) = first_null(array.nulls(), 0..array.len()) {
+        return Err(DataError::NullValue { column: name.into(), row: row as u64 });
+    }
+    let scores = to_f32(array, 0..array.len())
+        .ok_or_else(|| DataError::ColumnType {
+            column: name.into(),
+            found: array.data_type().to_string(),
+            expected: "float or integer",
+        })?
+        .map_err(|(row, value)| DataError::OutOfRangeRow { column: name.into(), row: row as u64, value })?;
+    if let Some(row) = scores.iter().position(|s| !s.is_finite()) {
+        return Err(DataError::NonFiniteRow { column: name.into(), row: row as u64, value: scores[row] });
+    }
+    Ok(scores)
+}
+/// The list offsets of a column as given (not rebased), in either width.
+#[derive(Clone, Copy)]
+enum RawOffsets<'a> {
+    Small(&'a OffsetBuffer<i32>),
+    Large(&'a OffsetBuffer<i64>),
+}
+
+impl RawOffsets<'_> {
+    fn len(&self) -> usize {
+        match self {
+            RawOffsets::Small(o) => o.len(),
+            RawOffsets::Large(o) => o.len(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> i64 {
+        match self {
+            RawOffsets::Small(o) => o[i] as i64,
+            RawOffsets::Large(o) => o[i],
+        }
+    }
+
+    /// The child range the rows cover.
+    fn span(&self) -> std::ops::Range<usize> {
+        self.get(0) as usize..self.get(self.len() - 1) as usize
+    }
+
+    fn rebased(&self) -> Cow<'static, [i64]> {
+        let base = self.get(0);
+        Cow::Owned((0..self.len()).map(|i| self.get(i) - base).collect())
+    }
+
+    fn rebased_buffer(&self) -> ListOffsets {
+        fn rebase<O: OffsetSizeTrait>(o: &OffsetBuffer<O>) -> OffsetBuffer<O> {
+            let base = o[0];
+            if base == O::usize_as(0) {
+                o.clone() // shares the input's buffer
+            } else {
+                OffsetBuffer::new(ScalarBuffer::from(o.iter().map(|&x| x - base).collect::<Vec<O>>()))
+            }
+        }
+        match self {
+            RawOffsets::Small(o) => ListOffsets::Small(rebase(o)),
+            RawOffsets::Large(o) => ListOffsets::Large(rebase(o)),
+        }
+    }
+
+    /// (row, token within the row) of child element `k` (an index into the child array).
+    fn locate(&self, k: usize) -> (u64, u64) {
+        // The first row that ends after k; empty rows end where they start, so they are
+        // skipped.
+        let (mut lo, mut hi) = (0usize, self.len() - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.get(mid + 1) as usize <= k {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo as u64, (k - self.get(lo) as usize) as u64)
+    }
+}
+
+/// A list column of a batch: its name, offsets, list-level nulls and child values.
+struct ListCol<'a, 'n> {
+    name: &'n str,
+    offsets: RawOffsets<'a>,
+    child: &'a ArrayRef,
+}
+
+impl<'a, 'n> ListCol<'a, 'n> {
+    fn get(batch: &'a RecordBatch, name: &'n str) -> Result<Self, DataError> {
+        let array = column(batch, name)?;
+        let (offsets, child, nulls) = if let Some(l) = array.as_list_opt::<i32>() {
+            (RawOffsets::Small(l.offsets()), l.values(), l.nulls())
+        } else if let Some(l) = array.as_list_opt::<i64>() {
+            (RawOffsets::Large(l.offsets()), l.values(), l.nulls())
+        } else {
+            return Err(DataError::ColumnType {
+                column: name.into(),
+                found: array.data_type().to_string(),
+                expected: "a list or large_list column",
+            });
+        };
+        if let Some(row) = first_null(nulls, 0..array.len()) {
+            return Err(DataError::NullList { column: name.into(), row: row as u64 });
+        }
+        let col = Self { name, offsets, child };
+        if let Some(k) = first_null(child.nulls(), col.offsets.span()) {
+            let (row, token) = col.offsets.locate(k);
+            return Err(DataError::NullElement { column: name.into(), row, token });
+        }
+        Ok(col)
+    }
+
+    fn same_lengths_as(&self, reference: &ListCol<'_, '_>) -> Result<(), DataError> {
+        let (a, b) = (self.offsets, reference.offsets);
+        let (a0, b0) = (a.get(0), b.get(0));
+        for row in 0..a.len() - 1 {
+            // Equal rebased offsets at every row boundary <=> equal lengths in every row.
+            if a.get(row + 1) - a0 != b.get(row + 1) - b0 {
+                return Err(DataError::LengthMismatch {
+                    row: row as u64,
+                    column: self.name.into(),
+                    len: (a.get(row + 1) - a.get(row)) as u64,
+                    reference: reference.name.into(),
+                    reference_len: (b.get(row + 1) - b.get(row)) as u64,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn numbers(&self) -> Result<Cow<'a, [f32]>, DataError> {
+        to_f32(self.child, self.offsets.span())
+            .ok_or_else(|| DataError::ColumnType {
+                column: self.name.into(),
+                found: format!("list<{}>", self.child.data_type()),
+                expected: "list<float or integer>",
+            })?
+            .map_err(|(k, value)| {
+                let (row, token) = self.offsets.locate(k);
+                DataError::OutOfRangeToken { column: self.name.into(), row, token, value }
+            })
+    }
+
+    fn mask(&self) -> Result<Cow<'a, [u8]>, DataError> {
+        let span = self.offsets.span();
+        let bad = |k: usize, value: i64| {
+            let (row, token) = self.offsets.locate(k);
+            DataError::MaskValue { column: self.name.into(), row, token, value }
+        };
+        let child = self.child;
+        if let Some(b) = child.as_boolean_opt() {
+            return Ok(Cow::Owned(unpack_bits(b, span)));
+        }
+        if let Some(p) = child.as_primitive_opt::<dt::UInt8Type>() {
+            let m = &p.values()[span.clone()];
+            return match m.iter().position(|&x| x > 1) {
+                None => Ok(Cow::Borrowed(m)),
+                Some(i) => Err(bad(span.start + i, m[i] as i64)),
+            };
+        }
+        macro_rules! ints {
+            ($($t:ty),*) => {$(
+                if let Some(p) = child.as_primitive_opt::<$t>() {
+                    let vals = &p.values()[span.clone()];
+                    let mut out = Vec::with_capacity(vals.len());
+                    for (i, &x) in vals.iter().enumerate() {
+                        if x != 0 && x != 1 {
+                            return Err(bad(span.start + i, x as i64));
+                        }
+                        out.push(x as u8);
+                    }
+                    return Ok(Cow::Owned(out));
+                }
+            )*};
+        }
+        ints!(
+            dt::Int8Type,
+            dt::Int16Type,
+            dt::Int32Type,
+            dt::Int64Type,
+            dt::UInt16Type,
+            dt::UInt32Type,
+            dt::UInt64Type
+        );
+        Err(DataError::ColumnType {
+            column: self.name.into(),
+            found: format!("list<{}>", child.data_type()),
+            expected: "list<bool or integer>",
+        })
+    }
+}
+
+/// One byte (0/1) per bit of `b[span]`, 64 bits at a time.
+fn unpack_bits(b: &BooleanArray, span: std::ops::Range<usize>) -> Vec<u8> {
+    let bits = b.values().slice(span.start, span.len());
+    let chunks = bits.bit_chunks();
+    let mut out = Vec::with_capacity(span.len());
+    for word in chunks.iter() {
+        out.extend((0..64).map(|i| ((word >> i) & 1) as u8));
+    }
+    let rem = chunks.remainder_bits();
+    out.extend((0..chunks.remainder_len()).map(|i| ((rem >> i) & 1) as u8));
+    out
+}
+
+/// Values as f32, or the first float64 beyond float32's range as `Err((index, value))`.
+type Narrowed<'a> = Result<Cow<'a, [f32]>, (usize, f64)>;
+
+/// `array[span]` as f32: borrowed for float32, converted for other numeric types; None
+/// for anything else. A finite float64 beyond float32's range would turn into ±inf and
+/// be reported as "inf is not finite", so the first one is returned as an error instead.
+fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Narrowed<'_>> {
+    if let Some(p) = array.as_primitive_opt::<dt::Float32Type>() {
+        return Some(Ok(Cow::Borrowed(&p.values()[span])));
+    }
+    if let Some(p) = array.as_primitive_opt::<dt::Float16Type>() {
+        return Some(Ok(Cow::Owned(p.values()[span].iter().map(|x| x.to_f32()).collect())));
+    }
+    if let Some(p) = array.as_primitive_opt::<dt::Float64Type>() {
+        let wide = &p.values()[span.clone()];
+        let mut infinite = false;
+        let narrow: Vec<f32> = wide
+            .iter()
+            .map(|&x| {
+                let v = x as f32;
+                infinite |= v.is_infinite();
+                v
+            })
+            .collect();
+        // Only an infinite result can be an overflow, so the search runs only then.
+        if infinite {
+            if let Some(i) = wide.iter().zip(&narrow).position(|(x, v)| x.is_finite() && v.is_infinite()) {
+                return Some(Err((span.start + i, wide[i])));
+            }
+        }
+        return Some(Ok(Cow::Owned(narrow)));
+    }
+    // Every integer type fits float32's range (u64::MAX is about 1.8e19).
+    macro_rules! convert {
+        ($($t:ty),*) => {$(
+            if let Some(p) = array.as_primitive_opt::<$t>() {
+                return Some(Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as f32).collect())));
+            }
+        )*};
+    }
+    convert!(
+        dt::Int8Type,
+        dt::Int16Type,
+        dt::Int32Type,
+        dt::Int64Type,
+        dt::UInt8Type,
+        dt::UInt16Type,
+        dt::UInt32Type,
+        dt::UInt64Type
+    );
+    None
+}
+
+/// The first null index of `nulls` within `span`.
+fn first_null(nulls: Option<&NullBuffer>, span: std::ops::Range<usize>) -> Option<usize> {
+    let nulls = nulls?;
+    if nulls.null_count() == 0 || span.is_empty() {
+        return None;
+    }
+    // `set_slices` yields the runs of *valid* entries; the first null is where the first
+    // run stops, or the window's start if it does not begin with a valid entry.
+    let window = nulls.inner().slice(span.start, span.len());
+    let first = match window.set_slices().next() {
+        Some((0, end)) => end,
+        _ => 0,
+    };
+    (first < span.len()).then_some(span.start + first)
+}
+
 /// The batches of one row group, `batch_rows` rows at a time.
-pub struct RowGroupReader {
+pub(crate) struct RowGroupReader {
     /// One reader per top-level column, with the column's name.
     readers: Vec<(String, ParquetRecordBatchReader)>,
     schema: SchemaRef,
@@ -22,9 +410,9 @@ pub struct RowGroupReader {
 
 /// A column that failed to decode (None: the row group as a whole).
 #[derive(Debug)]
-pub struct DecodeError {
-    pub column: Option<String>,
-    pub message: String,
+pub(crate) struct DecodeError {
+    pub(crate) column: Option<String>,
+    pub(crate) message: String,
 }
 
 impl DecodeError {
@@ -49,7 +437,7 @@ pub(crate) fn contain<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 
 impl RowGroupReader {
     /// `open` gives a fresh handle on the file for each column's reader.
-    pub fn new(
+    pub(crate) fn new(
         open: impl Fn() -> std::io::Result<File>,
         meta: &ArrowReaderMetadata,
         row_group: usize,
@@ -77,7 +465,7 @@ impl RowGroupReader {
     }
 
     /// The next batch, decoded on `pool` (else rayon's global pool); None at the end.
-    pub fn next_batch(&mut self, pool: Option<&rayon::ThreadPool>) -> Option<Result<RecordBatch, DecodeError>> {
+    pub(crate) fn next_batch(&mut self, pool: Option<&rayon::ThreadPool>) -> Option<Result<RecordBatch, DecodeError>> {
         let readers = &mut self.readers;
         let mut decode = move || {
             readers
@@ -104,5 +492,196 @@ impl RowGroupReader {
             }
         }
         Some(RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::of(None, e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{BooleanBuilder, Float64Array, Int64Array, LargeListArray, ListArray, ListBuilder, UInt8Array};
+    use arrow::datatypes::{DataType, Field, Float32Type};
+    use std::sync::Arc;
+
+    fn f32_list(rows: &[Option<Vec<Option<f32>>>]) -> ArrayRef {
+        Arc::new(ListArray::from_iter_primitive::<Float32Type, _, _>(rows.iter().cloned()))
+    }
+
+    fn bool_list(rows: &[Vec<bool>]) -> ArrayRef {
+        let mut b = ListBuilder::new(BooleanBuilder::new());
+        for r in rows {
+            for &x in r {
+                b.values().append_value(x);
+            }
+            b.append(true);
+        }
+        Arc::new(b.finish())
+    }
+
+    fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(cols).unwrap()
+    }
+
+    fn cols(reward: RewardColumn) -> Columns {
+        Columns { mask: "loss_mask".into(), values: Some("values".into()), reward, group: None }
+    }
+
+    #[test]
+    fn reads_bool_masks_f32_values_and_scores() {
+        let b = batch(vec![
+            ("loss_mask", bool_list(&[vec![false, true, true], vec![true]])),
+            ("values", f32_list(&[Some(vec![Some(0.0), Some(1.0), Some(2.0)]), Some(vec![Some(3.0)])])),
+            ("score", Arc::new(Float64Array::from(vec![1.0, 0.5])) as ArrayRef),
+        ]);
+        let r = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap();
+        assert_eq!(&*r.offsets, &[0, 3, 4]);
+        assert_eq!(&*r.mask, &[0, 1, 1, 1]);
+        assert!(matches!(r.values, Some(Cow::Borrowed(v)) if v == [0.0, 1.0, 2.0, 3.0]));
+        assert!(matches!(r.rewards, RewardData::Score(ref s) if **s == [1.0, 0.5]));
+    }
+
+    #[test]
+    fn float64_beyond_float32_is_named_with_its_value_not_as_inf() {
+        use arrow::datatypes::Float64Type;
+        let f64_list = |rows: Vec<Vec<f64>>| -> ArrayRef {
+            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(
+                rows.into_iter().map(|r| Some(r.into_iter().map(Some))),
+            ))
+        };
+        let mask = bool_list(&[vec![true; 2], vec![true; 4]]);
+        let values = f64_list(vec![vec![0.0, 1.0], vec![0.0, -3.4e38, 2.0, 1e300]]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 0.0]));
+        let b = batch(vec![("loss_mask", mask.clone()), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e.to_string(), "row 1, column `values`: 1e300 at token 3 is outside float32's range");
+        // Rounding to float32's largest value is in range; inf and NaN stay "not finite".
+        let edge = f64_list(vec![vec![f32::MAX as f64 * (1.0 + 1e-9), f64::INFINITY], vec![f64::NAN; 4]]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![-1e39, 0.0]));
+        let b = batch(vec![("loss_mask", mask), ("values", edge), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e.to_string(), "row 0, column `score`: -1e39 is outside float32's range");
+        let b = b.project(&[0, 1]).unwrap();
+        let r = Rollouts::read(&b, &Columns { values: None, ..cols(RewardColumn::Token("values".into())) }).unwrap();
+        assert!(matches!(r.rewards, RewardData::Token(ref v) if v[0] == f32::MAX && v[1].is_infinite()));
+        // Token rewards whose sum leaves float32 are refused by the score pass.
+        let big = f64_list(vec![vec![0.0; 2], vec![0.0, 2f64.powi(127), 2f64.powi(127), 0.0]]);
+        let b = batch(vec![("loss_mask", bool_list(&[vec![true; 2], vec![true; 4]])), ("rewards", big)]);
+        let e = read_row_scores(&b, &RewardColumn::Token("rewards".into())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("row 1, column `rewards`: the rewards sum to {:e}, outside float32's range", 2f64.powi(128))
+        );
+    }
+
+    #[test]
+    fn sliced_batches_are_rebased() {
+        let mask = bool_list(&[vec![true; 2], vec![false, true], vec![true; 3]]);
+        let values = f32_list(&[Some(vec![Some(9.0); 2]), Some(vec![Some(1.0), Some(2.0)]), Some(vec![Some(3.0); 3])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![0.0, 1.0, 2.0]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]).slice(1, 2);
+        let r = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap();
+        assert_eq!(&*r.offsets, &[0, 2, 5]);
+        assert_eq!(&*r.mask, &[0, 1, 1, 1, 1]);
+        assert_eq!(&**r.values.as_ref().unwrap(), &[1.0, 2.0, 3.0, 3.0, 3.0]);
+        match r.list_offsets {
+            ListOffsets::Small(o) => assert_eq!(&o[..], &[0, 2, 5]),
+            _ => panic!("list in, list out"),
+        }
+    }
+
+    #[test]
+    fn large_lists_and_uint8_masks_are_borrowed() {
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(vec![0i64, 2, 3]));
+        let mask: ArrayRef = Arc::new(LargeListArray::new(
+            Arc::new(Field::new_list_field(DataType::UInt8, true)),
+            offsets.clone(),
+            Arc::new(UInt8Array::from(vec![1, 0, 1])),
+            None,
+        ));
+        let values: ArrayRef = Arc::new(LargeListArray::new(
+            Arc::new(Field::new_list_field(DataType::Float64, true)),
+            offsets,
+            Arc::new(Float64Array::from(vec![0.5, 1.5, 2.5])),
+            None,
+        ));
+        let rewards = values.clone();
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("rewards", rewards)]);
+        let r = Rollouts::read(&b, &cols(RewardColumn::Token("rewards".into()))).unwrap();
+        assert!(matches!(r.mask, Cow::Borrowed(m) if m == [1, 0, 1]));
+        assert_eq!(&**r.values.as_ref().unwrap(), &[0.5, 1.5, 2.5]);
+        assert!(matches!(r.list_offsets, ListOffsets::Large(_)));
+    }
+
+    #[test]
+    fn nulls_are_refused_with_row_and_token() {
+        let mask = bool_list(&[vec![true; 2], vec![true; 3]]);
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0), None, Some(1.0)])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![0.0, 1.0]));
+        let b = batch(vec![("loss_mask", mask.clone()), ("values", values), ("score", scores.clone())]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::NullElement { column: "values".into(), row: 1, token: 1 });
+
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), None]);
+        let b = batch(vec![("loss_mask", mask.clone()), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::NullList { column: "values".into(), row: 1 });
+
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0); 3])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![Some(0.0), None]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::NullValue { column: "score".into(), row: 1 });
+    }
+
+    #[test]
+    fn first_null_finds_leading_and_inner_nulls() {
+        let n = NullBuffer::from(vec![true, false, true, true]);
+        assert_eq!(first_null(Some(&n), 0..4), Some(1));
+        assert_eq!(first_null(Some(&n), 1..4), Some(1));
+        assert_eq!(first_null(Some(&n), 2..4), None);
+        let n = NullBuffer::from(vec![false, false, true]);
+        assert_eq!(first_null(Some(&n), 0..3), Some(0));
+        assert_eq!(first_null(Some(&n), 1..3), Some(1));
+    }
+
+    #[test]
+    fn lengths_must_agree_within_a_row() {
+        let mask = bool_list(&[vec![true; 2], vec![true; 3]]);
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0); 2])]);
+        let scores: ArrayRef = Arc::new(Float64Array::from(vec![0.0, 1.0]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e.to_string(), "row 1: column `values` has 2 tokens but `loss_mask` has 3");
+    }
+
+    #[test]
+    fn integer_masks_must_be_zero_or_one() {
+        let mask: ArrayRef = Arc::new(ListArray::from_iter_primitive::<dt::Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(0)]),
+            Some(vec![Some(1), Some(2)]),
+        ]));
+        let values = f32_list(&[Some(vec![Some(0.0); 2]), Some(vec![Some(0.0); 2])]);
+        let scores: ArrayRef = Arc::new(Int64Array::from(vec![0, 1]));
+        let b = batch(vec![("loss_mask", mask), ("values", values), ("score", scores)]);
+        let e = Rollouts::read(&b, &cols(RewardColumn::Score("score".into()))).unwrap_err();
+        assert_eq!(e, DataError::MaskValue { column: "loss_mask".into(), row: 1, token: 1, value: 2 });
+    }
+
+    #[test]
+    fn locate_skips_empty_rows() {
+        let o = OffsetBuffer::new(ScalarBuffer::from(vec![0i32, 2, 2, 2, 5]));
+        let raw = RawOffsets::Small(&o);
+        assert_eq!(raw.locate(0), (0, 0));
+        assert_eq!(raw.locate(1), (0, 1));
+        assert_eq!(raw.locate(2), (3, 0));
+        assert_eq!(raw.locate(4), (3, 2));
+    }
+
+    #[test]
+    fn bits_unpack_across_word_boundaries() {
+        let bits: Vec<bool> = (0..150).map(|i| i % 3 == 0).collect();
+        let b = BooleanArray::from(bits.clone());
+        let got = unpack_bits(&b, 5..140);
+        let want: Vec<u8> = bits[5..140].iter().map(|&x| x as u8).collect();
+        assert_eq!(got, want);
     }
 }

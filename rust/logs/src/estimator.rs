@@ -3,8 +3,8 @@
 
 use mpo_core::{GaeParams, GroupParams, MaeParams};
 
-use crate::columns::Needs;
 use crate::error::LogError;
+use crate::schema::Needs;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Estimator {

@@ -14,8 +14,8 @@ use arrow::compute::cast;
 use arrow::datatypes::{self as dt, DataType};
 use mpo_core::GroupParams;
 
-use crate::columns::column;
 use crate::error::DataError;
+use crate::schema::column;
 
 const EXPECTED: &str = "integer, float or string (or a dictionary of them)";
 
@@ -116,7 +116,7 @@ impl GroupStats {
         self.count.len()
     }
 
-    /// The advantage of each row of `batch` (mpo-core's formulas, spec §2.3).
+    /// The advantage of each row of `batch` (mpo-core's group-baseline formulas).
     pub fn advantages(&self, group_col: &str, batch: &RecordBatch, scores: &[f32]) -> Result<Vec<f32>, DataError> {
         debug_assert_eq!(self.phase, Phase::Ready, "advantages need finished statistics");
         let mut out = vec![0f32; batch.num_rows()];

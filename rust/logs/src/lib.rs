@@ -1,17 +1,17 @@
-//! mpo-logs: rollout logs in Arrow and Parquet (spec §5).
+//! mpo-logs: rollout logs in Arrow and Parquet.
 //!
 //! A rollout log has one row per trajectory and one list per token column (mask, values,
 //! rewards, ...). This crate reads those columns out of Arrow `RecordBatch`es without
-//! copying where the types allow ([`columns`]), computes the advantage columns with
-//! mpo-core ([`annotate`]), gathers group-baseline statistics over any number of batches
-//! ([`groups`]), and streams Parquet files through all of it with bounded memory and
-//! atomic output ([`pipeline`]). No Python here: the `mpo_rs._native` binding and the
-//! `mpo-rs` command line are thin layers over [`pipeline::run`] and [`annotate::annotate`].
+//! copying where the types allow ([`schema`] finds and checks them, [`decode`] reads
+//! them), computes the advantage columns with mpo-core ([`annotate`]), gathers
+//! group-baseline statistics over any number of batches ([`groups`]), and streams Parquet
+//! files through all of it with bounded memory and atomic output ([`pipeline`]). No Python
+//! here: the `mpo_rs._native` binding and the `mpo-rs` command line are thin layers over
+//! [`pipeline::run`] and [`annotate::annotate`].
 
 pub mod annotate;
 pub mod atomic;
-pub mod columns;
-mod decode;
+pub mod decode;
 mod encode;
 pub mod error;
 pub mod estimator;
@@ -19,13 +19,15 @@ pub mod groups;
 mod output;
 pub mod paths;
 pub mod pipeline;
+pub mod schema;
 
 pub use annotate::{annotate, append, output_fields, output_schema, Annotation, BatchCounts};
-pub use columns::{ColumnSpec, Columns, ListKind, RewardColumn, OUTPUT_COLUMNS};
+pub use decode::{read_numbers, read_row_scores, ListOffsets, RewardData, Rollouts};
 pub use error::{DataError, FileAt, LogError};
 pub use estimator::{Estimator, EstimatorOptions, ESTIMATORS};
 pub use groups::GroupStats;
 pub use pipeline::{run, Job, Phase, Progress, Summary, Tuning};
+pub use schema::{ColumnSpec, Columns, ListKind, Needs, RewardColumn, OUTPUT_COLUMNS};
 
 #[cfg(test)]
 pub(crate) mod test_util {

@@ -12,7 +12,7 @@ use parquet::basic::{Compression, Encoding};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::file::properties::WriterProperties;
 
-use crate::columns::OUTPUT_COLUMNS;
+use crate::schema::OUTPUT_COLUMNS;
 
 /// Codec for outputs of inputs with no row group to copy one from.
 const FALLBACK_CODEC: Compression = Compression::SNAPPY;

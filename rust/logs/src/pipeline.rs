@@ -31,14 +31,14 @@ use parquet::file::properties::WriterProperties;
 
 use crate::annotate::{annotate, append, output_schema, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
-use crate::columns::{read_row_scores, ColumnSpec, Columns};
-use crate::decode::{contain, DecodeError, RowGroupReader};
+use crate::decode::{contain, read_row_scores, DecodeError, RowGroupReader};
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
 use crate::output::writer_properties;
 use crate::paths::Targets;
+use crate::schema::{ColumnSpec, Columns};
 
 /// One run of the tool.
 #[derive(Debug, Clone)]
@@ -557,7 +557,7 @@ fn encode_all(
     pool: Option<&rayon::ThreadPool>,
     max_row_group_bytes: usize,
 ) -> Result<u64, LogError> {
-    let mut open: Option<Encoding> = None;
+    let mut open: Option<Encoding<'_>> = None;
     let mut bytes = 0u64;
     let not_open = || internal("a batch arrived before its file was opened");
     // Leaving early drops `open`, which deletes its temporary file.

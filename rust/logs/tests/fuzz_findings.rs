@@ -2,6 +2,9 @@
 //! run must fail with a one-line "cannot read Parquet" error naming the file (exit code
 //! 1), never a panic across the boundary, whatever the estimator.
 
+// Helpers outside #[test] functions may unwrap too: a failed set-up fails the test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use mpo_logs::{run, ColumnSpec, Estimator, EstimatorOptions, Job, LogError, Tuning};

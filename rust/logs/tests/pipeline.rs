@@ -1,5 +1,8 @@
 //! End-to-end runs of the Parquet pipeline on small generated logs.
 
+// Helpers outside #[test] functions may unwrap too: a failed set-up fails the test.
+#![allow(clippy::unwrap_used)]
+
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

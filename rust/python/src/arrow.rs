@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use ::arrow::array::RecordBatch;
 use ::arrow::datatypes::{Schema, SchemaRef};
-use mpo_logs::columns::read_row_scores;
 use mpo_logs::{
-    annotate, output_fields, ColumnSpec, Columns, DataError, Estimator, EstimatorOptions, GroupStats, LogError,
+    annotate, output_fields, read_row_scores, ColumnSpec, Columns, DataError, Estimator, EstimatorOptions, GroupStats,
+    LogError,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};

@@ -351,7 +351,7 @@ fn corrupt(rng: &mut Rng, seeds: &[Seed], good: &[usize]) -> (&'static str, Vec<
             structural(d, "truncated")
         }
         1 if n >= 8 => {
-            let old = u32::from_le_bytes(d[n - 8..n - 4].try_into().unwrap());
+            let old = u32::from_le_bytes(d[n - 8..n - 4].try_into().expect("4 bytes"));
             let mut new = old;
             while new == old {
                 new = match rng.below(4) {
@@ -385,7 +385,7 @@ fn corrupt(rng: &mut Rng, seeds: &[Seed], good: &[usize]) -> (&'static str, Vec<
         }
         5 if n > 8 => {
             // Inside the footer's metadata.
-            let len = u32::from_le_bytes(d[n - 8..n - 4].try_into().unwrap()) as usize;
+            let len = u32::from_le_bytes(d[n - 8..n - 4].try_into().expect("4 bytes")) as usize;
             let lo = n.saturating_sub(8 + len.min(n - 8));
             for _ in 0..1 + rng.below(3) {
                 let q = lo + rng.below(n - 8 - lo);
@@ -415,7 +415,7 @@ fn corrupt(rng: &mut Rng, seeds: &[Seed], good: &[usize]) -> (&'static str, Vec<
         ),
         _ if n > 12 => {
             // Data pages only: the footer's metadata and the magic are kept.
-            let len = u32::from_le_bytes(d[n - 8..n - 4].try_into().unwrap()) as usize;
+            let len = u32::from_le_bytes(d[n - 8..n - 4].try_into().expect("4 bytes")) as usize;
             let body_end = n.saturating_sub(8 + len).max(4);
             let mut body = d[4..body_end].to_vec();
             let tail = d[body_end..].to_vec();
@@ -442,7 +442,7 @@ fn fuzz_parquet(o: &Options) -> u64 {
     let good: Vec<usize> = (0..seeds.len()).filter(|&k| seeds[k].expect == Expect::RoundTrip).collect();
     let _ = fs::create_dir_all(&o.work);
     let case_path = o.work.join("case.parquet");
-    let mut rng = Rng::new(o.seed ^ 0x5EED_0F_9A4E);
+    let mut rng = Rng::new(o.seed ^ 0x5E_ED0F_9A4E);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut failures = 0u64;
     let mut server = Server::start(o);

@@ -1,0 +1,224 @@
+//! Which columns of a rollout log hold what, checked against a schema before any row is
+//! read: the mask, values and reward columns an estimator reads (a token-level `rewards`
+//! list or a per-trajectory `score`), the group column of the group estimators, and the
+//! four output columns that must not exist yet (docs/parquet.md, "Columns").
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Schema};
+
+use crate::error::{DataError, LogError};
+
+/// Column names as the user gave them; `None` means "choose by the default rule".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSpec {
+    pub mask: String,
+    pub values: String,
+    /// Token-level rewards (a list column).
+    pub rewards: Option<String>,
+    /// One outcome per trajectory (a numeric column).
+    pub score: Option<String>,
+    pub group: String,
+}
+
+impl Default for ColumnSpec {
+    fn default() -> Self {
+        Self { mask: "loss_mask".into(), values: "values".into(), rewards: None, score: None, group: "group_id".into() }
+    }
+}
+
+/// Default names tried, in order, when neither a rewards nor a score column is named.
+pub const DEFAULT_REWARDS: &str = "rewards";
+pub const DEFAULT_SCORE: &str = "score";
+
+/// The names of the four columns the tool appends.
+pub const OUTPUT_COLUMNS: [&str; 4] = ["advantages", "returns", "turn_index", "turn_advantages"];
+
+/// Where a batch's reward signal comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RewardColumn {
+    Token(String),
+    Score(String),
+}
+
+impl RewardColumn {
+    pub fn name(&self) -> &str {
+        match self {
+            RewardColumn::Token(n) | RewardColumn::Score(n) => n,
+        }
+    }
+}
+
+/// The columns one estimator reads, checked against a schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns {
+    pub mask: String,
+    /// Absent for the critic-free (group) estimators, which never read values.
+    pub values: Option<String>,
+    pub reward: RewardColumn,
+    /// Present only for the group estimators.
+    pub group: Option<String>,
+}
+
+/// What an estimator needs beyond the mask and the reward signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    pub values: bool,
+    pub groups: bool,
+}
+
+impl ColumnSpec {
+    /// Picks the reward source (a named `rewards` or `score` column, else `rewards` if the
+    /// schema has it, else `score`) and checks that every needed column exists with a
+    /// usable type and that no output column is already there.
+    pub fn resolve(&self, schema: &Schema, needs: Needs) -> Result<Columns, LogError> {
+        let reward = match (&self.rewards, &self.score) {
+            (Some(_), Some(_)) => {
+                return Err(LogError::Usage(
+                    "give a token-level rewards column or a per-trajectory score column, not both".into(),
+                ))
+            }
+            (Some(r), None) => RewardColumn::Token(r.clone()),
+            (None, Some(s)) => RewardColumn::Score(s.clone()),
+            (None, None) if schema.column_with_name(DEFAULT_REWARDS).is_some() => {
+                RewardColumn::Token(DEFAULT_REWARDS.into())
+            }
+            (None, None) if schema.column_with_name(DEFAULT_SCORE).is_some() => {
+                RewardColumn::Score(DEFAULT_SCORE.into())
+            }
+            (None, None) => {
+                return Err(LogError::Batch(DataError::MissingColumn {
+                    column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}"),
+                    available: available(schema),
+                }))
+            }
+        };
+        let columns = Columns {
+            mask: self.mask.clone(),
+            values: needs.values.then(|| self.values.clone()),
+            reward,
+            group: needs.groups.then(|| self.group.clone()),
+        };
+        columns.check_schema(schema).map_err(LogError::Batch)?;
+        Ok(columns)
+    }
+}
+
+impl Columns {
+    /// Checks names and types against `schema` (before any row is read).
+    pub fn check_schema(&self, schema: &Schema) -> Result<(), DataError> {
+        let ty = |name: &str| -> Result<&DataType, DataError> {
+            schema
+                .field_with_name(name)
+                .map(|f| f.data_type())
+                .map_err(|_| DataError::MissingColumn { column: name.to_string(), available: available(schema) })
+        };
+        check_list(&self.mask, ty(&self.mask)?, ElementKind::Mask)?;
+        if let Some(values) = &self.values {
+            check_list(values, ty(values)?, ElementKind::Number)?;
+        }
+        match &self.reward {
+            RewardColumn::Token(r) => check_list(r, ty(r)?, ElementKind::Number)?,
+            RewardColumn::Score(s) => check_number(s, ty(s)?)?,
+        }
+        if let Some(group) = &self.group {
+            crate::groups::check_group_type(group, ty(group)?)?;
+        }
+        for out in OUTPUT_COLUMNS {
+            if schema.column_with_name(out).is_some() {
+                return Err(DataError::OutputColumnExists { column: out.into() });
+            }
+        }
+        Ok(())
+    }
+
+    /// The list kind of the outputs: the mask column's (list → list, large_list →
+    /// large_list), so a batch keeps one offset width.
+    pub fn list_kind(&self, schema: &Schema) -> ListKind {
+        match schema.field_with_name(&self.mask).map(|f| f.data_type()) {
+            Ok(DataType::LargeList(_)) => ListKind::Large,
+            _ => ListKind::Small,
+        }
+    }
+
+    /// Names of the columns read in the group-statistics pass (rewards or score, group).
+    pub fn score_pass_columns(&self) -> Vec<&str> {
+        let mut cols = vec![self.reward.name()];
+        cols.extend(self.group.as_deref());
+        cols
+    }
+}
+
+pub(crate) fn available(schema: &Schema) -> String {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    if names.is_empty() {
+        "the input has no columns".into()
+    } else {
+        format!("columns are: {}", names.join(", "))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ElementKind {
+    Mask,
+    Number,
+}
+
+fn check_list(name: &str, ty: &DataType, kind: ElementKind) -> Result<(), DataError> {
+    let (expected, ok): (&'static str, fn(&DataType) -> bool) = match kind {
+        ElementKind::Mask => ("list<bool or integer>", |t| t == &DataType::Boolean || t.is_integer()),
+        ElementKind::Number => ("list<float or integer>", |t| t.is_floating() || t.is_integer()),
+    };
+    match ty {
+        DataType::List(f) | DataType::LargeList(f) if ok(f.data_type()) => Ok(()),
+        _ => Err(DataError::ColumnType { column: name.into(), found: ty.to_string(), expected }),
+    }
+}
+
+pub(crate) fn check_number(name: &str, ty: &DataType) -> Result<(), DataError> {
+    if ty.is_floating() || ty.is_integer() {
+        Ok(())
+    } else {
+        Err(DataError::ColumnType { column: name.into(), found: ty.to_string(), expected: "float or integer" })
+    }
+}
+
+/// Offset width of a list column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `list`, 32-bit offsets.
+    Small,
+    /// `large_list`, 64-bit offsets (polars' list type).
+    Large,
+}
+
+/// The column `name` of `batch`, or an error that lists the columns there are.
+pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DataError> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| DataError::MissingColumn { column: name.into(), available: available(batch.schema_ref()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::Field;
+
+    #[test]
+    fn resolve_prefers_rewards_then_score() {
+        let mask = Field::new("loss_mask", DataType::new_list(DataType::Boolean, true), false);
+        let values = Field::new("values", DataType::new_list(DataType::Float32, true), false);
+        let rewards = Field::new("rewards", DataType::new_list(DataType::Float32, true), false);
+        let score = Field::new("score", DataType::Float32, false);
+        let needs = Needs { values: true, groups: false };
+        let spec = ColumnSpec::default();
+        let s = Schema::new(vec![mask.clone(), values.clone(), rewards, score.clone()]);
+        assert_eq!(spec.resolve(&s, needs).unwrap().reward, RewardColumn::Token("rewards".into()));
+        let s = Schema::new(vec![mask.clone(), values.clone(), score]);
+        assert_eq!(spec.resolve(&s, needs).unwrap().reward, RewardColumn::Score("score".into()));
+        let s = Schema::new(vec![mask, values]);
+        let e = spec.resolve(&s, needs).unwrap_err().to_string();
+        assert!(e.contains("missing column `rewards` or `score`"), "{e}");
+        let both = ColumnSpec { rewards: Some("r".into()), score: Some("s".into()), ..Default::default() };
+        assert!(both.resolve(&s, needs).unwrap_err().is_usage());
+    }
+}
