@@ -178,11 +178,11 @@ impl LogError {
 }
 
 impl From<MpoError> for LogError {
-    /// Only parameter checks reach this conversion; data errors go through
+    /// Only option and parameter checks reach this conversion; data errors go through
     /// [`DataError`] so they can name rows and columns.
     fn from(e: MpoError) -> Self {
         match e {
-            MpoError::Parameter { .. } => LogError::Usage(e.to_string()),
+            MpoError::Parameter { .. } | MpoError::Option(_) => LogError::Usage(e.to_string()),
             other => LogError::Batch(DataError::Estimator(other)),
         }
     }

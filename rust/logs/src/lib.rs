@@ -1,4 +1,4 @@
-//! mpo-logs: rollout logs in Arrow and Parquet (spec §5).
+//! mpo-logs: rollout logs in Arrow and Parquet.
 //!
 //! A rollout log has one row per trajectory and one list per token column (mask, values,
 //! rewards, ...). This crate reads those columns out of Arrow `RecordBatch`es without
@@ -19,13 +19,15 @@ pub mod groups;
 mod output;
 pub mod paths;
 pub mod pipeline;
+pub mod table;
 
 pub use annotate::{annotate, append, output_fields, output_schema, Annotation, BatchCounts};
 pub use columns::{ColumnSpec, Columns, ListKind, RewardColumn, OUTPUT_COLUMNS};
 pub use error::{DataError, FileAt, LogError};
-pub use estimator::{Estimator, EstimatorOptions, ESTIMATORS};
+pub use estimator::{Estimator, EstimatorColumns, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use groups::GroupStats;
 pub use pipeline::{run, Job, Phase, Progress, Summary, Tuning};
+pub use table::annotate_table;
 
 #[cfg(test)]
 pub(crate) mod test_util {

@@ -35,7 +35,7 @@ use crate::columns::{read_row_scores, ColumnSpec, Columns};
 use crate::decode::{contain, DecodeError, RowGroupReader};
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
-use crate::estimator::Estimator;
+use crate::estimator::{Estimator, EstimatorColumns};
 use crate::groups::GroupStats;
 use crate::output::writer_properties;
 use crate::paths::Targets;
