@@ -1,18 +1,32 @@
-//! `advantages_parquet`: the streaming Parquet → Parquet run behind the `mpo-rs` command,
-//! with the GIL released while it streams.
+//! Parquet rollout logs: `advantages_parquet`, the streaming Parquet → Parquet run behind
+//! `mpo-rs advantages` (the GIL released while it streams), and what `mpo-rs diagnose`
+//! shares with it: the listing of INPUT's Parquet files, and the reading and validation of
+//! a batch's columns (mpo-logs), with errors that name file, row group, row and column the
+//! same way.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use mpo_logs::{run, Job, LogError, Phase, Progress, Tuning};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes as dt;
+use mpo_core::MpoError;
+use mpo_logs::columns::{read_row_scores, RewardData, Rollouts};
+use mpo_logs::{run, Columns, DataError, FileAt, Job, LogError, Phase, Progress, RewardColumn, Tuning};
+use numpy::PyArray1;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use pyo3_arrow::PyRecordBatch;
 
-use super::{column_spec, estimator_from, to_py};
+use crate::arrow::column_spec;
+use crate::errors::{internal_error, log_error as to_py};
+use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(advantages_parquet, m)?)
+    m.add_function(wrap_pyfunction!(advantages_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(list_parquet_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(diagnose_batch, m)?)
 }
 
 /// How often a run re-enters Python (progress callback, Ctrl-C check).
@@ -31,7 +45,7 @@ fn phase_name(p: Phase) -> &'static str {
 /// Ctrl-C) stops the run, leaving OUTPUT as it was. Returns the run's summary.
 #[pyfunction]
 #[pyo3(signature = (
-    input, output, estimator, lam, lam_intra, beta, gamma, lam_critic, eps,
+    input, output, estimator,
     mask_col, values_col, rewards_col, score_col, group_col,
     progress=None, batch_bytes=None, max_row_group_bytes=None
 ))]
@@ -40,13 +54,7 @@ fn advantages_parquet<'py>(
     py: Python<'py>,
     input: PathBuf,
     output: PathBuf,
-    estimator: &str,
-    lam: Option<f64>,
-    lam_intra: Option<f64>,
-    beta: Option<f64>,
-    gamma: Option<f64>,
-    lam_critic: Option<f64>,
-    eps: Option<f64>,
+    estimator: &Bound<'py, Estimator>,
     mask_col: String,
     values_col: String,
     rewards_col: Option<String>,
@@ -60,7 +68,7 @@ fn advantages_parquet<'py>(
     let job = Job {
         input,
         output,
-        estimator: estimator_from(estimator, [lam, lam_intra, beta, gamma, lam_critic, eps])?,
+        estimator: estimator.get().core,
         columns: column_spec(mask_col, values_col, rewards_col, score_col, group_col),
         tuning: Tuning {
             batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes).max(1),
@@ -95,7 +103,7 @@ fn advantages_parquet<'py>(
         (Ok(Ok(summary)), _) => summary,
         (Ok(Err(LogError::Interrupted)), Some(e)) => return Err(e),
         (Ok(Err(e)), _) => return Err(to_py(e)),
-        (Err(_), _) => return Err(super::internal_error()),
+        (Err(_), _) => return Err(internal_error()),
     };
     let d = PyDict::new(py);
     d.set_item("files", summary.files)?;
@@ -108,4 +116,165 @@ fn advantages_parquet<'py>(
     d.set_item("output_bytes", summary.output_bytes)?;
     d.set_item("seconds", summary.seconds)?;
     Ok(d)
+}
+
+/// The Parquet files of INPUT in the order `advantages_parquet` reads them: INPUT itself
+/// if it is a file, else the `.parquet` files under it (recursively, in name order; hidden
+/// and `_` names skipped; directory symlinks not followed). A directory without Parquet
+/// files raises `InvalidOptionError`; a path that cannot be read, `OSError`.
+#[pyfunction]
+fn list_parquet_inputs(input: PathBuf) -> PyResult<Vec<PathBuf>> {
+    mpo_logs::paths::list_inputs(&input).map_err(to_py)
+}
+
+type Diagnosed<'py> = (
+    Bound<'py, PyArray1<f32>>,         // values
+    Bound<'py, PyArray1<u8>>,          // mask
+    Bound<'py, PyArray1<i64>>,         // offsets
+    Bound<'py, PyArray1<f64>>,         // outcome
+    Option<Bound<'py, PyArray1<i64>>>, // step
+    Bound<'py, PyArray1<f64>>,         // total
+    Bound<'py, PyArray1<f64>>,         // between
+    Bound<'py, PyArray1<f64>>,         // within
+    Bound<'py, PyArray1<f32>>,         // jumps
+    Bound<'py, PyArray1<i64>>,         // n_turns
+);
+
+/// Reads one batch of a rollout log as `advantages_parquet` reads it (types, nulls, list
+/// lengths, mask values, finite numbers) and computes its value structure. `reward` is
+/// `("score", column)` or `("rewards", column)`: the outcome is the score, or the sum of
+/// the token rewards. Errors name `path`, `row_group` (None: a check of the schema on an
+/// empty batch) and the row in the file (`row_base` + the row in the batch), and raise
+/// `InvalidBatchError`.
+///
+/// Returns (values, mask, offsets, outcome, step, total, between, within, jumps, n_turns).
+#[pyfunction]
+#[pyo3(signature = (batch, path, row_group, row_base, mask_col, values_col, reward, step_col=None))]
+#[allow(clippy::too_many_arguments)]
+fn diagnose_batch<'py>(
+    py: Python<'py>,
+    batch: PyRecordBatch,
+    path: PathBuf,
+    row_group: Option<usize>,
+    row_base: u64,
+    mask_col: String,
+    values_col: String,
+    reward: (String, String),
+    step_col: Option<String>,
+) -> PyResult<Diagnosed<'py>> {
+    let batch = batch.into_inner();
+    let reward = match reward.0.as_str() {
+        "score" => RewardColumn::Score(reward.1),
+        "rewards" => RewardColumn::Token(reward.1),
+        other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown reward kind {other:?}"))),
+    };
+    let columns = Columns { mask: mask_col, values: Some(values_col), reward, group: None };
+    let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;
+    let result = py.detach(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| diagnose(&batch, &columns, step_col.as_deref()))
+        }))
+    });
+    let d = match result {
+        Ok(Ok(d)) => d,
+        Ok(Err(error)) => {
+            let at = FileAt { path, row_group };
+            return Err(to_py(LogError::Data { at, error: error.shift_rows(row_base) }));
+        }
+        Err(_) => return Err(internal_error()),
+    };
+    Ok((
+        PyArray1::from_vec(py, d.values),
+        PyArray1::from_vec(py, d.mask),
+        PyArray1::from_vec(py, d.offsets),
+        PyArray1::from_vec(py, d.outcome),
+        d.step.map(|s| PyArray1::from_vec(py, s)),
+        PyArray1::from_vec(py, d.vs.total),
+        PyArray1::from_vec(py, d.vs.between),
+        PyArray1::from_vec(py, d.vs.within),
+        PyArray1::from_vec(py, d.vs.jumps),
+        PyArray1::from_vec(py, d.n_turns),
+    ))
+}
+
+struct Diagnosis {
+    values: Vec<f32>,
+    mask: Vec<u8>,
+    offsets: Vec<i64>,
+    outcome: Vec<f64>,
+    step: Option<Vec<i64>>,
+    vs: mpo_core::ValueStructure,
+    n_turns: Vec<i64>,
+}
+
+fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> Result<Diagnosis, DataError> {
+    let r = Rollouts::read(batch, columns)?;
+    let outcome: Vec<f64> = match &r.rewards {
+        RewardData::Score(s) => s.iter().map(|&x| x as f64).collect(),
+        // The sum of each row's rewards; NaN/Inf refused naming the token.
+        RewardData::Token(_) => read_row_scores(batch, &columns.reward)?.iter().map(|&x| x as f64).collect(),
+    };
+    if let Some(row) = outcome.iter().position(|x| !x.is_finite()) {
+        // A sum of finite f32 rewards can overflow f32.
+        return Err(DataError::NonFiniteRow {
+            column: columns.reward.name().into(),
+            row: row as u64,
+            value: outcome[row] as f32,
+        });
+    }
+    let step = step_col.map(|name| read_steps(batch, name)).transpose()?;
+    let values: Cow<'_, [f32]> = r.values.expect("values are read");
+    let vs = mpo_core::value_structure(&values, &r.mask, &r.offsets).map_err(|e| match e {
+        MpoError::NonFiniteToken { value, at, .. } => DataError::NonFiniteToken {
+            column: columns.values.clone().unwrap_or_default(),
+            row: at.trajectory as u64,
+            token: at.position as u64,
+            value,
+        },
+        other => DataError::Estimator(other),
+    })?;
+    let n_turns = vs.turns.traj_offsets.windows(2).map(|w| w[1] - w[0]).collect();
+    Ok(Diagnosis {
+        values: values.into_owned(),
+        mask: r.mask.into_owned(),
+        offsets: r.offsets.into_owned(),
+        outcome,
+        step,
+        vs,
+        n_turns,
+    })
+}
+
+/// The training step of each row: an integer column without nulls.
+fn read_steps(batch: &RecordBatch, name: &str) -> Result<Vec<i64>, DataError> {
+    let array = batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
+        column: name.into(),
+        available: format!(
+            "columns are: {}",
+            batch.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    })?;
+    if let Some(row) = (0..array.len()).find(|&i| array.is_null(i)) {
+        return Err(DataError::NullValue { column: name.into(), row: row as u64 });
+    }
+    macro_rules! ints {
+        ($($t:ty),*) => {$(
+            if let Some(p) = array.as_primitive_opt::<$t>() {
+                return p.values().iter().map(|&x| {
+                    i64::try_from(x).map_err(|_| DataError::Capacity(format!("column `{name}`: step {x} does not fit in int64")))
+                }).collect();
+            }
+        )*};
+    }
+    ints!(
+        dt::Int8Type,
+        dt::Int16Type,
+        dt::Int32Type,
+        dt::Int64Type,
+        dt::UInt8Type,
+        dt::UInt16Type,
+        dt::UInt32Type,
+        dt::UInt64Type
+    );
+    Err(DataError::ColumnType { column: name.into(), found: array.data_type().to_string(), expected: "integer" })
 }
