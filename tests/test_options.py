@@ -32,7 +32,7 @@ def log_table():
 
 def numpy_call(estimator, **options):
     """The numpy function of the estimator's family, called with keyword options."""
-    family = Estimator(estimator).family
+    family = (estimator if isinstance(estimator, Estimator) else Estimator(estimator)).family
     if family == "mae":
         return mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=estimator, **options).advantages
     if family == "gae":

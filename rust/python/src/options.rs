@@ -72,10 +72,12 @@ fn option_value(key: &str, kind: OptionKind, value: &Bound<'_, PyAny>) -> PyResu
     };
     match kind {
         OptionKind::Bool => {
-            // True/False, numpy's bool_, and the integers 0 and 1 (config files write them).
+            // True/False, numpy's bool (`bool_` before numpy 2), and the integers 0 and 1 (config
+            // files write them).
             let type_name = value.get_type().name()?;
             let is_flag = value.is_instance_of::<pyo3::types::PyBool>()
                 || type_name == "bool_"
+                || type_name == "bool"
                 || value.extract::<i64>().is_ok_and(|i| i == 0 || i == 1)
                     && !value.is_instance_of::<pyo3::types::PyFloat>();
             if is_flag {
