@@ -184,7 +184,7 @@ def _slow_run_script(src: Path, dst: Path) -> str:
     return (
         "import time\n"
         "from mpo_rs import _native\n"
-        f"_native.advantages_parquet({str(src)!r}, {str(dst)!r}, 'mae', None, None, None, None, None, None,\n"
+        f"_native.advantages_parquet({str(src)!r}, {str(dst)!r}, _native.Estimator('mae'),\n"
         "    'loss_mask', 'values', None, None, 'group_id',\n"
         "    progress=lambda *a: time.sleep(0.05), batch_bytes=256 << 10)\n"
     )

@@ -22,6 +22,15 @@ def call(fn, values=VALUES, mask=MASK, offsets=OFFSETS, **kw):
 
 def test_invalid_batch_error_is_a_value_error():
     assert issubclass(mpo_rs.InvalidBatchError, ValueError)
+    assert issubclass(mpo_rs.InvalidBatchError, mpo_rs.MpoError)
+    assert str(mpo_rs.InvalidBatchError) == "<class 'mpo_rs.exceptions.InvalidBatchError'>"
+
+
+@pytest.mark.parametrize("fn", ESTIMATORS)
+@pytest.mark.parametrize("kw", [dict(lam=1.5), dict(gamma=0.0), dict(lam_critic=2.0), dict(lam=float("nan"))])
+def test_options_out_of_range_are_invalid_option_errors(fn, kw):
+    with pytest.raises(mpo_rs.InvalidOptionError, match="is out of range"):
+        call(fn, **kw)
 
 
 @pytest.mark.parametrize("fn", ESTIMATORS)

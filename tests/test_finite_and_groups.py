@@ -184,7 +184,8 @@ def test_ray_group_keys_follow_the_rule():
 @pytest.mark.parametrize("eps", [0.0, -1e-6, float("nan")])
 def test_eps_must_be_positive(eps):
     # eps=0 with equal scores gave 0/0 = NaN.
-    with pytest.raises(InvalidBatchError, match=r"`eps` = .* is out of range: it must be in \(0, inf\)"):
+    # An option out of its domain is an InvalidOptionError from every entry point.
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`eps` = .* is out of range: it must be in \(0, inf\)"):
         mpo_rs.group_advantages(np.ones(4, np.float32), np.zeros(4, np.int64), eps=eps)
 
 

@@ -1,7 +1,8 @@
 """mpo_rs: Rust-accelerated multiscale advantage estimation (MPO) for LLM-agent RL.
 
 The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
-``group_advantages``) need only numpy. ``mpo_rs.losses`` and ``mpo_rs.learner`` need the
+``group_advantages``) need only numpy; ``Estimator`` names one with its options. Errors
+are the classes of ``mpo_rs.exceptions`` (``MpoError``, a ValueError, and its subclasses). ``mpo_rs.losses`` and ``mpo_rs.learner`` need the
 ``torch`` extra and are imported on demand. A module or command whose optional
 dependency is not installed raises ``MissingDependencyError`` (an ImportError) whose one-line
 message names the extra that installs it, e.g. ``pip install 'mpo-rs[torch]'``.
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._deps import MissingDependencyError
-from ._native import InvalidBatchError, get_num_threads, set_num_threads
+from ._native import get_num_threads, set_num_threads
 from .estimators import (
     GAEResult,
     MAEResult,
@@ -23,6 +23,16 @@ from .estimators import (
     mae_advantages,
     segment_turns,
 )
+from .exceptions import (
+    InvalidBatchError,
+    InvalidConfigError,
+    InvalidOptionError,
+    InvalidRolloutError,
+    MissingCriticValuesError,
+    MissingDependencyError,
+    MpoError,
+)
+from .options import Estimator
 
 try:
     __version__ = version("mpo-rs")
@@ -30,10 +40,16 @@ except PackageNotFoundError:  # running from a source tree without metadata
     __version__ = "0+unknown"
 
 __all__ = [
+    "Estimator",
     "GAEResult",
     "InvalidBatchError",
+    "InvalidConfigError",
+    "InvalidOptionError",
+    "InvalidRolloutError",
     "MAEResult",
+    "MissingCriticValuesError",
     "MissingDependencyError",
+    "MpoError",
     "Turns",
     "__version__",
     "broadcast_to_tokens",

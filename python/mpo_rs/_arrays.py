@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._native import InvalidBatchError
+from .exceptions import InvalidBatchError
 
 
 def as_numpy(x: Any, name: str) -> np.ndarray:

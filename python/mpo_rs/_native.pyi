@@ -3,7 +3,10 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "Estimator",
     "InvalidBatchError",
+    "InvalidOptionError",
+    "MpoError",
     "broadcast_to_tokens",
     "gae_advantages",
     "get_num_threads",
@@ -14,7 +17,31 @@ __all__ = [
     "value_structure",
 ]
 
-class InvalidBatchError(ValueError): ...
+from typing import Any, final
+
+class MpoError(ValueError): ...
+class InvalidBatchError(MpoError): ...
+class InvalidOptionError(MpoError): ...
+
+@final
+class Estimator:
+    def __new__(cls, name: str, /, **overrides: Any) -> Estimator: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def family(self) -> str: ...
+    @property
+    def options(self) -> dict[str, Any]: ...
+    def replace(self, **overrides: Any) -> Estimator: ...
+    @staticmethod
+    def names() -> tuple[str, ...]: ...
+    @staticmethod
+    def option_table() -> tuple[dict[str, Any], ...]: ...
+    @classmethod
+    def _from_options(cls, name: str, options: dict[str, Any]) -> Estimator: ...
+    def __reduce__(self) -> tuple[Any, ...]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 _TurnArrays = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]]
 
@@ -25,11 +52,7 @@ def mae_advantages(
     offsets: npt.NDArray[np.int64],
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
-    lam: float,
-    lam_intra: float,
-    beta: float,
-    gamma: float,
-    lam_critic: float,
+    estimator: Estimator,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def gae_advantages(
     values: npt.NDArray[np.float32],
@@ -37,18 +60,13 @@ def gae_advantages(
     offsets: npt.NDArray[np.int64],
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
-    gamma: float,
-    lam: float,
-    lam_critic: float,
-    length_adaptive_alpha: float | None,
+    estimator: Estimator,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def group_advantages(
     scores: npt.NDArray[np.float32],
     group_index: npt.NDArray[np.int64],
     n_groups: int,
-    norm_std: bool,
-    eps: float,
-    leave_one_out: bool,
+    estimator: Estimator,
 ) -> npt.NDArray[np.float32]: ...
 def broadcast_to_tokens(
     per_trajectory: npt.NDArray[np.float32],
@@ -69,27 +87,19 @@ def value_structure(
 def set_num_threads(threads: int) -> None: ...
 def get_num_threads() -> int: ...
 
-# --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, logs.rs) ---
+# --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, parquet.rs) ---
 import os
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ += ["InvalidOptionError", "advantages_parquet", "arrow_advantages"]
-
-class InvalidOptionError(ValueError): ...
+__all__ += ["advantages_parquet", "arrow_advantages"]
 
 class _ArrowStream(Protocol):
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
 def arrow_advantages(
     data: object,
-    estimator: str,
-    lam: float | None,
-    lam_intra: float | None,
-    beta: float | None,
-    gamma: float | None,
-    lam_critic: float | None,
-    eps: float | None,
+    estimator: Estimator,
     mask_col: str,
     values_col: str,
     rewards_col: str | None,
@@ -99,13 +109,7 @@ def arrow_advantages(
 def advantages_parquet(
     input: str | os.PathLike[str],
     output: str | os.PathLike[str],
-    estimator: str,
-    lam: float | None,
-    lam_intra: float | None,
-    beta: float | None,
-    gamma: float | None,
-    lam_critic: float | None,
-    eps: float | None,
+    estimator: Estimator,
     mask_col: str,
     values_col: str,
     rewards_col: str | None,
@@ -116,7 +120,7 @@ def advantages_parquet(
     max_row_group_bytes: int | None = None,
 ) -> dict[str, int | float]: ...
 
-# What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/diagnose.rs).
+# What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).
 from pathlib import Path
 
 __all__ += ["diagnose_batch", "list_parquet_inputs"]

@@ -1,4 +1,4 @@
-"""Advantage columns for rollout logs held as Arrow tables (spec section 5).
+"""Advantage columns for rollout logs held as Arrow tables.
 
 A rollout log has one row per trajectory; its token columns are lists (``list`` or
 ``large_list``). :func:`with_advantages` reads the mask, values and reward columns through
@@ -25,6 +25,8 @@ from typing import Any
 
 from . import _native
 from ._deps import missing
+from .exceptions import InvalidBatchError, InvalidOptionError
+from .options import ESTIMATORS, Estimator, resolve
 
 __all__ = [
     "ESTIMATORS",
@@ -34,14 +36,9 @@ __all__ = [
     "with_advantages",
 ]
 
-InvalidOptionError = _native.InvalidOptionError
-"""An option, estimator parameter or path the tools will not use (a ValueError)."""
-
-ESTIMATORS = ("mae", "gae", "grpo", "drgrpo", "rloo")
 OUTPUT_COLUMNS = ("advantages", "returns", "turn_index", "turn_advantages")
 
-# (lam, lam_intra, beta, gamma, lam_critic, eps) and (mask, values, rewards, score, group)
-_Options = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
+# (mask, values, rewards, score, group)
 _Columns = tuple[str, str, str | None, str | None, str]
 
 # Tried, in this order, when neither a rewards nor a score column is named.
@@ -52,25 +49,21 @@ _DEFAULT_SCORE = "score"
 def with_advantages(
     table: Any,
     *,
-    estimator: str = "mae",
-    lam: float | None = None,
-    lam_intra: float | None = None,
-    beta: float | None = None,
-    gamma: float | None = None,
-    lam_critic: float | None = None,
-    eps: float | None = None,
+    estimator: str | Estimator = "mae",
     mask_col: str = "loss_mask",
     values_col: str = "values",
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = "group_id",
+    **options: Any,
 ) -> Any:
     """Returns ``table`` with the advantage columns appended.
 
-    ``estimator`` is ``"mae"`` (default; the paper's lam=0.80, lam_intra=0.95, beta=1.00),
-    ``"gae"`` (token GAE, lam=0.95), or a critic-free group baseline over ``group_col``:
-    ``"grpo"``, ``"drgrpo"`` or ``"rloo"``. Options left as None take the estimator's
-    default; an option the estimator does not use raises :class:`InvalidOptionError`.
+    ``estimator`` is a name or an :class:`mpo_rs.Estimator`: ``"mae"`` (default), ``"gae"``,
+    or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
+    ``"rloo"``. ``options`` (``lam=0.9``, ...) override the estimator's options; None
+    means the default. An unknown option, or one the estimator does not take, raises
+    :class:`mpo_rs.InvalidOptionError` (see docs/estimators.md for the table).
 
     The reward signal is ``rewards_col`` (token-level list) or ``score_col`` (one number per
     row); with neither, a ``rewards`` column is used if present, else ``score``. The group
@@ -80,24 +73,24 @@ def with_advantages(
     the column and the token: null lists or elements, list lengths that disagree within a
     row, mask values other than 0/1, NaN/Inf where read, rewards on observation tokens.
     """
+    est = resolve(estimator, options, "mae")
     names = _wanted_columns(mask_col, values_col, rewards_col, score_col, group_col)
-    options: _Options = (lam, lam_intra, beta, gamma, lam_critic, eps)
     columns: _Columns = (mask_col, values_col, rewards_col, score_col, group_col)
 
     polars = _module_of(table, "polars")
     if polars is not None:
-        return _with_advantages_polars(polars, table, names, estimator, options, columns)
+        return _with_advantages_polars(polars, table, names, est, columns)
 
     pa = _pyarrow()
     if isinstance(table, pa.Table):
         _refuse_existing_outputs(table.column_names)
-        out = _compute(table.select([n for n in names if n in table.column_names]), estimator, options, columns)
+        out = _compute(table.select([n for n in names if n in table.column_names]), est, columns)
         for field, column in zip(out.schema, out.columns):
             table = table.append_column(field, column)
         return table
     if isinstance(table, pa.RecordBatch):
         _refuse_existing_outputs(table.schema.names)
-        out = _compute(table.select([n for n in names if n in table.schema.names]), estimator, options, columns)
+        out = _compute(table.select([n for n in names if n in table.schema.names]), est, columns)
         schema = table.schema
         for field in out.schema:
             schema = schema.append(field)
@@ -106,17 +99,11 @@ def with_advantages(
     if isinstance(table, pa.ChunkedArray):
         if not pa.types.is_struct(table.type):
             raise TypeError(f"a ChunkedArray must be of struct type, one field per column of the log; got {table.type}")
-        return _with_advantages_struct_chunks(pa, table, estimator, options, columns)
+        return _with_advantages_struct_chunks(pa, table, est, columns)
     if hasattr(table, "__arrow_c_stream__") or hasattr(table, "__arrow_c_array__"):
         return with_advantages(
             pa.table(table),
-            estimator=estimator,
-            lam=lam,
-            lam_intra=lam_intra,
-            beta=beta,
-            gamma=gamma,
-            lam_critic=lam_critic,
-            eps=eps,
+            estimator=est,
             mask_col=mask_col,
             values_col=values_col,
             rewards_col=rewards_col,
@@ -133,19 +120,14 @@ def advantages_parquet(
     input: str | os.PathLike[str],
     output: str | os.PathLike[str],
     *,
-    estimator: str = "mae",
-    lam: float | None = None,
-    lam_intra: float | None = None,
-    beta: float | None = None,
-    gamma: float | None = None,
-    lam_critic: float | None = None,
-    eps: float | None = None,
+    estimator: str | Estimator = "mae",
     mask_col: str = "loss_mask",
     values_col: str = "values",
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = "group_id",
     progress: Callable[[str, int, int, int, float], object] | None = None,
+    **options: Any,
 ) -> dict[str, int | float]:
     """What ``mpo-rs advantages INPUT -o OUTPUT`` does, from Python (see docs/parquet.md).
 
@@ -157,20 +139,16 @@ def advantages_parquet(
     Ctrl-C, stops the run. Returns the run's summary: files, row_groups, rows, tokens,
     policy_tokens, turns, input_bytes, output_bytes, seconds.
 
+    ``estimator`` and ``options`` are those of :func:`with_advantages`.
+
     Raises :class:`mpo_rs.InvalidBatchError` for bad or corrupt data (the message names the
-    file, row group, row and column), :class:`InvalidOptionError` for unusable options or
-    paths (OUTPUT equal to INPUT, ...), and :class:`OSError` for I/O failures.
+    file, row group, row and column), :class:`mpo_rs.InvalidOptionError` for unusable
+    options or paths (OUTPUT equal to INPUT, ...), and :class:`OSError` for I/O failures.
     """
     return _native.advantages_parquet(
         os.fspath(input),
         os.fspath(output),
-        estimator,
-        lam,
-        lam_intra,
-        beta,
-        gamma,
-        lam_critic,
-        eps,
+        resolve(estimator, options, "mae"),
         mask_col,
         values_col,
         rewards_col,
@@ -196,7 +174,7 @@ def _refuse_existing_outputs(names: list[str]) -> None:
     """Only the read columns go to Rust, so the clash with an output is checked here."""
     for name in OUTPUT_COLUMNS:
         if name in names:
-            raise _native.InvalidBatchError(
+            raise InvalidBatchError(
                 f"column `{name}` is already in the input; the tool appends it and will not overwrite it"
             )
 
@@ -224,27 +202,24 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def _native_table(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
-    mask_col, values_col, rewards_col, score_col, group_col = columns
-    return _native.arrow_advantages(data, estimator, *options, mask_col, values_col, rewards_col, score_col, group_col)
+def _native_table(data: Any, estimator: Estimator, columns: _Columns) -> Any:
+    return _native.arrow_advantages(data, estimator, *columns)
 
 
-def _compute(data: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
+def _compute(data: Any, estimator: Estimator, columns: _Columns) -> Any:
     """The output columns as a pyarrow Table, one chunk per input batch."""
-    return _pyarrow().table(_native_table(data, estimator, options, columns))
+    return _pyarrow().table(_native_table(data, estimator, columns))
 
 
-def _with_advantages_polars(
-    pl: Any, frame: Any, names: list[str], estimator: str, options: _Options, columns: _Columns
-) -> Any:
+def _with_advantages_polars(pl: Any, frame: Any, names: list[str], estimator: Estimator, columns: _Columns) -> Any:
     if isinstance(frame, pl.Series):
         if not isinstance(frame.dtype, pl.Struct):
             raise TypeError(f"a polars Series must be a struct, one field per column of the log; got {frame.dtype}")
         df = frame.struct.unnest()
-        return _with_advantages_polars(pl, df, names, estimator, options, columns).to_struct(frame.name)
+        return _with_advantages_polars(pl, df, names, estimator, columns).to_struct(frame.name)
     _refuse_existing_outputs(frame.columns)
     narrow = frame.select([n for n in names if n in frame.columns])
-    out = _native_table(narrow, estimator, options, columns)
+    out = _native_table(narrow, estimator, columns)
     try:
         new = pl.DataFrame(out)
     except TypeError:  # polars releases without PyCapsule import go through pyarrow
@@ -252,10 +227,10 @@ def _with_advantages_polars(
     return frame.hstack(new.get_columns())
 
 
-def _with_advantages_struct_chunks(pa: Any, chunked: Any, estimator: str, options: _Options, columns: _Columns) -> Any:
+def _with_advantages_struct_chunks(pa: Any, chunked: Any, estimator: Estimator, columns: _Columns) -> Any:
     batches = [pa.RecordBatch.from_struct_array(chunk) for chunk in chunked.chunks]
     table = pa.Table.from_batches(batches, schema=pa.schema(list(chunked.type)))
-    out = _compute(table, estimator, options, columns)
+    out = _compute(table, estimator, columns)
     fields = [*chunked.type, *out.schema]
     chunks = []
     offset = 0

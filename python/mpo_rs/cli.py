@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
-from . import _native, diagnose
-from ._deps import MissingDependencyError
-from .arrow import ESTIMATORS, InvalidOptionError, advantages_parquet
+from . import diagnose
+from .arrow import advantages_parquet
+from .exceptions import InvalidOptionError, MissingDependencyError, MpoError
+from .options import ESTIMATORS, Estimator
 
 PROG = "mpo-rs"
 
@@ -67,16 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         default="mae",
         help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
     )
-    params = adv.add_argument_group("estimator parameters (defaults: the estimator's own)")
-    params.add_argument(
-        "--lam", type=float, metavar="F", help="turn-scale lambda (mae 0.80) or token lambda (gae 0.95)"
-    )
-    params.add_argument("--lam-intra", type=float, metavar="F", help="token lambda inside a turn (mae, 0.95)")
-    params.add_argument("--beta", type=float, metavar="F", help="weight of the intra-turn refinement (mae, 1.00)")
-    params.add_argument(
-        "--gamma", type=float, metavar="F", help="discount per interaction (mae) or per token (gae), 1.0"
-    )
-    params.add_argument("--lam-critic", type=float, metavar="F", help="lambda of the value targets (1.0 = Monte-Carlo)")
+    _add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
     cols = adv.add_argument_group("columns")
     cols.add_argument(
         "--mask-col", default="loss_mask", metavar="NAME", help="policy-token mask, list<bool|int> (loss_mask)"
@@ -94,6 +86,32 @@ def _parser() -> argparse.ArgumentParser:
     adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
     diagnose.add_parser(commands)
     return parser
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def _add_option_flags(group: argparse._ArgumentGroup) -> None:
+    """One flag per row of the options table (``lam_intra`` -> ``--lam-intra``), so an
+    option added in Rust is a flag here too. Unset flags stay None: the estimator's default."""
+    for row in Estimator.option_table():
+        defaults = ", ".join(f"{name} {_shown(value)}" for name, value in row["defaults"].items())
+        help = f"{row['doc']}; in {row['domain']}; default: {defaults}".replace("%", "%%")
+        if row["kind"] == "bool":
+            group.add_argument(_flag(row["name"]), action=argparse.BooleanOptionalAction, default=None, help=help)
+        else:
+            group.add_argument(_flag(row["name"]), type=float, metavar="F", default=None, help=help)
+
+
+def _shown(value: object) -> str:
+    return "unset" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}"
+
+
+def _option_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The options given on the command line, by their table names."""
+    given = {row["name"]: getattr(args, row["name"]) for row in Estimator.option_table()}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 class _Progress:
@@ -146,6 +164,23 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+# The errors a command reports in one line (no traceback); anything else is a bug.
+_EXPECTED = (MpoError, MissingDependencyError, OSError, KeyboardInterrupt)
+
+
+def _failed(e: BaseException) -> int:
+    """Prints the one-line message of an expected error and returns its exit code: a usage
+    problem 2, bad data, a missing dependency or the operating system 1, Ctrl-C 130."""
+    if isinstance(e, InvalidOptionError):
+        return _fail(str(e), EXIT_USAGE)
+    if isinstance(e, KeyboardInterrupt):
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    if isinstance(e, OSError) and e.strerror and e.errno is not None and not e.filename:
+        # Errors from the extension carry the whole message (path, action, cause) as strerror.
+        return _fail(e.strerror, EXIT_FAILED)
+    return _fail(str(e), EXIT_FAILED)
+
+
 def _advantages(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
     try:
@@ -154,30 +189,19 @@ def _advantages(args: argparse.Namespace) -> int:
                 args.input,
                 args.output,
                 estimator=args.estimator,
-                lam=args.lam,
-                lam_intra=args.lam_intra,
-                beta=args.beta,
-                gamma=args.gamma,
-                lam_critic=args.lam_critic,
                 mask_col=args.mask_col,
                 values_col=args.values_col,
                 rewards_col=args.rewards_col,
                 score_col=args.score_col,
                 group_col=args.group_col,
                 progress=progress.update if progress.enabled else None,
+                **_option_args(args),
             )
         finally:
             # Before any message, and before SIGTERM's exception leaves for the console script.
             progress.clear()
-    except InvalidOptionError as e:
-        return _fail(str(e), EXIT_USAGE)
-    except _native.InvalidBatchError as e:
-        return _fail(str(e), EXIT_FAILED)
-    except OSError as e:
-        # Errors from the extension carry the whole message (path, action, cause) as strerror.
-        return _fail(e.strerror if e.strerror and e.errno is not None else str(e), EXIT_FAILED)
-    except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED)  # OUTPUT is the earlier one, or complete
+    except _EXPECTED as e:
+        return _failed(e)  # on Ctrl-C, OUTPUT is the earlier one, or complete
     if not args.quiet:
         print(summary_line(args.output, summary))
     return EXIT_OK
@@ -186,17 +210,8 @@ def _advantages(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     try:
         table, written = diagnose.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
-    except InvalidOptionError as e:
-        return _fail(str(e), EXIT_USAGE)
-    except _native.InvalidBatchError as e:
-        return _fail(str(e), EXIT_FAILED)
-    except MissingDependencyError as e:
-        return _fail(str(e), EXIT_FAILED)  # checked before the log is read
-    except OSError as e:
-        # Errors from the extension carry the whole message (path, action, cause) as strerror.
-        return _fail(e.strerror if e.strerror and e.errno is not None and not e.filename else str(e), EXIT_FAILED)
-    except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED)
+    except _EXPECTED as e:
+        return _failed(e)
     print(table)
     for path in written:
         print(f"wrote {path}")

@@ -1,9 +1,13 @@
-"""Advantage estimators over ragged batches (spec sections 1, 2 and 7).
+"""Advantage estimators over ragged batches.
 
 A batch is N trajectories flattened token by token: ``offsets`` (int64, N+1) cuts the
 flat arrays, ``mask`` marks the tokens the policy generated. Every function here coerces
 its inputs (see ``_arrays``), releases the GIL and runs the Rust core in parallel over
 trajectories; results are float32 numpy arrays owned by the caller.
+
+Each estimator function takes ``estimator=`` (a name or an :class:`mpo_rs.Estimator`) and
+the estimator's options as keywords (``lam=0.9``); names, defaults and domains come from
+the options table (``mpo_rs.Estimator.option_table()``, docs/estimators.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import numpy.typing as npt
 
 from . import _native
 from ._arrays import as_numpy, float32, int64, mask_u8, optional_float32
+from .exceptions import InvalidBatchError
+from .options import Estimator, resolve
 
 __all__ = [
     "Turns",
@@ -75,7 +81,7 @@ class GAEResult:
 
 def _reward_source(rewards: Any, scores: Any) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
     if (rewards is None) == (scores is None):
-        raise _native.InvalidBatchError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
+        raise InvalidBatchError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
     return optional_float32(rewards, "rewards"), optional_float32(scores, "scores")
 
 
@@ -91,13 +97,10 @@ def mae_advantages(
     *,
     rewards: Any = None,
     scores: Any = None,
-    lam: float = 0.8,
-    lam_intra: float = 0.95,
-    beta: float = 1.0,
-    gamma: float = 1.0,
-    lam_critic: float = 1.0,
+    estimator: str | Estimator | None = None,
+    **options: Any,
 ) -> MAEResult:
-    """Multiscale advantage estimation (MPO, spec 2.1).
+    """Multiscale advantage estimation (MPO).
 
     A GAE over turns (``lam``, discount ``gamma`` once per interaction) gives each turn
     A_t^turn; a token GAE inside the turn (``lam_intra``), centred on its turn mean and
@@ -105,19 +108,15 @@ def mae_advantages(
     exactly A_t^turn. ``returns`` are the critic's targets with ``lam_critic``
     (1 = discounted Monte-Carlo return). Exactly one of ``rewards`` (per token, zero off
     policy) and ``scores`` (per trajectory, placed on its last policy token) is given.
+
+    ``estimator`` is ``"mae"`` (default) or an ``Estimator("mae", ...)``; ``options``
+    override its options (defaults: lam=0.8, lam_intra=0.95, beta=1, gamma=1,
+    lam_critic=1). An unknown option raises :class:`mpo_rs.InvalidOptionError`.
     """
+    est = resolve(estimator, options, "mae")
     r, s = _reward_source(rewards, scores)
     adv, ret, turn_adv, turns = _native.mae_advantages(
-        float32(values, "values"),
-        mask_u8(mask),
-        int64(offsets, "offsets"),
-        r,
-        s,
-        float(lam),
-        float(lam_intra),
-        float(beta),
-        float(gamma),
-        float(lam_critic),
+        float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est
     )
     return MAEResult(adv, ret, turn_adv, Turns(*turns))
 
@@ -129,28 +128,20 @@ def gae_advantages(
     *,
     rewards: Any = None,
     scores: Any = None,
-    gamma: float = 1.0,
-    lam: float = 0.95,
-    lam_critic: float = 1.0,
-    length_adaptive_alpha: float | None = None,
+    estimator: str | Estimator | None = None,
+    **options: Any,
 ) -> GAEResult:
     """Token-level GAE over policy tokens, observation tokens skipped (verl's multi-turn
-    convention, spec 2.2). No whitening. ``returns`` use their own ``lam_critic``; verl's
+    convention). No whitening. ``returns`` use their own ``lam_critic``; verl's
     ``returns = advantages + values`` is ``lam_critic=lam``. ``length_adaptive_alpha``
     enables VAPO's per-trajectory lambda = 1 - 1/(alpha * l), l = policy tokens.
+
+    ``estimator`` is ``"gae"`` (default) or an ``Estimator("gae", ...)``; ``options``
+    override its options (defaults: lam=0.95, gamma=1, lam_critic=1).
     """
+    est = resolve(estimator, options, "gae")
     r, s = _reward_source(rewards, scores)
-    adv, ret = _native.gae_advantages(
-        float32(values, "values"),
-        mask_u8(mask),
-        int64(offsets, "offsets"),
-        r,
-        s,
-        float(gamma),
-        float(lam),
-        float(lam_critic),
-        None if length_adaptive_alpha is None else float(length_adaptive_alpha),
-    )
+    adv, ret = _native.gae_advantages(float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est)
     return GAEResult(adv, ret)
 
 
@@ -158,24 +149,25 @@ def group_advantages(
     scores: Any,
     group_ids: Any,
     *,
-    norm_std: bool = True,
-    eps: float = 1e-6,
-    leave_one_out: bool = False,
+    estimator: str | Estimator | None = None,
+    **options: Any,
 ) -> npt.NDArray[np.float32]:
-    """Critic-free group baselines, one advantage per trajectory (spec 2.3).
+    """Critic-free group baselines, one advantage per trajectory.
 
     GRPO: (s - mean_g) / (std_g + eps), unbiased std. ``norm_std=False``: Dr. GRPO
     (s - mean_g). ``leave_one_out=True``: RLOO, s - mean of the other members of the group
     (as verl and TRL define it; ``norm_std`` does not apply). A group of one gets 0.
     ``group_ids`` may be of any kind numpy can factorize: ints, strings, objects.
+
+    ``estimator`` is ``"grpo"`` (default; takes ``eps``, ``norm_std``, ``leave_one_out``),
+    ``"drgrpo"``, ``"rloo"`` or an ``Estimator`` of the group family.
     """
+    est = resolve(estimator, options, "grpo")
     s = float32(scores, "scores")
     codes, n_groups = group_codes(group_ids)
     if codes.shape[0] != s.shape[0]:
-        raise _native.InvalidBatchError(
-            f"`group_ids` has length {codes.shape[0]}, expected {s.shape[0]} (one per score)"
-        )
-    return _native.group_advantages(s, codes, n_groups, bool(norm_std), float(eps), bool(leave_one_out))
+        raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {s.shape[0]} (one per score)")
+    return _native.group_advantages(s, codes, n_groups, est)
 
 
 def as_group_ids(group_ids: Any) -> np.ndarray:
@@ -187,15 +179,13 @@ def as_group_ids(group_ids: Any) -> np.ndarray:
     if isinstance(group_ids, (list, tuple)):
         nested = next((i for i, x in enumerate(group_ids) if isinstance(x, (list, np.ndarray))), None)
         if nested is not None:
-            raise _native.InvalidBatchError(
-                f"`group_ids` must be 1-D (one per trajectory), got a list at trajectory {nested}"
-            )
+            raise InvalidBatchError(f"`group_ids` must be 1-D (one per trajectory), got a list at trajectory {nested}")
         ids = np.empty(len(group_ids), dtype=object)
         ids[:] = group_ids
     else:
         ids = as_numpy(group_ids, "group_ids")
     if ids.ndim != 1:
-        raise _native.InvalidBatchError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
+        raise InvalidBatchError(f"`group_ids` must be 1-D (one per trajectory), got shape {ids.shape}")
     return ids
 
 
@@ -226,7 +216,7 @@ def _reject_missing(bad: np.ndarray, ids: np.ndarray) -> None:
     if bad.size:
         j = int(bad[0])
         value = ids[j].item() if isinstance(ids[j], np.generic) else ids[j]
-        raise _native.InvalidBatchError(
+        raise InvalidBatchError(
             f"`group_ids` is {value!r} at trajectory {j}; a group id must not be missing (None, NaN, inf)"
         )
 
@@ -260,9 +250,7 @@ def _object_codes(ids: np.ndarray) -> tuple[npt.NDArray[np.int64], int]:
         try:
             codes[j] = table.setdefault(key, len(table))
         except TypeError:
-            raise _native.InvalidBatchError(
-                f"`group_ids` holds an unhashable {type(x).__name__} at trajectory {j}"
-            ) from None
+            raise InvalidBatchError(f"`group_ids` holds an unhashable {type(x).__name__} at trajectory {j}") from None
     return codes, len(table)
 
 

@@ -53,6 +53,10 @@ pub enum MpoError {
     /// A hyper-parameter outside its domain.
     #[error("`{name}` = {value} is out of range: it must be in {domain}")]
     Parameter { name: &'static str, value: f64, domain: &'static str },
+    /// An estimator name, or an option name, that cannot be used (unknown, or an option
+    /// the estimator does not take).
+    #[error("{0}")]
+    Option(String),
 }
 
 pub type Result<T> = std::result::Result<T, MpoError>;

@@ -11,6 +11,7 @@
 mod compact;
 mod diagnostics;
 mod error;
+mod estimator;
 mod gae;
 mod group;
 mod layout;
@@ -23,6 +24,7 @@ mod turns;
 
 pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
+pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use gae::{gae_advantages, GaeOutput};
 pub use group::{broadcast_to_tokens, group_advantages};
 pub use layout::{Layout, Rewards};

@@ -10,15 +10,21 @@ fn check(name: &'static str, value: f64, ok: bool, domain: &'static str) -> Resu
     }
 }
 
+// The domains as the errors and the options table (`estimator::OPTIONS`) print them.
+pub(crate) const UNIT_INTERVAL: &str = "[0, 1]";
+pub(crate) const DISCOUNT: &str = "(0, 1]";
+pub(crate) const NON_NEGATIVE: &str = "[0, inf)";
+pub(crate) const POSITIVE: &str = "(0, inf)";
+
 fn unit_interval(name: &'static str, value: f64) -> Result<()> {
-    check(name, value, (0.0..=1.0).contains(&value), "[0, 1]")
+    check(name, value, (0.0..=1.0).contains(&value), UNIT_INTERVAL)
 }
 
 fn discount(value: f64) -> Result<()> {
-    check("gamma", value, value > 0.0 && value <= 1.0, "(0, 1]")
+    check("gamma", value, value > 0.0 && value <= 1.0, DISCOUNT)
 }
 
-/// Multiscale advantage estimation (spec §2.1). Defaults are the paper's (0.80, 0.95, 1.00).
+/// Multiscale advantage estimation. Defaults are the paper's (0.80, 0.95, 1.00).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MaeParams {
     /// Turn-scale GAE λ.
@@ -45,11 +51,11 @@ impl MaeParams {
         unit_interval("lam_intra", self.lam_intra)?;
         unit_interval("lam_critic", self.lam_critic)?;
         discount(self.gamma)?;
-        check("beta", self.beta, self.beta >= 0.0, "[0, inf)")
+        check("beta", self.beta, self.beta >= 0.0, NON_NEGATIVE)
     }
 }
 
-/// Token-level GAE over policy tokens (spec §2.2).
+/// Token-level GAE over policy tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GaeParams {
     pub gamma: f64,
@@ -72,7 +78,7 @@ impl GaeParams {
         unit_interval("lam", self.lam)?;
         unit_interval("lam_critic", self.lam_critic)?;
         if let Some(alpha) = self.length_adaptive_alpha {
-            check("length_adaptive_alpha", alpha, alpha > 0.0, "(0, inf)")?;
+            check("length_adaptive_alpha", alpha, alpha > 0.0, POSITIVE)?;
         }
         Ok(())
     }
@@ -86,7 +92,7 @@ impl GaeParams {
     }
 }
 
-/// Which group baseline (spec §2.3).
+/// Which group baseline: GRPO, Dr. GRPO or RLOO.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GroupParams {
     /// Divide by the group's unbiased std (GRPO); `false` is Dr. GRPO.
@@ -106,7 +112,7 @@ impl Default for GroupParams {
 
 impl GroupParams {
     pub fn validate(&self) -> Result<()> {
-        check("eps", self.eps, self.eps > 0.0, "(0, inf)")
+        check("eps", self.eps, self.eps > 0.0, POSITIVE)
     }
 }
 

@@ -21,7 +21,7 @@ use std::path::Path;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchReader};
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::{DataType, Float32Type, Float64Type, SchemaRef};
-use mpo_logs::{run, ColumnSpec, Estimator, EstimatorOptions, Job, LogError, Tuning, OUTPUT_COLUMNS};
+use mpo_logs::{run, ColumnSpec, Estimator, Job, LogError, Tuning, OUTPUT_COLUMNS};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::{reference, take_panic, Failure};
@@ -63,7 +63,7 @@ pub fn check(data: &[u8], expect: Expect, estimator: &str, batch_bytes: usize, d
     let input = dir.join("input.parquet");
     let output = dir.join("output.parquet");
     fs::write(&input, data).map_err(|e| io("cannot write the input", e))?;
-    let estimator = Estimator::from_options(estimator, &EstimatorOptions::default())
+    let estimator = Estimator::from_options(estimator, &[])
         .map_err(|e| Failure::new(format!("fuzz harness: {e}")))?;
     let job = Job {
         input: input.clone(),

@@ -2,7 +2,7 @@
 //! `cargo run -p mpo-logs --release --example advantages -- INPUT OUTPUT [BATCH_MIB] [ROW_GROUP_MIB]`
 //! (MAE with the paper's parameters, default columns).
 
-use mpo_logs::{run, ColumnSpec, Estimator, EstimatorOptions, Job, Tuning};
+use mpo_logs::{run, ColumnSpec, Estimator, Job, Tuning};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -15,7 +15,7 @@ fn main() {
     let job = Job {
         input: args[1].clone().into(),
         output: args[2].clone().into(),
-        estimator: Estimator::from_options("mae", &EstimatorOptions::default()).expect("valid defaults"),
+        estimator: Estimator::from_options("mae", &[]).expect("valid defaults"),
         columns: ColumnSpec::default(),
         tuning: Tuning {
             batch_bytes: mib(3, defaults.batch_bytes),

@@ -270,7 +270,7 @@ fn list_of<T: ArrowPrimitiveType>(offsets: &ListOffsets, values: Vec<T::Native>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::EstimatorOptions;
+    use crate::estimator::EstimatorColumns;
     use crate::schema::ColumnSpec;
     use arrow::array::{AsArray, BooleanBuilder, Int64Array, ListBuilder};
 
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn mae_columns_match_the_core_and_turns_are_per_row() {
         let (batch, mask, values, rewards, offsets) = sample();
-        let est = Estimator::from_options("mae", &EstimatorOptions::default()).unwrap();
+        let est = Estimator::from_options("mae", &[]).unwrap();
         let cols = ColumnSpec::default().resolve(batch.schema_ref(), est.needs()).unwrap();
         let a = annotate(&batch, &cols, &est, None).unwrap();
         let Estimator::Mae(p) = est else { unreachable!() };
@@ -334,7 +334,7 @@ mod tests {
     #[test]
     fn gae_turn_advantages_are_turn_means() {
         let (batch, ..) = sample();
-        let est = Estimator::from_options("gae", &EstimatorOptions::default()).unwrap();
+        let est = Estimator::from_options("gae", &[]).unwrap();
         let cols = ColumnSpec::default().resolve(batch.schema_ref(), est.needs()).unwrap();
         let a = annotate(&batch, &cols, &est, None).unwrap();
         let adv = a.columns[0].as_list::<i32>().values().as_primitive::<Float32Type>().values().to_vec();
@@ -346,7 +346,7 @@ mod tests {
     #[test]
     fn group_estimators_broadcast_the_row_advantage() {
         let (batch, ..) = sample();
-        let est = Estimator::from_options("drgrpo", &EstimatorOptions::default()).unwrap();
+        let est = Estimator::from_options("drgrpo", &[]).unwrap();
         let cols = ColumnSpec::default().resolve(batch.schema_ref(), est.needs()).unwrap();
         let Estimator::Group(p) = est else { unreachable!() };
         let mut stats = GroupStats::new(p);
@@ -373,7 +373,7 @@ mod tests {
         let mut cols = batch.columns().to_vec();
         cols[idx] = f32_list(&vals);
         let batch = RecordBatch::try_new(batch.schema(), cols).unwrap();
-        let est = Estimator::from_options("mae", &EstimatorOptions::default()).unwrap();
+        let est = Estimator::from_options("mae", &[]).unwrap();
         let c = ColumnSpec::default().resolve(batch.schema_ref(), est.needs()).unwrap();
         let e = annotate(&batch, &c, &est, None).unwrap_err();
         assert_eq!(e.to_string(), "row 1, column `values`: NaN is not finite at token 1");

@@ -41,7 +41,9 @@ pub enum DataError {
     NonFiniteRow { column: String, row: u64, value: f32 },
 
     /// An estimate that overflows float32 although every input was finite.
-    #[error("row {row}: `{output}` would be {value} at token {token}; the estimate overflows float32 (inputs too large)")]
+    #[error(
+        "row {row}: `{output}` would be {value} at token {token}; the estimate overflows float32 (inputs too large)"
+    )]
     NonFiniteOutput { output: String, row: u64, token: u64, value: f32 },
 
     #[error("row {row}: `{output}` would be {value}; the estimate overflows float32 (scores too large)")]
@@ -189,11 +191,11 @@ impl LogError {
 }
 
 impl From<MpoError> for LogError {
-    /// Only parameter checks reach this conversion; data errors go through
+    /// Only option and parameter checks reach this conversion; data errors go through
     /// [`DataError`] so they can name rows and columns.
     fn from(e: MpoError) -> Self {
         match e {
-            MpoError::Parameter { .. } => LogError::Usage(e.to_string()),
+            MpoError::Parameter { .. } | MpoError::Option(_) => LogError::Usage(e.to_string()),
             other => LogError::Batch(DataError::Estimator(other)),
         }
     }

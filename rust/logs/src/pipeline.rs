@@ -34,7 +34,7 @@ use crate::atomic::{StagedDir, StagedFile};
 use crate::decode::{contain, read_row_scores, DecodeError, RowGroupReader};
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
-use crate::estimator::Estimator;
+use crate::estimator::{Estimator, EstimatorColumns};
 use crate::groups::GroupStats;
 use crate::output::writer_properties;
 use crate::paths::Targets;

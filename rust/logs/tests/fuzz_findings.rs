@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mpo_logs::{run, ColumnSpec, Estimator, EstimatorOptions, Job, LogError, Tuning};
+use mpo_logs::{run, ColumnSpec, Estimator, Job, LogError, Tuning};
 
 fn finding(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/findings").join(name)
@@ -18,7 +18,7 @@ fn advantages(input: &Path, estimator: &str) -> Result<mpo_logs::Summary, LogErr
     let job = Job {
         input: input.to_path_buf(),
         output: out.clone(),
-        estimator: Estimator::from_options(estimator, &EstimatorOptions::default()).unwrap(),
+        estimator: Estimator::from_options(estimator, &[]).unwrap(),
         columns: ColumnSpec::default(),
         tuning: Tuning::default(),
     };

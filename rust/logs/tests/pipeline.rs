@@ -13,7 +13,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{Float32Type, Int32Type};
 use mpo_core::{GroupParams, MaeParams, Rewards};
-use mpo_logs::{run, ColumnSpec, Estimator, EstimatorOptions, Job, LogError, Tuning};
+use mpo_logs::{run, ColumnSpec, Estimator, Job, LogError, Tuning};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
@@ -141,7 +141,7 @@ fn job(input: &Path, output: &Path, estimator: &str) -> Job {
     Job {
         input: input.into(),
         output: output.into(),
-        estimator: Estimator::from_options(estimator, &EstimatorOptions::default()).unwrap(),
+        estimator: Estimator::from_options(estimator, &[]).unwrap(),
         columns: ColumnSpec::default(),
         // Tiny batches, so row groups are read in several slices.
         tuning: Tuning { batch_bytes: 2000, ..Default::default() },

@@ -1,0 +1,49 @@
+"""Estimators and their options, from the one options table in the Rust core.
+
+:class:`Estimator` is an estimator name plus its options, validated in Rust::
+
+    Estimator("mae", lam=0.9)      # Estimator('mae', lam=0.9, lam_intra=0.95, beta=1.0, ...)
+    Estimator.names()              # ('mae', 'gae', 'grpo', 'drgrpo', 'rloo')
+    Estimator.option_table()       # one dict per option: name, kind, defaults, domain, doc, estimators
+
+Every entry point (``mpo_rs.estimators``, ``mpo_rs.arrow``, the ``mpo-rs`` command) takes an
+``Estimator`` or a name plus keyword overrides and resolves them with :func:`resolve`; none
+of them declares an option, a default or an estimator name of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._native import Estimator
+
+__all__ = ["ESTIMATORS", "Estimator", "option_names", "resolve"]
+
+ESTIMATORS: tuple[str, ...] = Estimator.names()
+"""The estimator names (the table's)."""
+
+# The common case -- a name without overrides -- is built once.
+_DEFAULTS: dict[str, Estimator] = {}
+
+
+def resolve(estimator: str | Estimator | None, overrides: dict[str, Any], default: str) -> Estimator:
+    """The estimator an entry point computes: ``estimator`` (a name, an ``Estimator``, or
+    None for ``default``) with the keyword ``overrides`` applied (None values meaning the
+    default). Raises :class:`mpo_rs.InvalidOptionError` naming a bad name or option."""
+    if isinstance(estimator, Estimator):
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return estimator.replace(**given) if given else estimator
+    name = default if estimator is None else estimator
+    if not overrides and isinstance(name, str):
+        cached = _DEFAULTS.get(name)
+        if cached is None:
+            cached = _DEFAULTS[name] = Estimator(name)
+        return cached
+    if not isinstance(name, str):
+        raise TypeError(f"`estimator` must be a name or an mpo_rs.Estimator, got {type(name).__name__}")
+    return Estimator(name, **overrides)
+
+
+def option_names(estimator: str | None = None) -> tuple[str, ...]:
+    """The option names of the table, or those ``estimator`` takes."""
+    return tuple(row["name"] for row in Estimator.option_table() if estimator is None or estimator in row["estimators"])

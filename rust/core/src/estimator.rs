@@ -1,0 +1,320 @@
+//! The estimators by name and the table of their options: each option's name, kind,
+//! domain, one-line doc and the named estimators that take it. Every entry point (numpy,
+//! Arrow, Parquet, the command line) builds its estimator here, so a new row appears in
+//! all of them at once. The defaults are the params structs' `Default`s and the domains
+//! their `validate()`s; the table only names them.
+
+use crate::error::{MpoError, Result};
+use crate::params::{DISCOUNT, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL};
+use crate::{GaeParams, GroupParams, MaeParams};
+
+/// An estimator with its parameters: what the core computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Estimator {
+    /// Multiscale advantage estimation: turn-level GAE plus the centred intra-turn
+    /// refinement.
+    Mae(MaeParams),
+    /// Token-level GAE over policy tokens.
+    Gae(GaeParams),
+    /// A critic-free group baseline: GRPO, Dr. GRPO or RLOO.
+    Group(GroupParams),
+}
+
+/// The estimator names, in the order they are documented.
+pub const ESTIMATORS: [&str; 5] = ["mae", "gae", "grpo", "drgrpo", "rloo"];
+
+/// What values an option takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionKind {
+    Float,
+    /// A float or unset (unset: the feature is off).
+    OptionalFloat,
+    Bool,
+}
+
+impl OptionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OptionKind::Float => "float",
+            OptionKind::OptionalFloat => "optional float",
+            OptionKind::Bool => "bool",
+        }
+    }
+}
+
+/// An option's value; `Unset` only for an [`OptionKind::OptionalFloat`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OptionValue {
+    Float(f64),
+    Bool(bool),
+    Unset,
+}
+
+/// One row of the options table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptionSpec {
+    pub name: &'static str,
+    pub kind: OptionKind,
+    /// The values accepted, as errors print them.
+    pub domain: &'static str,
+    pub doc: &'static str,
+    /// The named estimators that take it.
+    pub estimators: &'static [&'static str],
+}
+
+const BOOL: &str = "true or false";
+
+/// Every option of every estimator.
+pub const OPTIONS: [OptionSpec; 9] = [
+    OptionSpec {
+        name: "lam",
+        kind: OptionKind::Float,
+        domain: UNIT_INTERVAL,
+        doc: "GAE lambda of the advantages: over turns (mae) or over policy tokens (gae)",
+        estimators: &["mae", "gae"],
+    },
+    OptionSpec {
+        name: "lam_intra",
+        kind: OptionKind::Float,
+        domain: UNIT_INTERVAL,
+        doc: "token lambda of the refinement inside a turn",
+        estimators: &["mae"],
+    },
+    OptionSpec {
+        name: "beta",
+        kind: OptionKind::Float,
+        domain: NON_NEGATIVE,
+        doc: "weight of the centred intra-turn refinement",
+        estimators: &["mae"],
+    },
+    OptionSpec {
+        name: "gamma",
+        kind: OptionKind::Float,
+        domain: DISCOUNT,
+        doc: "discount, once per interaction (mae) or per policy token (gae)",
+        estimators: &["mae", "gae"],
+    },
+    OptionSpec {
+        name: "lam_critic",
+        kind: OptionKind::Float,
+        domain: UNIT_INTERVAL,
+        doc: "lambda of the critic's value targets (1 = Monte-Carlo returns)",
+        estimators: &["mae", "gae"],
+    },
+    OptionSpec {
+        name: "length_adaptive_alpha",
+        kind: OptionKind::OptionalFloat,
+        domain: POSITIVE,
+        doc: "VAPO's length-adaptive lambda = 1 - 1/(alpha * policy tokens) per trajectory, in place of lam",
+        estimators: &["gae"],
+    },
+    OptionSpec {
+        name: "eps",
+        kind: OptionKind::Float,
+        domain: POSITIVE,
+        doc: "added to the group's standard deviation before dividing by it",
+        estimators: &["grpo"],
+    },
+    OptionSpec {
+        name: "norm_std",
+        kind: OptionKind::Bool,
+        domain: BOOL,
+        doc: "divide by the group's unbiased standard deviation (false: Dr. GRPO)",
+        estimators: &["grpo"],
+    },
+    OptionSpec {
+        name: "leave_one_out",
+        kind: OptionKind::Bool,
+        domain: BOOL,
+        doc: "RLOO: the baseline is the mean of the other members of the group, no division",
+        estimators: &["grpo"],
+    },
+];
+
+fn option_error(message: String) -> MpoError {
+    MpoError::Option(message)
+}
+
+impl OptionSpec {
+    /// The row of `option`, if there is one.
+    pub fn find(option: &str) -> Option<&'static OptionSpec> {
+        OPTIONS.iter().find(|s| s.name == option)
+    }
+
+    pub fn applies_to(&self, estimator: &str) -> bool {
+        self.estimators.contains(&estimator)
+    }
+}
+
+impl Estimator {
+    /// The estimator `name` with its default parameters.
+    pub fn named(name: &str) -> Result<Self> {
+        Ok(match name {
+            "mae" => Estimator::Mae(MaeParams::default()),
+            "gae" => Estimator::Gae(GaeParams::default()),
+            "grpo" => Estimator::Group(GroupParams::default()),
+            "drgrpo" => Estimator::Group(GroupParams { norm_std: false, ..Default::default() }),
+            "rloo" => Estimator::Group(GroupParams { leave_one_out: true, ..Default::default() }),
+            _ => {
+                return Err(option_error(format!(
+                    "unknown estimator `{name}`; choose one of {}",
+                    ESTIMATORS.join(", ")
+                )))
+            }
+        })
+    }
+
+    /// The options the named estimator takes, in table order.
+    pub fn options_of(name: &str) -> impl Iterator<Item = &'static OptionSpec> + '_ {
+        OPTIONS.iter().filter(move |s| s.applies_to(name))
+    }
+
+    /// Builds and validates the estimator `name` with `given` options over its defaults.
+    /// An option it does not take, an unknown option or estimator, a value of the wrong
+    /// kind or outside its domain is an error naming it.
+    pub fn from_options(name: &str, given: &[(&str, OptionValue)]) -> Result<Self> {
+        let mut estimator = Self::named(name)?;
+        for &(option, value) in given {
+            let Some(spec) = OptionSpec::find(option).filter(|s| s.applies_to(name)) else {
+                let takes: Vec<&str> = Self::options_of(name).map(|s| s.name).collect();
+                let takes = if takes.is_empty() {
+                    "it takes none".to_string()
+                } else {
+                    format!("its options are {}", takes.join(", "))
+                };
+                let what = if OptionSpec::find(option).is_some() { "does not apply to" } else { "is not an option of" };
+                return Err(option_error(format!("`{option}` {what} the {name} estimator; {takes}")));
+            };
+            estimator.set(spec, value)?;
+        }
+        estimator.validate()?;
+        Ok(estimator)
+    }
+
+    fn set(&mut self, spec: &OptionSpec, value: OptionValue) -> Result<()> {
+        let wrong_kind =
+            || option_error(format!("`{}` takes a {} ({}), got {value:?}", spec.name, spec.kind.name(), spec.domain));
+        let float = match value {
+            OptionValue::Float(x) => Some(x),
+            _ => None,
+        };
+        let flag = match value {
+            OptionValue::Bool(b) => Some(b),
+            _ => None,
+        };
+        match (self, spec.name) {
+            (Estimator::Mae(p), "lam") => p.lam = float.ok_or_else(wrong_kind)?,
+            (Estimator::Mae(p), "lam_intra") => p.lam_intra = float.ok_or_else(wrong_kind)?,
+            (Estimator::Mae(p), "beta") => p.beta = float.ok_or_else(wrong_kind)?,
+            (Estimator::Mae(p), "gamma") => p.gamma = float.ok_or_else(wrong_kind)?,
+            (Estimator::Mae(p), "lam_critic") => p.lam_critic = float.ok_or_else(wrong_kind)?,
+            (Estimator::Gae(p), "lam") => p.lam = float.ok_or_else(wrong_kind)?,
+            (Estimator::Gae(p), "gamma") => p.gamma = float.ok_or_else(wrong_kind)?,
+            (Estimator::Gae(p), "lam_critic") => p.lam_critic = float.ok_or_else(wrong_kind)?,
+            (Estimator::Gae(p), "length_adaptive_alpha") => {
+                p.length_adaptive_alpha = match value {
+                    OptionValue::Unset => None,
+                    _ => Some(float.ok_or_else(wrong_kind)?),
+                }
+            }
+            (Estimator::Group(p), "eps") => p.eps = float.ok_or_else(wrong_kind)?,
+            (Estimator::Group(p), "norm_std") => p.norm_std = flag.ok_or_else(wrong_kind)?,
+            (Estimator::Group(p), "leave_one_out") => p.leave_one_out = flag.ok_or_else(wrong_kind)?,
+            (_, option) => return Err(option_error(format!("`{option}` has no place in this estimator"))),
+        }
+        Ok(())
+    }
+
+    /// The value of `option` in this estimator (None: not one of its family's options).
+    pub fn option(&self, option: &str) -> Option<OptionValue> {
+        use OptionValue::{Bool, Float};
+        Some(match (self, option) {
+            (Estimator::Mae(p), "lam") => Float(p.lam),
+            (Estimator::Mae(p), "lam_intra") => Float(p.lam_intra),
+            (Estimator::Mae(p), "beta") => Float(p.beta),
+            (Estimator::Mae(p), "gamma") => Float(p.gamma),
+            (Estimator::Mae(p), "lam_critic") => Float(p.lam_critic),
+            (Estimator::Gae(p), "lam") => Float(p.lam),
+            (Estimator::Gae(p), "gamma") => Float(p.gamma),
+            (Estimator::Gae(p), "lam_critic") => Float(p.lam_critic),
+            (Estimator::Gae(p), "length_adaptive_alpha") => p.length_adaptive_alpha.map_or(OptionValue::Unset, Float),
+            (Estimator::Group(p), "eps") => Float(p.eps),
+            (Estimator::Group(p), "norm_std") => Bool(p.norm_std),
+            (Estimator::Group(p), "leave_one_out") => Bool(p.leave_one_out),
+            _ => return None,
+        })
+    }
+
+    /// "mae", "gae" or "group".
+    pub fn family(&self) -> &'static str {
+        match self {
+            Estimator::Mae(_) => "mae",
+            Estimator::Gae(_) => "gae",
+            Estimator::Group(_) => "group",
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Estimator::Mae(p) => p.validate(),
+            Estimator::Gae(p) => p.validate(),
+            Estimator::Group(p) => p.validate(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_papers() {
+        let e = Estimator::from_options("mae", &[]).unwrap();
+        assert_eq!(e, Estimator::Mae(MaeParams { lam: 0.8, lam_intra: 0.95, beta: 1.0, gamma: 1.0, lam_critic: 1.0 }));
+        let rloo = Estimator::from_options("rloo", &[]).unwrap();
+        assert_eq!(rloo, Estimator::Group(GroupParams { leave_one_out: true, ..Default::default() }));
+    }
+
+    #[test]
+    fn every_row_applies_to_an_estimator_and_reads_back_its_default() {
+        for spec in &OPTIONS {
+            assert!(!spec.estimators.is_empty(), "{}", spec.name);
+            for name in spec.estimators {
+                assert!(ESTIMATORS.contains(name), "{name}");
+                let value = Estimator::named(name).unwrap().option(spec.name);
+                assert!(value.is_some(), "{} of {name}", spec.name);
+                // Setting the default back gives the same estimator.
+                let again = Estimator::from_options(name, &[(spec.name, value.unwrap())]).unwrap();
+                assert_eq!(again, Estimator::named(name).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn options_override_and_are_validated() {
+        let e = Estimator::from_options("gae", &[("lam", OptionValue::Float(0.9))]).unwrap();
+        assert_eq!(e.option("lam"), Some(OptionValue::Float(0.9)));
+        let e = Estimator::from_options("gae", &[("length_adaptive_alpha", OptionValue::Float(0.05))]).unwrap();
+        assert_eq!(e.option("length_adaptive_alpha"), Some(OptionValue::Float(0.05)));
+        let e = Estimator::from_options("grpo", &[("norm_std", OptionValue::Bool(false))]).unwrap();
+        assert_eq!(e, Estimator::named("drgrpo").unwrap());
+        let e = Estimator::from_options("mae", &[("lam", OptionValue::Float(1.5))]).unwrap_err();
+        assert!(matches!(e, MpoError::Parameter { name: "lam", .. }), "{e}");
+        let e = Estimator::from_options("grpo", &[("eps", OptionValue::Float(0.0))]).unwrap_err();
+        assert!(matches!(e, MpoError::Parameter { name: "eps", .. }), "{e}");
+    }
+
+    #[test]
+    fn unknown_or_inapplicable_options_are_named() {
+        let e = Estimator::from_options("gae", &[("beta", OptionValue::Float(0.5))]).unwrap_err().to_string();
+        assert!(e.contains("`beta` does not apply to the gae estimator; its options are lam, gamma"), "{e}");
+        let e = Estimator::from_options("mae", &[("lamda", OptionValue::Float(0.5))]).unwrap_err().to_string();
+        assert!(e.contains("`lamda` is not an option of the mae estimator; its options are lam, lam_intra"), "{e}");
+        let e = Estimator::from_options("drgrpo", &[("eps", OptionValue::Float(0.5))]).unwrap_err().to_string();
+        assert!(e.contains("`eps` does not apply to the drgrpo estimator; it takes none"), "{e}");
+        let e = Estimator::from_options("ppo", &[]).unwrap_err().to_string();
+        assert!(e.contains("unknown estimator `ppo`; choose one of mae, gae, grpo, drgrpo, rloo"), "{e}");
+        let e = Estimator::from_options("mae", &[("lam", OptionValue::Bool(true))]).unwrap_err().to_string();
+        assert!(e.contains("`lam` takes a float"), "{e}");
+    }
+}

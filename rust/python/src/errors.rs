@@ -1,0 +1,75 @@
+//! The exception hierarchy of `mpo_rs.exceptions`, and the one place a Rust error becomes
+//! a Python exception.
+//!
+//! ```text
+//! ValueError
+//! └── MpoError                 any input mpo_rs will not use
+//!     ├── InvalidBatchError    arrays, rows or log data the estimators cannot use
+//!     └── InvalidOptionError   an estimator or option name, or an option's value
+//! ```
+//! Bad or corrupt Parquet / Arrow data is an `InvalidBatchError` (it names file, row group,
+//! row and column); the operating system's failures are `OSError` with their errno.
+
+use mpo_core::MpoError as CoreError;
+use mpo_logs::LogError;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+create_exception!(
+    mpo_rs.exceptions,
+    MpoError,
+    PyValueError,
+    "Input mpo_rs will not use; the message (one line) names what and where."
+);
+create_exception!(
+    mpo_rs.exceptions,
+    InvalidBatchError,
+    MpoError,
+    "A batch the estimators cannot use (arrays, rows, log data); the message names the argument or column and where."
+);
+create_exception!(
+    mpo_rs.exceptions,
+    InvalidOptionError,
+    MpoError,
+    "An estimator or option the tools will not use: an unknown name, an option the estimator does not take, \
+     a value outside its domain, or an unusable path or flag."
+);
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("MpoError", py.get_type::<MpoError>())?;
+    m.add("InvalidBatchError", py.get_type::<InvalidBatchError>())?;
+    m.add("InvalidOptionError", py.get_type::<InvalidOptionError>())
+}
+
+/// An error of the core: a parameter or option → `InvalidOptionError`, anything about the
+/// data → `InvalidBatchError`.
+pub fn core_error(e: CoreError) -> PyErr {
+    match e {
+        CoreError::Parameter { .. } | CoreError::Option(_) => InvalidOptionError::new_err(e.to_string()),
+        _ => InvalidBatchError::new_err(e.to_string()),
+    }
+}
+
+/// An error of the rollout-log tools: bad data (including corrupt files) →
+/// `InvalidBatchError`, a usage problem → `InvalidOptionError`, the operating system →
+/// `OSError` with its errno.
+pub fn log_error(e: LogError) -> PyErr {
+    let message = e.to_string();
+    match e {
+        LogError::Usage(_) => InvalidOptionError::new_err(message),
+        LogError::Data { .. } | LogError::Batch(_) | LogError::Corrupt { .. } => InvalidBatchError::new_err(message),
+        LogError::Io { source, .. } => match source.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, message)),
+            None => PyOSError::new_err(message),
+        },
+        LogError::Write { .. } => PyOSError::new_err(message),
+        LogError::Interrupted => PyKeyboardInterrupt::new_err(message),
+    }
+}
+
+/// What a panic in the Rust code becomes (a bug, never expected from bad input).
+pub fn internal_error() -> PyErr {
+    PyRuntimeError::new_err("mpo_rs failed unexpectedly (an internal error); please report it with the input's schema")
+}

@@ -1,0 +1,179 @@
+//! The estimators over numpy arrays. Each function takes contiguous arrays (the Python
+//! wrappers in `mpo_rs.estimators` coerce anything else) and an `Estimator`, borrows the
+//! arrays as slices without copying, releases the GIL while the core runs on the
+//! extension's pool, and hands the output `Vec`s to numpy without copying.
+
+use mpo_core::{Estimator as Core, MpoError, Rewards, Turns};
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+
+use crate::errors::{core_error, InvalidBatchError, InvalidOptionError};
+use crate::options::Estimator;
+use crate::pool;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
+    m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(value_structure, m)?)
+}
+
+fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
+    arr.as_slice().map_err(|_| PyTypeError::new_err(format!("`{name}` must be a C-contiguous 1-D array")))
+}
+
+/// Runs `f` on the extension's pool with the GIL released.
+fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, MpoError> + Send) -> PyResult<T> {
+    let pool = pool::for_calls().map_err(PyRuntimeError::new_err)?;
+    py.detach(|| pool.install(f)).map_err(core_error)
+}
+
+fn rewards_of<'a>(rewards: Option<&'a [f32]>, scores: Option<&'a [f32]>) -> PyResult<Rewards<'a>> {
+    match (rewards, scores) {
+        (Some(r), None) => Ok(Rewards::Token(r)),
+        (None, Some(s)) => Ok(Rewards::Score(s)),
+        _ => Err(InvalidBatchError::new_err(
+            "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)",
+        )),
+    }
+}
+
+/// The error for an estimator of another family than the function computes.
+fn wrong_family(function: &str, wants: &str, e: &Estimator) -> PyErr {
+    InvalidOptionError::new_err(format!(
+        "{function} computes the {wants} estimator; got the {} estimator (use the function of its family)",
+        e.name()
+    ))
+}
+
+type TurnArrays<'py> =
+    (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i32>>);
+
+fn turn_arrays(py: Python<'_>, t: Turns) -> TurnArrays<'_> {
+    (
+        PyArray1::from_vec(py, t.starts),
+        PyArray1::from_vec(py, t.ends),
+        PyArray1::from_vec(py, t.traj_offsets),
+        PyArray1::from_vec(py, t.token_turn),
+    )
+}
+
+/// (starts, ends, traj_offsets, token_turn)
+#[pyfunction]
+fn segment_turns<'py>(
+    py: Python<'py>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+) -> PyResult<TurnArrays<'py>> {
+    let (m, o) = (slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let turns = run(py, || mpo_core::segment_turns(m, o))?;
+    Ok(turn_arrays(py, turns))
+}
+
+/// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn mae_advantages<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    rewards: Option<PyReadonlyArray1<'py, f32>>,
+    scores: Option<PyReadonlyArray1<'py, f32>>,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>, TurnArrays<'py>)> {
+    let estimator = estimator.get();
+    let Core::Mae(params) = estimator.core else { return Err(wrong_family("mae_advantages", "mae", estimator)) };
+    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
+    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
+    let source = rewards_of(r, s)?;
+    let out = run(py, || mpo_core::mae_advantages(v, m, o, source, &params))?;
+    Ok((
+        PyArray1::from_vec(py, out.advantages),
+        PyArray1::from_vec(py, out.returns),
+        PyArray1::from_vec(py, out.turn_advantages),
+        turn_arrays(py, out.turns),
+    ))
+}
+
+/// (advantages, returns)
+#[pyfunction]
+fn gae_advantages<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    rewards: Option<PyReadonlyArray1<'py, f32>>,
+    scores: Option<PyReadonlyArray1<'py, f32>>,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>)> {
+    let estimator = estimator.get();
+    let Core::Gae(params) = estimator.core else { return Err(wrong_family("gae_advantages", "gae", estimator)) };
+    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
+    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
+    let source = rewards_of(r, s)?;
+    let out = run(py, || mpo_core::gae_advantages(v, m, o, source, &params))?;
+    Ok((PyArray1::from_vec(py, out.advantages), PyArray1::from_vec(py, out.returns)))
+}
+
+/// Group-baseline advantages from dense group codes in `0..n_groups`.
+#[pyfunction]
+fn group_advantages<'py>(
+    py: Python<'py>,
+    scores: PyReadonlyArray1<'py, f32>,
+    group_index: PyReadonlyArray1<'py, i64>,
+    n_groups: usize,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let estimator = estimator.get();
+    let Core::Group(params) = estimator.core else {
+        return Err(wrong_family("group_advantages", "group (grpo, drgrpo, rloo)", estimator));
+    };
+    let (s, g) = (slice(&scores, "scores")?, slice(&group_index, "group_ids")?);
+    let out = run(py, || mpo_core::group_advantages(s, g, n_groups, &params))?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// Per-trajectory values written on each trajectory's policy tokens.
+#[pyfunction]
+fn broadcast_to_tokens<'py>(
+    py: Python<'py>,
+    per_trajectory: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let (p, m, o) = (slice(&per_trajectory, "per_trajectory")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let out = run(py, || mpo_core::broadcast_to_tokens(p, m, o))?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// (total, between, within, jumps, (starts, ends, traj_offsets, token_turn))
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn value_structure<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+) -> PyResult<(
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f32>>,
+    TurnArrays<'py>,
+)> {
+    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let out = run(py, || mpo_core::value_structure(v, m, o))?;
+    Ok((
+        PyArray1::from_vec(py, out.total),
+        PyArray1::from_vec(py, out.between),
+        PyArray1::from_vec(py, out.within),
+        PyArray1::from_vec(py, out.jumps),
+        turn_arrays(py, out.turns),
+    ))
+}

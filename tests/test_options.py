@@ -1,0 +1,224 @@
+"""The options table (Rust) and what it drives: ``mpo_rs.Estimator``, the keywords of the
+numpy and Arrow entry points, the flags of ``mpo-rs advantages``, and one exception type
+per mistake from all of them."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import pickle
+
+import mpo_rs
+import numpy as np
+import pytest
+from mpo_rs import Estimator, InvalidOptionError, MpoError, cli
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+MASK = np.array([1, 1, 0, 1, 1, 1, 1, 0, 1], bool)
+VALUES = np.linspace(0.1, 0.9, 9).astype(np.float32)
+REWARDS = np.array([0, 0, 0, 0, 0, 1, 0, 0, 0.5], np.float32)
+OFFSETS = np.array([0, 3, 6, 9], np.int64)
+SCORES = np.array([1.0, 0.0, 0.5], np.float32)
+GROUPS = np.array([0, 0, 0])
+TABLE = Estimator.option_table()
+
+
+def log_table():
+    lists = lambda x: pa.array([x[a:b].tolist() for a, b in itertools.pairwise(OFFSETS)])  # noqa: E731
+    return pa.table({"loss_mask": lists(MASK), "values": lists(VALUES), "rewards": lists(REWARDS), "group_id": GROUPS})
+
+
+def numpy_call(estimator, **options):
+    """The numpy function of the estimator's family, called with keyword options."""
+    family = (estimator if isinstance(estimator, Estimator) else Estimator(estimator)).family
+    if family == "mae":
+        return mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=estimator, **options).advantages
+    if family == "gae":
+        return mpo_rs.gae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=estimator, **options).advantages
+    return mpo_rs.group_advantages(SCORES, GROUPS, estimator=estimator, **options)
+
+
+def cli_exit(tmp_path, *flags):
+    path = tmp_path / "in.parquet"
+    if not path.exists():
+        pq.write_table(log_table(), path)
+    out = tmp_path / "out.parquet"
+    code = cli.main(["advantages", str(path), "-o", str(out), "-q", *flags])
+    return code, out
+
+
+# --------------------------------------------------------------------------- Estimator
+
+
+def test_defaults_come_from_the_table():
+    mae = Estimator("mae")
+    assert mae.name == "mae" and mae.family == "mae"
+    assert mae.options == {"lam": 0.8, "lam_intra": 0.95, "beta": 1.0, "gamma": 1.0, "lam_critic": 1.0}
+    assert Estimator("gae").options == {"lam": 0.95, "gamma": 1.0, "lam_critic": 1.0, "length_adaptive_alpha": None}
+    assert Estimator("grpo").options == {"eps": 1e-6, "norm_std": True, "leave_one_out": False}
+    assert Estimator("drgrpo").options == {} and Estimator("rloo").family == "group"
+    assert Estimator.names() == ("mae", "gae", "grpo", "drgrpo", "rloo") == mpo_rs.arrow.ESTIMATORS
+    for row in TABLE:
+        for name, default in row["defaults"].items():
+            assert Estimator(name).options[row["name"]] == default
+
+
+def test_overrides_replace_repr_eq_hash():
+    est = Estimator("mae", lam=0.9, beta=0.5)
+    assert est.options["lam"] == 0.9 and est.options["lam_intra"] == 0.95
+    assert repr(est) == "Estimator('mae', lam=0.9, lam_intra=0.95, beta=0.5, gamma=1.0, lam_critic=1.0)"
+    assert est == Estimator("mae", beta=0.5, lam=0.9) and hash(est) == hash(Estimator("mae", beta=0.5, lam=0.9))
+    assert est != Estimator("mae") and est != "mae"
+    assert est.replace(beta=1.0) == Estimator("mae", lam=0.9)
+    assert est.options["beta"] == 0.5  # frozen: replace made a copy
+    with pytest.raises(AttributeError):
+        est.name = "gae"  # type: ignore[misc]
+    assert Estimator("mae", lam=None) == Estimator("mae")  # None: the default
+    assert len({Estimator("grpo"), Estimator("grpo", eps=1e-6), Estimator("rloo")}) == 2
+
+
+@pytest.mark.parametrize(
+    "est", [Estimator("mae", lam=0.9), Estimator("gae", length_adaptive_alpha=0.05), Estimator("rloo")]
+)
+def test_pickles_and_copies(est):
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        again = pickle.loads(pickle.dumps(est, protocol))
+        assert again == est and type(again) is Estimator and again.name == est.name
+    assert copy.deepcopy(est) == est
+
+
+def test_option_table_rows():
+    names = [row["name"] for row in TABLE]
+    assert names[:5] == ["lam", "lam_intra", "beta", "gamma", "lam_critic"]
+    assert {"eps", "norm_std", "leave_one_out", "length_adaptive_alpha"} <= set(names)
+    for row in TABLE:
+        assert row["kind"] in ("float", "optional float", "bool") and row["doc"] and row["domain"]
+        assert set(row["estimators"]) == set(row["defaults"]) and set(row["estimators"]) <= set(Estimator.names())
+
+
+# --------------------------------------------------------------------------- every entry point takes every row
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[row["name"] for row in TABLE])
+def test_every_row_is_a_keyword_an_arrow_option_and_a_cli_flag(row, tmp_path):
+    help_text = cli._parser()._subparsers._group_actions[0].choices["advantages"].format_help()
+    flag = "--" + row["name"].replace("_", "-")
+    assert flag in help_text
+    for name in row["estimators"]:
+        value = {"float": 0.5, "optional float": 0.5, "bool": False}[row["kind"]]
+        if row["name"] == "leave_one_out":
+            value = True
+        expected = Estimator(name, **{row["name"]: value})
+        # numpy: the keyword is accepted and means what the Estimator means, bit for bit.
+        by_keyword = numpy_call(name, **{row["name"]: value})
+        np.testing.assert_array_equal(by_keyword, numpy_call(expected))
+        # Arrow: the same keyword.
+        arrow = mpo_rs.arrow.with_advantages(log_table(), estimator=name, **{row["name"]: value})
+        by_estimator = mpo_rs.arrow.with_advantages(log_table(), estimator=expected)
+        assert arrow.equals(by_estimator)
+        # CLI: the generated flag gives the same columns.
+        cli_flag = flag if row["kind"] != "bool" else (flag if value else "--no-" + flag[2:])
+        args = [cli_flag] if row["kind"] == "bool" else [cli_flag, str(value)]
+        code, out = cli_exit(tmp_path, "--estimator", name, *args)
+        assert code == 0
+        got = pq.read_table(out)
+        assert got.column("advantages").equals(by_estimator.column("advantages"))
+
+
+def test_keyword_calls_equal_estimator_calls():
+    a = mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, lam=0.9, beta=0.5)
+    b = mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=Estimator("mae", lam=0.9, beta=0.5))
+    np.testing.assert_array_equal(a.advantages, b.advantages)
+    # A keyword with an Estimator overrides its value.
+    c = mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=Estimator("mae", lam=0.9), beta=0.5)
+    np.testing.assert_array_equal(a.advantages, c.advantages)
+    np.testing.assert_array_equal(
+        mpo_rs.group_advantages(SCORES, GROUPS, norm_std=False),
+        mpo_rs.group_advantages(SCORES, GROUPS, estimator="drgrpo"),
+    )
+
+
+# --------------------------------------------------------------------------- one mistake, one type
+
+
+MISTAKES = [
+    ("mae", {"lam": 1.5}, r"`lam` = 1.5 is out of range: it must be in \[0, 1\]"),
+    ("grpo", {"eps": 0.0}, r"`eps` = 0 is out of range: it must be in \(0, inf\)"),
+    ("ppo", {}, r"unknown estimator `ppo`; choose one of mae, gae, grpo, drgrpo, rloo"),
+    ("gae", {"beta": 0.5}, r"`beta` does not apply to the gae estimator; its options are lam, gamma, lam_critic"),
+    ("drgrpo", {"eps": 0.1}, r"`eps` does not apply to the drgrpo estimator; it takes none"),
+]
+
+
+@pytest.mark.parametrize("name, options, pattern", MISTAKES)
+def test_the_same_mistake_raises_the_same_type_everywhere(name, options, pattern, tmp_path):
+    with pytest.raises(InvalidOptionError, match=pattern):
+        Estimator(name, **options)
+    fn = {"mae": mpo_rs.mae_advantages, "gae": mpo_rs.gae_advantages}.get(name)
+    if fn is not None:
+        with pytest.raises(InvalidOptionError, match=pattern):
+            fn(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=name, **options)
+    else:
+        with pytest.raises(InvalidOptionError, match=pattern):
+            mpo_rs.group_advantages(SCORES, GROUPS, estimator=name, **options)
+    with pytest.raises(InvalidOptionError, match=pattern):
+        mpo_rs.arrow.with_advantages(log_table(), estimator=name, **options)
+    with pytest.raises(InvalidOptionError, match=pattern):
+        mpo_rs.arrow.advantages_parquet(tmp_path / "none.parquet", tmp_path / "o.parquet", estimator=name, **options)
+    if name in Estimator.names():
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
+        code, _ = cli_exit(tmp_path, "--estimator", name, *flags)
+        assert code == cli.EXIT_USAGE
+
+
+def test_a_misspelt_keyword_names_it_and_lists_the_options():
+    with pytest.raises(
+        InvalidOptionError, match=r"`lamda` is not an option of the mae estimator; its options are lam, "
+    ):
+        mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, lamda=0.9)
+    with pytest.raises(InvalidOptionError, match=r"`nrom_std` is not an option of the grpo estimator"):
+        mpo_rs.group_advantages(SCORES, GROUPS, nrom_std=False)
+    with pytest.raises(InvalidOptionError, match=r"`lam` takes a float"):
+        Estimator("mae", lam="0.9")
+    with pytest.raises(InvalidOptionError, match=r"`norm_std` takes a bool"):
+        Estimator("grpo", norm_std="no")
+    assert (
+        Estimator("grpo", norm_std=0)
+        == Estimator("grpo", norm_std=np.bool_(False))
+        == Estimator("grpo", norm_std=False)
+    )
+
+
+def test_an_estimator_of_another_family_is_refused():
+    with pytest.raises(InvalidOptionError, match="mae_advantages computes the mae estimator; got the gae estimator"):
+        mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator="gae")
+    with pytest.raises(InvalidOptionError, match="group_advantages computes the group"):
+        mpo_rs.group_advantages(SCORES, GROUPS, estimator=Estimator("mae"))
+
+
+def test_cli_eps(tmp_path):
+    code, out = cli_exit(tmp_path, "--estimator", "grpo", "--eps", "0.001")
+    assert code == 0
+    expected = mpo_rs.arrow.with_advantages(log_table(), estimator="grpo", eps=1e-3)
+    assert pq.read_table(out).column("advantages").equals(expected.column("advantages"))
+    assert cli_exit(tmp_path, "--estimator", "grpo", "--eps", "0")[0] == cli.EXIT_USAGE
+
+
+# --------------------------------------------------------------------------- the hierarchy
+
+
+def test_hierarchy_and_names():
+    import mpo_rs.exceptions as ex
+
+    for name in ex.__all__:
+        cls = getattr(ex, name)
+        assert getattr(mpo_rs, name) is cls
+        if name != "MissingDependencyError":
+            assert issubclass(cls, MpoError) and issubclass(cls, ValueError)
+            assert cls.__module__ == "mpo_rs.exceptions"
+            assert str(cls) == f"<class 'mpo_rs.exceptions.{name}'>"
+    assert issubclass(mpo_rs.MissingDependencyError, ImportError)
+    assert mpo_rs.arrow.InvalidOptionError is InvalidOptionError
+    assert mpo_rs._native.InvalidBatchError is mpo_rs.InvalidBatchError
