@@ -330,9 +330,9 @@ def test_unknown_or_out_of_range_options_are_refused():
     with pytest.raises(plugin.InvalidConfigError, match="unknown `algorithm.mpo` option.*'lam_intr'"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intr=0.9), uid, values=values)
     # Ranges are the Rust estimator's: its error names the option and its domain.
-    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`lam_intra` = 1.5 is out of range: it must be in \[0, 1\]"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`lam_intra` = 1.5 is out of range: it must be in \[0, 1\]"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intra=1.5), uid, values=values)
-    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`eps` = 0 is out of range"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`eps` = 0 is out of range"):
         plugin.compute_mpo_mae_grpo_advantage(rewards, mask, algo_config(eps=0.0), uid)
     with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.beta` must be a number"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(beta="high"), uid, values=values)

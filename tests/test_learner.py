@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import InvalidBatchError, mae_advantages  # noqa: E402
+from mpo_rs import InvalidBatchError, InvalidOptionError, mae_advantages  # noqa: E402
 from mpo_rs.torch import losses  # noqa: E402
 from mpo_rs.torch import learner as learner_module  # noqa: E402
 from mpo_rs.torch import whiten  # noqa: E402
@@ -485,7 +485,7 @@ def test_bad_batches_and_configs_are_rejected():
 )
 def test_estimator_options_are_checked_at_construction(estimator, option, message):
     """The Rust core's exception and message, raised by the config, not by the first step."""
-    with pytest.raises(InvalidBatchError, match=message):
+    with pytest.raises(InvalidOptionError, match=message):
         LearnerConfig(estimator=estimator, **option)
 
 

@@ -15,6 +15,7 @@ use crate::errors::{core_error, InvalidOptionError};
 /// unknown estimator or option, an option the estimator does not take, or a value outside
 /// its domain raises ``InvalidOptionError`` naming it.
 #[pyclass(frozen, module = "mpo_rs.options", name = "Estimator")]
+#[derive(Debug)]
 pub struct Estimator {
     name: &'static str,
     pub(crate) core: Core,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ...exceptions import InvalidConfigError, MissingCriticValuesError
+
 __all__ = [
     "CRITIC_ESTIMATORS",
     "CRITIC_FREE_ESTIMATORS",
@@ -31,20 +33,12 @@ SESSION_GROUPED_ESTIMATORS = {"mpo_grpo": "grpo"}
 
 
 # These two belong in mpo_rs.exceptions (as subclasses of its MpoError) once it exists.
-class MissingCriticValuesError(ValueError):
-    """A critic estimator was called without critic values."""
-
-
-class InvalidConfigError(ValueError):
-    """An ``algorithm.mpo`` option is unknown or of the wrong type, or a config is missing."""
-
-
 @dataclass(frozen=True)
 class MPOOptions:
     """Options read from ``algorithm.mpo`` (all optional). ``algorithm.gamma`` is the
     discount of every estimator; ``algorithm.lam`` is ``mpo_gae``'s token lambda, as for
     verl's ``gae``. Ranges are checked by the estimator that uses an option (an
-    out-of-range value raises ``mpo_rs.InvalidBatchError`` naming it)."""
+    out-of-range value raises ``mpo_rs.InvalidOptionError`` naming it)."""
 
     lam: float = 0.8
     """MAE: turn-scale lambda (credit decays once per interaction)."""
