@@ -1,0 +1,190 @@
+"""Tiny causal language models for tests, benchmarks and toy experiments (needs torch).
+
+- :class:`TinyCausalLM`: the project's own small causal transformer, with an optional KV
+  cache, called like a Hugging Face causal LM.
+- :func:`tiny_hf_model`: a tiny ``transformers`` model (Llama or GPT-2) built from a config,
+  randomly initialised; nothing is downloaded (needs the ``hf`` extra).
+
+Both work with :func:`mpo_rs.torch.sampler.sample`, the learner and
+:func:`mpo_rs.torch.critic.value_head_critic`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._deps import missing
+
+try:
+    import torch
+    from torch import Tensor, nn
+    from torch.nn import functional as F
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.torch.models", "torch", _e) from None
+
+__all__ = ["CausalLMOutput", "TinyCausalLM", "tiny_hf_model"]
+
+KVCache = tuple[tuple[Tensor, Tensor], ...]
+"""One ``(keys, values)`` pair per layer, each ``(B, heads, L, head_width)``."""
+
+
+@dataclass
+class CausalLMOutput:
+    """What :class:`TinyCausalLM` returns, shaped like a Hugging Face model output."""
+
+    logits: Tensor
+    """(B, L, out_features): next-token logits (or values, for a critic head)."""
+    past_key_values: KVCache | None = None
+    """The cache over every position seen so far (only with ``use_cache=True``)."""
+    hidden_states: Tensor | None = None
+    """(B, L, width): the trunk's last hidden state (only with ``output_hidden_states=True``)."""
+
+
+class _Block(nn.Module):
+    """Pre-norm self-attention and MLP."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.attn_out = nn.Linear(width, width)
+        self.mlp_norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(
+        self, h: Tensor, allowed: Tensor, past: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        batch, length, width = h.shape
+        q, k, v = self.qkv(self.attn_norm(h)).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        h = h + self.attn_out(a.transpose(1, 2).reshape(batch, length, width))
+        return h + self.mlp(self.mlp_norm(h)), (k, v)
+
+
+class TinyCausalLM(nn.Module):
+    """A small pre-norm causal transformer with learned absolute positions.
+
+    Called as ``model(input_ids=..., attention_mask=..., position_ids=...,
+    past_key_values=..., use_cache=...)`` and returning a :class:`CausalLMOutput`, like a
+    Hugging Face causal LM. ``attention_mask`` ``(B, past + L)`` may have holes anywhere
+    (left, right or in the middle): a masked position is never attended to by another one.
+    ``position_ids`` default to the number of attended tokens before each position, so
+    a row gets the same positions however it is padded. The LM head is ``lm_head``
+    (``get_output_embeddings``), so :func:`~mpo_rs.torch.critic.value_head_critic` can
+    swap it for a scalar head.
+    """
+
+    def __init__(self, vocab_size: int, width: int = 64, layers: int = 2, heads: int = 2, max_len: int = 2048) -> None:
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("width", width), ("layers", layers), ("heads", heads),
+                            ("max_len", max_len)):  # fmt: skip
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TinyCausalLM: `{name}` must be a positive integer, got {value!r}")
+        if width % heads:
+            raise ValueError(f"TinyCausalLM: `width` ({width}) must be a multiple of `heads` ({heads})")
+        self.vocab_size, self.width, self.max_len = vocab_size, width, max_len
+        self.embed = nn.Embedding(vocab_size, width)
+        self.position = nn.Embedding(max_len, width)
+        self.blocks = nn.ModuleList(_Block(width, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.lm_head: nn.Module = nn.Linear(width, vocab_size)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def set_output_embeddings(self, head: nn.Module) -> None:
+        self.lm_head = head
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        past_key_values: KVCache | None = None,
+        use_cache: bool = False,
+        output_hidden_states: bool = False,
+        **_: Any,
+    ) -> CausalLMOutput:
+        if input_ids.dim() != 2:
+            raise ValueError(f"TinyCausalLM: `input_ids` must be (B, L), got shape {tuple(input_ids.shape)}")
+        batch, length = input_ids.shape
+        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        total = past + length
+        device = input_ids.device
+        if attention_mask is None:
+            attended = torch.ones(batch, total, dtype=torch.bool, device=device)
+        else:
+            if attention_mask.shape != (batch, total):
+                raise ValueError(
+                    f"TinyCausalLM: `attention_mask` has shape {tuple(attention_mask.shape)}, expected "
+                    f"({batch}, {total}) (cached + new positions)"
+                )
+            attended = attention_mask.bool()
+        if position_ids is None:
+            position_ids = (attended.long().cumsum(1) - 1).clamp(min=0)[:, past:]
+        if length and int(position_ids.max()) >= self.max_len:
+            raise ValueError(
+                f"TinyCausalLM: position {int(position_ids.max())} is beyond max_len={self.max_len}; "
+                "build the model with a larger max_len"
+            )
+        # Query i (absolute past + i) sees key j when j <= past + i and j is attended; it
+        # always sees itself, so no row is empty (that would give NaN).
+        query = torch.arange(past, total, device=device)[:, None]
+        key = torch.arange(total, device=device)[None, :]
+        allowed = (key <= query)[None] & (attended[:, None, :] | (key == query)[None])
+        h = self.embed(input_ids) + self.position(position_ids)
+        cache = []
+        for i, block in enumerate(self.blocks):
+            h, kv = block(h, allowed[:, None], None if past_key_values is None else past_key_values[i])
+            cache.append(kv)
+        h = self.norm(h)
+        return CausalLMOutput(
+            logits=self.lm_head(h),
+            past_key_values=tuple(cache) if use_cache else None,
+            hidden_states=h if output_hidden_states else None,
+        )
+
+
+def tiny_hf_model(
+    vocab_size: int,
+    *,
+    kind: str = "llama",
+    width: int = 64,
+    layers: int = 2,
+    heads: int = 2,
+    max_len: int = 2048,
+    attn_implementation: str | None = None,
+) -> nn.Module:
+    """A tiny randomly initialised ``transformers`` causal LM (``kind="llama"`` or
+    ``"gpt2"``) built from a config; nothing is downloaded. Dropout is off, so sampling and
+    the learner score tokens alike in train mode too. Seed with ``torch.manual_seed``."""
+    try:
+        import transformers
+    except ModuleNotFoundError as e:
+        raise missing("mpo_rs.torch.models.tiny_hf_model", "hf", e) from None
+    extra: dict[str, Any] = {}
+    if attn_implementation is not None:
+        extra["attn_implementation"] = attn_implementation
+    if kind == "llama":
+        llama_config = transformers.LlamaConfig(
+            vocab_size=vocab_size, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_len,
+            attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+            pad_token_id=None, **extra,
+        )  # fmt: skip
+        return transformers.LlamaForCausalLM(llama_config)
+    if kind == "gpt2":
+        gpt2_config = transformers.GPT2Config(
+            vocab_size=vocab_size, n_embd=width, n_layer=layers, n_head=heads, n_positions=max_len,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, **extra,
+        )  # fmt: skip
+        return transformers.GPT2LMHeadModel(gpt2_config)
+    raise ValueError(f"tiny_hf_model: unknown kind={kind!r}; expected 'llama' or 'gpt2'")
