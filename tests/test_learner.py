@@ -11,13 +11,17 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import mae_advantages  # noqa: E402
+from mpo_rs import InvalidBatchError, mae_advantages  # noqa: E402
 from mpo_rs.torch import losses  # noqa: E402
+from mpo_rs.torch import learner as learner_module  # noqa: E402
+from mpo_rs.torch import whiten  # noqa: E402
 from mpo_rs.torch.learner import (  # noqa: E402
     Learner,
     LearnerConfig,
     RolloutBatch,
+    explained_variance,
     token_log_probs,
+    token_log_probs_and_entropy,
     token_values,
 )
 
@@ -163,6 +167,179 @@ def test_advantages_come_from_the_rust_estimator(one_thread):
     np.testing.assert_array_equal(returns, expected.returns)
 
 
+# --------------------------------------------------------------------------- experiment metrics
+
+
+def test_explained_variance_is_nan_when_the_returns_do_not_vary(one_thread):
+    learner = make_learner("mae", ppo_epochs=1)
+    batch = echo_rollout(learner.policy, 4, 4, torch.Generator().manual_seed(0))
+    batch.scores = np.ones(batch.n_trajectories, np.float32)  # every return is 1
+    metrics = learner.step(batch)
+    assert np.isnan(metrics["critic/explained_variance"])
+    assert all(np.isfinite(v) for k, v in metrics.items() if k != "critic/explained_variance"), metrics
+    batch.scores = np.linspace(0, 1, batch.n_trajectories, dtype=np.float32)
+    assert np.isfinite(learner.step(batch)["critic/explained_variance"])
+
+
+def test_explained_variance_formula():
+    g = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
+    assert explained_variance(g, g) == 1.0
+    assert explained_variance(np.full(4, g.mean(), np.float32), g) == pytest.approx(0.0)
+    v = np.array([0.5, 0.5, 2.5, 2.0], np.float32)
+    assert explained_variance(v, g) == pytest.approx(1 - np.var(g - v) / np.var(g))
+    assert np.isnan(explained_variance(np.zeros(3, np.float32), np.full(3, 0.7, np.float32)))
+    assert np.isnan(explained_variance(np.zeros(0, np.float32), np.zeros(0, np.float32)))
+
+
+def hand_entropy(policy: nn.Module, batch: RolloutBatch, temperature: float) -> list[np.ndarray]:
+    """Per trajectory, the entropy of pi(. | tokens < q) at each policy token q."""
+    out = []
+    with torch.no_grad():
+        for j in range(batch.n_trajectories):
+            span = slice(batch.offsets[j], batch.offsets[j + 1])
+            ids = torch.from_numpy(batch.token_ids[span])[None]
+            probs = torch.softmax(policy(input_ids=ids, attention_mask=torch.ones_like(ids))[0] / temperature, -1)
+            entropy = -(probs * probs.log()).sum(-1).numpy()  # position q-1 scores token q
+            out.append(entropy[:-1][batch.mask[span][1:]])
+    return out
+
+
+@pytest.mark.parametrize("agg", losses.AGGREGATIONS)
+def test_entropy_metric_equals_a_hand_computation(one_thread, agg):
+    batch = ragged_batch(3)
+    torch.manual_seed(0)
+    policy = TinyCausalLM()
+    cfg = LearnerConfig(estimator="grpo", agg=agg, temperature=0.7, minibatch_size=7, micro_batch_size=3)
+    metrics = Learner(policy, torch.optim.SGD(policy.parameters(), lr=0.0), cfg).step(batch)
+    per_seq = hand_entropy(policy, batch, 0.7)
+    if agg == "token-mean":
+        expected = np.concatenate(per_seq).mean()
+    elif agg == "seq-mean-token-mean":
+        expected = np.mean([e.mean() for e in per_seq])
+    else:
+        expected = np.mean([e.sum() for e in per_seq])
+    assert metrics["actor/entropy"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_token_log_probs_and_entropy_agree_with_token_log_probs():
+    torch.manual_seed(0)
+    policy = TinyCausalLM()
+    ids = torch.randint(0, VOCAB, (3, 6))
+    attention = torch.ones_like(ids)
+    lp, entropy = token_log_probs_and_entropy(policy, ids, attention, temperature=1.3)
+    torch.testing.assert_close(lp, token_log_probs(policy, ids, attention, temperature=1.3), rtol=0, atol=0)
+    probs = torch.softmax(policy(input_ids=ids, attention_mask=attention)[:, :-1] / 1.3, -1)
+    torch.testing.assert_close(entropy[:, 1:], -(probs * probs.log()).sum(-1))
+    assert torch.all(entropy[:, 0] == 0) and entropy.requires_grad
+    assert not token_log_probs_and_entropy(policy, ids, attention, entropy_grad=False)[1].requires_grad
+
+
+def test_entropy_bonus_is_the_gradient_of_the_entropy(one_thread):
+    """With zero advantages (every score equal under GRPO) the surrogate has no gradient:
+    one SGD step with lr=1 moves the policy by exactly coef * grad(mean entropy)."""
+    torch.manual_seed(0)
+    policy = TinyCausalLM()
+    batch = echo_rollout(policy, 2, 4, torch.Generator().manual_seed(4))
+    batch.scores = np.ones(batch.n_trajectories, np.float32)
+    reference = copy.deepcopy(policy)
+    ids = torch.from_numpy(batch.token_ids.reshape(batch.n_trajectories, -1))
+    mask = torch.from_numpy(batch.mask.reshape(ids.shape))
+    _, entropy = token_log_probs_and_entropy(reference, ids, torch.ones_like(ids))
+    (0.1 * losses.aggregate(entropy, mask)).backward()
+    cfg = LearnerConfig(estimator="grpo", entropy_coef=0.1, minibatch_size=8, max_grad_norm=None, shuffle=False)
+    metrics = Learner(policy, torch.optim.SGD(policy.parameters(), lr=1.0), cfg).step(batch)
+    assert metrics["advantages/abs_max"] == 0.0
+    assert metrics["actor/loss"] == pytest.approx(-0.1 * metrics["actor/entropy"], rel=1e-5)
+    for moved, before in zip(policy.parameters(), reference.parameters()):
+        torch.testing.assert_close(moved.detach() - before.detach(), before.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_entropy_bonus_raises_the_entropy(one_thread):
+    gen = torch.Generator().manual_seed(6)
+    entropies = {}
+    for coef in (0.0, 0.05):
+        learner = make_learner("grpo", entropy_coef=coef, ppo_epochs=1)
+        batch = echo_rollout(learner.policy, 4, 4, gen)
+        batch.scores = np.ones(batch.n_trajectories, np.float32)  # no policy gradient
+        entropies[coef] = [learner.step(batch)["actor/entropy"] for _ in range(5)]
+    assert entropies[0.0][-1] == pytest.approx(entropies[0.0][0], abs=1e-6)
+    assert entropies[0.05][-1] > entropies[0.05][0] + 1e-3
+
+
+@pytest.mark.parametrize(("estimator", "ratio"), [("mae", "turn"), ("gae", "token"), ("grpo", "token")])
+def test_the_policy_loss_gets_the_natural_ratio(one_thread, monkeypatch, estimator, ratio):
+    seen = []
+    original = learner_module.policy_loss
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["ratio"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(learner_module, "policy_loss", spy)
+    learner = make_learner(estimator, ppo_epochs=1)
+    learner.step(echo_rollout(learner.policy, 2, 4, torch.Generator().manual_seed(0)))
+    learner.config.ratio = "sequence"
+    learner.step(echo_rollout(learner.policy, 2, 4, torch.Generator().manual_seed(0)))
+    assert seen == [ratio, "sequence"]
+
+
+def test_grpo_with_a_critic_trains_it_on_monte_carlo_returns(one_thread):
+    torch.manual_seed(0)
+    policy, critic = TinyCausalLM(), TinyCausalLM(out_features=1)
+    learner = Learner(
+        policy, torch.optim.Adam(policy.parameters(), lr=1e-3), LearnerConfig(estimator="grpo", minibatch_size=16),
+        critic=critic, critic_optimizer=torch.optim.Adam(critic.parameters(), lr=1e-2),
+    )  # fmt: skip
+    batch = echo_rollout(policy, 4, 4, torch.Generator().manual_seed(7))
+    values, _ = learner._fill_in(batch)
+    advantages, returns = learner.compute_advantages(batch, values)
+    critic_free, no_returns = learner.compute_advantages(batch, None)
+    np.testing.assert_array_equal(advantages, critic_free)  # the critic never touches them
+    assert no_returns is None
+    expected_returns = np.repeat(batch.scores, batch.lengths)  # gamma = 1: the score
+    np.testing.assert_array_equal(returns[batch.mask], expected_returns[batch.mask])
+    first = [p.detach().clone() for p in critic.parameters()]
+    history = [learner.step(batch) for _ in range(30)]
+    assert all("critic/loss" in m and "critic/grad_norm" in m for m in history)
+    assert any(not torch.equal(a, b) for a, b in zip(first, critic.parameters()))
+    assert history[-1]["critic/loss"] < history[0]["critic/loss"] / 4
+    assert history[-1]["critic/explained_variance"] > max(0.5, history[0]["critic/explained_variance"])
+
+
+@pytest.mark.parametrize("estimator", ["mae", "grpo"])
+def test_whitening_scales_the_advantages_over_the_policy_tokens(one_thread, estimator):
+    batch = echo_rollout(make_learner().policy, 4, 4, torch.Generator().manual_seed(8))
+    metrics = {}
+    for scale in ("none", "whiten"):
+        learner = make_learner(estimator, advantage_scale=scale, ppo_epochs=1)
+        values, _ = learner._fill_in(batch)
+        advantages, _ = learner.compute_advantages(batch, values)
+        metrics[scale] = learner.step(batch)
+        adv = advantages[batch.mask]
+        assert metrics[scale]["advantages/mean"] == pytest.approx(adv.mean(), abs=1e-6)
+        assert metrics[scale]["advantages/std"] == pytest.approx(adv.std(), rel=1e-5)
+        assert metrics[scale]["advantages/abs_max"] == pytest.approx(np.abs(adv).max(), rel=1e-6)
+        if scale == "whiten":
+            raw, _ = make_learner(estimator).compute_advantages(batch, values)
+            expected = whiten(torch.from_numpy(raw), torch.from_numpy(batch.mask)).numpy()
+            np.testing.assert_array_equal(advantages, expected)
+            old_spelling, _ = make_learner(estimator, normalize_advantages=True).compute_advantages(batch, values)
+            np.testing.assert_array_equal(old_spelling, expected)
+    n = int(batch.mask.sum())
+    assert metrics["whiten"]["advantages/mean"] == pytest.approx(0.0, abs=1e-6)
+    # Unbiased variance in the whitening: the population std of the result is sqrt((n-1)/n).
+    assert metrics["whiten"]["advantages/std"] == pytest.approx(np.sqrt((n - 1) / n), rel=1e-4)
+    assert metrics["none"]["advantages/std"] != pytest.approx(metrics["whiten"]["advantages/std"], rel=1e-2)
+
+
+def test_timing_splits_the_step(one_thread):
+    learner = make_learner("mae", ppo_epochs=2, minibatch_size=8)
+    metrics = learner.step(echo_rollout(learner.policy, 4, 4, torch.Generator().manual_seed(9)))
+    phases = [metrics[f"timing/{p}_s"] for p in ("estimation", "forward", "backward", "optimizer")]
+    assert all(t > 0 for t in phases), metrics
+    assert sum(phases) <= metrics["timing/step_s"]
+
+
 # --------------------------------------------------------------------------- batching
 
 
@@ -282,16 +459,58 @@ def test_bad_batches_and_configs_are_rejected():
         LearnerConfig(estimator="vapo")
     with pytest.raises(ValueError, match="ratio"):
         LearnerConfig(ratio="turns")
+    with pytest.raises(ValueError, match="advantage_scale"):
+        LearnerConfig(advantage_scale="group")
     policy = TinyCausalLM()
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="critic-free"):
-        Learner(policy, optimizer, LearnerConfig(estimator="grpo"), critic=TinyCausalLM(1),
-                critic_optimizer=optimizer)  # fmt: skip
     batch = RolloutBatch(**good, scores=np.ones(2))
     with pytest.raises(ValueError, match="needs a critic"):
         Learner(policy, optimizer, LearnerConfig(estimator="mae")).step(batch)
     with pytest.raises(ValueError, match="group_ids"):
         Learner(policy, optimizer, LearnerConfig(estimator="grpo")).step(batch)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "option", "message"),
+    [
+        ("mae", {"lam": 1.5}, r"`lam` = 1.5 is out of range"),
+        ("gae", {"lam": 1.5}, r"`lam` = 1.5 is out of range"),
+        ("mae", {"beta": -1.0}, r"`beta` = -1 is out of range"),
+        ("mae", {"lam_intra": 2.0}, r"`lam_intra` = 2 is out of range"),
+        ("gae", {"gamma": 0.0}, r"`gamma` = 0 is out of range"),
+        ("gae", {"gae_length_adaptive_alpha": -1.0}, r"`length_adaptive_alpha` = -1 is out of range"),
+        ("grpo", {"grpo_eps": 0.0}, r"`eps` = 0 is out of range"),
+        ("grpo", {"gamma": 2.0}, r"`gamma` = 2 is out of range"),
+    ],
+)
+def test_estimator_options_are_checked_at_construction(estimator, option, message):
+    """The Rust core's exception and message, raised by the config, not by the first step."""
+    with pytest.raises(InvalidBatchError, match=message):
+        LearnerConfig(estimator=estimator, **option)
+
+
+def test_other_settings_are_checked_at_construction():
+    for bad in ({"clip_low": 1.0}, {"dual_clip": 0.5}, {"value_clip": 0.0}, {"entropy_coef": float("nan")},
+                {"temperature": 0.0}, {"log_ratio_clamp": 0.0}):  # fmt: skip
+        with pytest.raises(ValueError):
+            LearnerConfig(**bad)
+
+
+def test_ratio_defaults_to_the_estimators_natural_one():
+    assert LearnerConfig(estimator="mae").policy_ratio == "turn"
+    assert LearnerConfig(estimator="gae").policy_ratio == "token"
+    assert LearnerConfig(estimator="grpo").policy_ratio == "token"
+    assert LearnerConfig(estimator="grpo", ratio="sequence").policy_ratio == "sequence"
+    assert LearnerConfig(estimator="gae", ratio="turn").policy_ratio == "turn"
+    assert LearnerConfig().ratio is None
+
+
+def test_normalize_advantages_is_the_old_spelling_of_whitening():
+    assert LearnerConfig(normalize_advantages=True).advantage_scale == "whiten"
+    assert LearnerConfig().advantage_scale == "none" and not LearnerConfig().whitens
+    late = LearnerConfig()
+    late.normalize_advantages = True  # set after construction, as older callers may
+    assert late.whitens
 
 
 # --------------------------------------------------------------------------- GPU

@@ -6,12 +6,14 @@ One :meth:`Learner.step` takes a rollout batch of N trajectories, flat token by 
 1. fills in what the rollout did not record: critic values and old log-probs, from a
    no-grad pass of the current critic and policy;
 2. computes advantages and critic targets with the Rust core on the host (``mae``,
-   ``gae`` or ``grpo``, see :class:`LearnerConfig`);
+   ``gae`` or ``grpo``, see :class:`LearnerConfig`), scaled as ``advantage_scale`` says;
 3. runs ``ppo_epochs`` passes over shuffled minibatches of trajectories: each minibatch
    is right-padded to ``(B, L)``, copied to the device (pinned memory, non-blocking),
    scored by the policy (and critic), and gives one optimizer step per model, with
    gradient accumulation over micro-batches and gradient-norm clipping;
-4. returns float metrics (one host synchronisation, at the end).
+4. returns float metrics (one host synchronisation, at the end, besides the timing's on
+   CUDA): ``actor/*`` (with ``entropy``), ``critic/*``, ``advantages/*``, ``batch/*``,
+   ``timing/*``; see docs/torch.md.
 
 Conventions. ``old_log_probs[q]`` is log pi(token q | tokens < q) and ``values[q]`` is
 V(tokens < q), so the model output at position q-1 scores token q; the first token of a
@@ -25,8 +27,9 @@ the caller left them.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,13 +45,28 @@ except ModuleNotFoundError as _e:
 
 from .. import estimators
 from .batch import RolloutBatch
-from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, policy_loss, value_loss
+from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, aggregate, check_clip_range, policy_loss, value_loss
 from .padded import whiten
 
-__all__ = ["ESTIMATORS", "Learner", "LearnerConfig", "RolloutBatch", "token_log_probs", "token_values"]
+__all__ = [
+    "ADVANTAGE_SCALES",
+    "ESTIMATORS",
+    "Learner",
+    "LearnerConfig",
+    "RolloutBatch",
+    "explained_variance",
+    "token_log_probs",
+    "token_log_probs_and_entropy",
+    "token_values",
+]
 
 ESTIMATORS = ("mae", "gae", "grpo")
+ADVANTAGE_SCALES = ("none", "whiten")
 _DEFAULT_LAM = {"mae": 0.8, "gae": 0.95}
+# Below this variance of the returns the explained variance is reported as NaN.
+_EV_MIN_RETURN_VAR = 1e-8
+# MPO updates with the turn ratio; PPO and GRPO mean token ratios unless asked.
+_NATURAL_RATIO = {"mae": "turn", "gae": "token", "grpo": "token"}
 
 
 @dataclass
@@ -64,13 +82,22 @@ class LearnerConfig:
     lam_critic: float = 1.0
     gae_length_adaptive_alpha: float | None = None
     grpo_norm_std: bool = True
+    """GRPO's own scale: divide by the group's std (Dr. GRPO: False)."""
     grpo_leave_one_out: bool = False
+    grpo_eps: float = 1e-6
+    """GRPO's ``std + eps`` denominator."""
+    advantage_scale: str = "none"
+    """``"none"`` or ``"whiten"``: whiten the advantages over the batch's policy tokens
+    after estimation, as verl does for GAE (:func:`mpo_rs.torch.whiten`: masked mean,
+    unbiased variance, ``rsqrt(var + 1e-8)``; needs 2 policy tokens or more). Applies to
+    every estimator; GRPO's per-group std is ``grpo_norm_std``, part of the estimator."""
     normalize_advantages: bool = False
-    """Whiten advantages over the batch's policy tokens after estimation, as verl does
-    (:func:`mpo_rs.torch.whiten`: unbiased variance; needs 2 policy tokens or more)."""
+    """Older spelling of ``advantage_scale="whiten"`` (kept working; True sets it)."""
 
-    # Policy loss (see mpo_rs.losses.policy_loss).
-    ratio: str = "turn"
+    # Policy loss (see mpo_rs.torch.losses.policy_loss).
+    ratio: str | None = None
+    """``"turn"`` | ``"token"`` | ``"sequence"`` (GSPO); None = the estimator's natural
+    ratio (:attr:`policy_ratio`): turn for mae, token for gae and grpo."""
     turn_ratio: str = "product"
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -78,6 +105,9 @@ class LearnerConfig:
     log_ratio_clamp: float = 20.0
     agg: str = "token-mean"
     value_clip: float | None = 0.5
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss is ``policy_loss - entropy_coef * entropy``, the entropy of
+    the policy (at ``temperature``) per policy token, aggregated with ``agg``."""
 
     # Optimisation.
     ppo_epochs: int = 1
@@ -99,24 +129,91 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         for name, value, allowed in (
             ("estimator", self.estimator, ESTIMATORS),
-            ("ratio", self.ratio, RATIO_MODES),
+            ("ratio", self.policy_ratio, RATIO_MODES),
             ("turn_ratio", self.turn_ratio, TURN_RATIOS),
             ("agg", self.agg, AGGREGATIONS),
+            ("advantage_scale", self.advantage_scale, ADVANTAGE_SCALES),
         ):
             if value not in allowed:
                 raise ValueError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
+        if self.normalize_advantages:
+            self.advantage_scale = "whiten"
         if self.ppo_epochs < 1 or self.minibatch_size < 1:
             raise ValueError("ppo_epochs and minibatch_size must be at least 1")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError("micro_batch_size must be at least 1 (or None)")
-        if self.temperature <= 0:
+        if not self.temperature > 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if not math.isfinite(self.entropy_coef):
+            raise ValueError(f"entropy_coef must be finite, got {self.entropy_coef}")
+        if self.value_clip is not None and not self.value_clip > 0:
+            raise ValueError(f"value_clip must be positive (or None), got {self.value_clip}")
+        if not self.log_ratio_clamp > 0:
+            raise ValueError(f"log_ratio_clamp must be positive, got {self.log_ratio_clamp}")
+        check_clip_range(self.clip_low, self.clip_high, self.dual_clip)
+        self._check_estimator_options()
+
+    def _check_estimator_options(self) -> None:
+        """Runs the chosen estimator once on a one-trajectory batch, so an option out of
+        range raises here, with the Rust core's exception and message, not at the first
+        step; the ranges are declared once, in the core."""
+        values = np.zeros(2, np.float32)
+        mask = np.array([False, True])
+        offsets = np.array([0, 2], np.int64)
+        scores = np.ones(1, np.float32)
+        if self.estimator == "mae":
+            self._mae(values, mask, offsets, {"scores": scores})
+        elif self.estimator == "gae":
+            self._gae(values, mask, offsets, {"scores": scores})
+        else:
+            self._group(scores, np.zeros(1, np.int64))
+            self._monte_carlo_returns(values, mask, offsets, {"scores": scores})  # a critic's targets
+
+    # The estimator calls, shared by the check above and the learner.
+
+    def _mae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]) -> Any:
+        return estimators.mae_advantages(
+            values, mask, offsets, **rewards,
+            lam=self.estimator_lam, lam_intra=self.lam_intra, beta=self.beta,
+            gamma=self.gamma, lam_critic=self.lam_critic,
+        )  # fmt: skip
+
+    def _gae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]) -> Any:
+        return estimators.gae_advantages(
+            values, mask, offsets, **rewards,
+            gamma=self.gamma, lam=self.estimator_lam, lam_critic=self.lam_critic,
+            length_adaptive_alpha=self.gae_length_adaptive_alpha,
+        )  # fmt: skip
+
+    def _group(self, scores: np.ndarray, group_ids: Any) -> np.ndarray:
+        return estimators.group_advantages(
+            scores, group_ids, norm_std=self.grpo_norm_std, eps=self.grpo_eps, leave_one_out=self.grpo_leave_one_out
+        )
+
+    def _monte_carlo_returns(
+        self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]
+    ) -> Any:
+        """Discounted Monte-Carlo returns (lambda_critic = 1) per token, whatever the values."""
+        gae = estimators.gae_advantages(values, mask, offsets, **rewards, gamma=self.gamma, lam=1.0, lam_critic=1.0)
+        return gae.returns
 
     @property
     def estimator_lam(self) -> float:
         if self.lam is not None:
             return self.lam
         return _DEFAULT_LAM.get(self.estimator, 1.0)
+
+    @property
+    def policy_ratio(self) -> str:
+        """The ratio the policy loss uses: ``ratio``, or the estimator's natural one."""
+        if self.ratio is not None:
+            return self.ratio
+        return _NATURAL_RATIO.get(self.estimator, "turn")
+
+    @property
+    def whitens(self) -> bool:
+        # normalize_advantages may also be set on a config after construction.
+        return self.advantage_scale == "whiten" or self.normalize_advantages
 
 
 # --------------------------------------------------------------------------- model I/O
@@ -133,16 +230,46 @@ def _model_output(module: nn.Module, input_ids: Tensor, attention_mask: Tensor) 
     return out
 
 
-def token_log_probs(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0) -> Tensor:
-    """log pi(token q | tokens < q) for every position of ``(B, L)`` rows, 0 at q = 0; fp32."""
+def _scaled_logits(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float) -> Tensor:
+    """The fp32 logits at positions 0..L-2 (each scores the next token), over ``temperature``."""
     logits = _model_output(policy, input_ids, attention_mask)
     if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
         raise ValueError(f"policy logits have shape {tuple(logits.shape)}, expected (B, L, vocab)")
     logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
+    return logits
+
+
+def _chosen_log_probs(logits: Tensor, input_ids: Tensor, log_norm: Tensor) -> Tensor:
     chosen = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return nn.functional.pad(chosen - torch.logsumexp(logits, dim=-1), (1, 0))
+    return nn.functional.pad(chosen - log_norm, (1, 0))
+
+
+def token_log_probs(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0) -> Tensor:
+    """log pi(token q | tokens < q) for every position of ``(B, L)`` rows, 0 at q = 0; fp32."""
+    logits = _scaled_logits(policy, input_ids, attention_mask, temperature)
+    return _chosen_log_probs(logits, input_ids, torch.logsumexp(logits, dim=-1))
+
+
+def token_log_probs_and_entropy(
+    policy: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    temperature: float = 1.0,
+    *,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """``token_log_probs`` and the entropy of the distribution each token was drawn from,
+    H_q = -sum_v pi(v | tokens < q) log pi(v | tokens < q) at ``temperature`` (0 at q = 0);
+    ``entropy_grad=False`` computes the entropy without a graph (a metric only)."""
+    logits = _scaled_logits(policy, input_ids, attention_mask, temperature)
+    log_norm = torch.logsumexp(logits, dim=-1)
+    log_probs = _chosen_log_probs(logits, input_ids, log_norm)
+    with torch.enable_grad() if entropy_grad else torch.no_grad():
+        # H = logsumexp(z) - sum_v softmax(z)_v z_v: one (B, L, V) temporary.
+        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return log_probs, nn.functional.pad(entropy, (1, 0))
 
 
 def token_values(critic: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -222,6 +349,30 @@ class _Averages:
         return out
 
 
+class _Clock:
+    """Wall time per phase of a step. On CUDA the device is synchronised at both ends of a
+    measurement, so kernels are charged to the phase that launched them."""
+
+    PHASES = ("estimation", "forward", "backward", "optimizer")
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds = dict.fromkeys(self.PHASES, 0.0)
+
+    def now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    @contextmanager
+    def measure(self, phase: str) -> Iterator[None]:
+        start = self.now()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += self.now() - start
+
+
 class Learner:
     """Updates a policy (and optionally a critic) from rollout batches; see the module doc."""
 
@@ -235,8 +386,6 @@ class Learner:
         critic_optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         self.config = config or LearnerConfig()
-        if self.config.estimator == "grpo" and critic is not None:
-            raise ValueError("estimator='grpo' is critic-free; pass critic=None")
         if (critic is None) != (critic_optimizer is None):
             raise ValueError("pass `critic` and `critic_optimizer` together")
         self.policy = policy
@@ -305,41 +454,26 @@ class Learner:
     def compute_advantages(
         self, batch: RolloutBatch, values: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Per-token advantages and critic targets (None for grpo) from the Rust core."""
+        """Per-token advantages (scaled as ``advantage_scale`` says) and critic targets
+        from the Rust core. Targets are None only for grpo without values; grpo with
+        values (a critic) gets the Monte-Carlo returns, its advantages stay critic-free."""
         cfg = self.config
         rewards = {"rewards": batch.rewards} if batch.rewards is not None else {"scores": batch.scores}
         returns: np.ndarray | None
         if cfg.estimator == "grpo":
             if batch.group_ids is None:
                 raise ValueError("estimator='grpo' needs `group_ids` in the batch")
-            per_traj = estimators.group_advantages(
-                batch.trajectory_scores(),
-                batch.group_ids,
-                norm_std=cfg.grpo_norm_std,
-                leave_one_out=cfg.grpo_leave_one_out,
-            )
+            per_traj = cfg._group(batch.trajectory_scores(), batch.group_ids)
             advantages = estimators.broadcast_to_tokens(per_traj, batch.mask, batch.offsets)
-            returns = None
+            returns = None if values is None else cfg._monte_carlo_returns(values, batch.mask, batch.offsets, rewards)
         else:
             if values is None:
                 raise ValueError(
                     f"estimator={cfg.estimator!r} needs values: give the learner a critic or the batch `values`"
                 )
-            if cfg.estimator == "mae":
-                res = estimators.mae_advantages(
-                    values, batch.mask, batch.offsets, **rewards,
-                    lam=cfg.estimator_lam, lam_intra=cfg.lam_intra, beta=cfg.beta,
-                    gamma=cfg.gamma, lam_critic=cfg.lam_critic,
-                )  # fmt: skip
-                advantages, returns = res.advantages, res.returns
-            else:
-                gae = estimators.gae_advantages(
-                    values, batch.mask, batch.offsets, **rewards,
-                    gamma=cfg.gamma, lam=cfg.estimator_lam, lam_critic=cfg.lam_critic,
-                    length_adaptive_alpha=cfg.gae_length_adaptive_alpha,
-                )  # fmt: skip
-                advantages, returns = gae.advantages, gae.returns
-        if cfg.normalize_advantages and batch.mask.any():
+            estimate = (cfg._mae if cfg.estimator == "mae" else cfg._gae)(values, batch.mask, batch.offsets, rewards)
+            advantages, returns = estimate.advantages, estimate.returns
+        if cfg.whitens and batch.mask.any():
             advantages = whiten(torch.from_numpy(advantages), torch.from_numpy(batch.mask)).numpy()
         return advantages, returns
 
@@ -370,12 +504,16 @@ class Learner:
 
     def step(self, batch: RolloutBatch) -> dict[str, float]:
         """One update from ``batch``; returns metrics named ``actor/*``, ``critic/*``,
-        ``batch/*``."""
+        ``advantages/*``, ``batch/*`` and ``timing/*``."""
         cfg = self.config
         if cfg.estimator != "grpo" and self.critic is None and batch.values is None:
             raise ValueError(f"estimator={cfg.estimator!r} needs a critic or the batch `values`")
-        values, old_log_probs = self._fill_in(batch)
-        advantages, returns = self.compute_advantages(batch, values)
+        clock = _Clock(self.device)
+        step_start = clock.now()
+        with clock.measure("forward"):
+            values, old_log_probs = self._fill_in(batch)
+        with clock.measure("estimation"):
+            advantages, returns = self.compute_advantages(batch, values)
 
         flat: dict[str, np.ndarray] = {
             "token_ids": batch.token_ids,
@@ -399,47 +537,66 @@ class Learner:
                     continue  # nothing to learn from; do not step optimizers on zero grads
                 policy_weights = self._micro_weights(parts, cfg.agg)
                 critic_weights = self._micro_weights(parts, "token-mean")  # critic: token-mean
-                self.policy_optimizer.zero_grad(set_to_none=True)
-                if train_critic:
-                    assert self.critic_optimizer is not None
-                    self.critic_optimizer.zero_grad(set_to_none=True)
+                with clock.measure("optimizer"):
+                    self.policy_optimizer.zero_grad(set_to_none=True)
+                    if train_critic:
+                        assert self.critic_optimizer is not None
+                        self.critic_optimizer.zero_grad(set_to_none=True)
                 for part, policy_weight, critic_weight in zip(parts, policy_weights, critic_weights):
                     if critic_weight == 0.0:  # no policy token in this micro-batch
                         continue
                     weights = (policy_weight, critic_weight if train_critic else None)
-                    self._accumulate(self._to_device(part), weights, averages)
-                norms = {"actor/grad_norm": self._clip_and_step(self.policy, self.policy_optimizer)}
-                if train_critic:
-                    assert self.critic is not None and self.critic_optimizer is not None
-                    norms["critic/grad_norm"] = self._clip_and_step(self.critic, self.critic_optimizer)
+                    self._accumulate(self._to_device(part), weights, averages, clock)
+                with clock.measure("optimizer"):
+                    norms = {"actor/grad_norm": self._clip_and_step(self.policy, self.policy_optimizer)}
+                    if train_critic:
+                        assert self.critic is not None and self.critic_optimizer is not None
+                        norms["critic/grad_norm"] = self._clip_and_step(self.critic, self.critic_optimizer)
                 averages.add("", norms, 1.0)
 
         metrics = averages.result()
         metrics.update(self._batch_metrics(batch, advantages, returns, values))
+        metrics.update({f"timing/{phase}_s": seconds for phase, seconds in clock.seconds.items()})
+        metrics["timing/step_s"] = clock.now() - step_start
         return metrics
 
-    def _accumulate(self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages) -> None:
+    def _accumulate(
+        self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages, clock: _Clock
+    ) -> None:
         """Forward and backward of one micro-batch, each loss scaled by its share."""
         cfg = self.config
         weight, critic_weight = weights
-        with self._autocast():
-            log_prob = token_log_probs(self.policy, dev["token_ids"], dev["attention_mask"], cfg.temperature)
-        loss, metrics = policy_loss(
-            log_prob, dev["old_log_probs"], dev["advantages"], dev["mask"],
-            ratio=cfg.ratio, turn_ratio=cfg.turn_ratio, clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
-            log_ratio_clamp=cfg.log_ratio_clamp,
-        )  # fmt: skip
-        (loss * weight).backward()
+        with clock.measure("forward"):
+            with self._autocast():
+                log_prob, entropy = token_log_probs_and_entropy(
+                    self.policy, dev["token_ids"], dev["attention_mask"], cfg.temperature,
+                    entropy_grad=cfg.entropy_coef != 0.0,
+                )  # fmt: skip
+            pg_loss, metrics = policy_loss(
+                log_prob, dev["old_log_probs"], dev["advantages"], dev["mask"],
+                ratio=cfg.policy_ratio, turn_ratio=cfg.turn_ratio, clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
+                log_ratio_clamp=cfg.log_ratio_clamp,
+            )  # fmt: skip
+            mean_entropy = aggregate(entropy, dev["mask"], cfg.agg)
+            loss = pg_loss - cfg.entropy_coef * mean_entropy if cfg.entropy_coef != 0.0 else pg_loss
+        with clock.measure("backward"):
+            (loss * weight).backward()
         metrics = {k: v for k, v in metrics.items() if not k.startswith("num_")}
         metrics["loss"] = loss.detach()
+        metrics["pg_loss"] = pg_loss.detach()
+        metrics["entropy"] = mean_entropy.detach()
         averages.add("actor/", metrics, weight)
         if critic_weight is not None:
             assert self.critic is not None
-            with self._autocast():
-                v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
-            vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
-            (vloss * critic_weight).backward()
+            with clock.measure("forward"):
+                with self._autocast():
+                    v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
+                vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
+            with clock.measure("backward"):
+                (vloss * critic_weight).backward()
+            # The step reports the explained variance of the whole batch (_batch_metrics).
+            vmetrics.pop("explained_variance", None)
             vmetrics["loss"] = vloss.detach()
             averages.add("critic/", vmetrics, critic_weight)
 
@@ -451,17 +608,38 @@ class Learner:
         values: np.ndarray | None,
     ) -> dict[str, float]:
         on_policy = batch.mask
-        adv = advantages[on_policy]
+        adv = advantages[on_policy].astype(np.float64)
+        nan = math.nan
+        adv_mean = float(adv.mean()) if adv.size else nan
+        adv_std = float(adv.std()) if adv.size else nan
         out = {
-            "batch/score_mean": float(batch.trajectory_scores().mean()) if batch.n_trajectories else math.nan,
+            "batch/score_mean": float(batch.trajectory_scores().mean()) if batch.n_trajectories else nan,
             "batch/num_trajectories": float(batch.n_trajectories),
             "batch/num_policy_tokens": float(on_policy.sum()),
             "batch/num_turns": float(estimators.segment_turns(batch.mask, batch.offsets).n_turns),
-            "batch/advantage_mean": float(adv.mean()) if adv.size else math.nan,
-            "batch/advantage_std": float(adv.std()) if adv.size else math.nan,
+            "batch/advantage_mean": adv_mean,
+            "batch/advantage_std": adv_std,
+            "advantages/mean": adv_mean,
+            "advantages/std": adv_std,
+            "advantages/abs_max": float(np.abs(adv).max()) if adv.size else nan,
         }
         if returns is not None:
-            out["batch/return_mean"] = float(returns[on_policy].mean()) if adv.size else math.nan
+            out["batch/return_mean"] = float(returns[on_policy].mean()) if adv.size else nan
         if values is not None:
-            out["batch/value_mean"] = float(values[on_policy].mean()) if adv.size else math.nan
+            out["batch/value_mean"] = float(values[on_policy].mean()) if adv.size else nan
+        if self.critic is not None and returns is not None and values is not None:
+            out["critic/explained_variance"] = explained_variance(values[on_policy], returns[on_policy])
         return out
+
+
+def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
+    """1 - Var(G - V) / Var(G) over the given tokens (float64). NaN when the returns have
+    (near) zero variance -- e.g. every trajectory of the batch got the same score -- where
+    the ratio says nothing about the critic (clamping Var(G) would read about -1e7)."""
+    g = returns.astype(np.float64)
+    if g.size == 0:
+        return math.nan
+    return_var = float(g.var())
+    if not return_var > _EV_MIN_RETURN_VAR:
+        return math.nan
+    return 1.0 - float((g - values.astype(np.float64)).var()) / return_var
