@@ -237,10 +237,13 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
         }
         for name in (
             "actor/entropy",
+            "advantages/abs_max",
+            "critic/explained_variance",
             "timing/estimation_s",
             "timing/forward_s",
             "timing/backward_s",
             "timing/optimizer_s",
+            "timing/step_s",
         ):
             if name in metrics:
                 row[name.replace("/", "_")] = _finite_or_nan(metrics[name])
