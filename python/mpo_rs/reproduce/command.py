@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         f"{config.workers} worker(s), output in {out}"
     )
     runs = run_all(config, out, note=note)
-    meta = {
+    meta: dict[str, Any] = {
         "wall_s": time.perf_counter() - t0,
         "workers": config.workers,
         "started": started,

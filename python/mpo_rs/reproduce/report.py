@@ -466,7 +466,10 @@ def write_report(
     _write_tables(runs, rows, config, out)
 
     label = {a.key: a.label for a in config.arms}
-    fam = lambda f: [(a.key, a.label) for a in config.arms if a.family == f]  # noqa: E731
+
+    def fam(family: str) -> list[tuple[str, str]]:
+        return [(a.key, a.label) for a in config.arms if a.family == family]
+
     figures: dict[str, Path] = {}
     figures["Learning curves, KeyDoor (Table 1 arms; Fig. 4 layout)"] = _plot_curves(
         runs, fam("table1"), "KeyDoor, Table 1 arms", img / "curves_key_door.png"

@@ -167,7 +167,10 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
     budget = config.budget
     device = torch.device(config.device)
     task = config.task(arm.task)
-    env_factory = lambda: make(task.name, **task.kwargs())  # noqa: E731
+
+    def env_factory() -> Any:
+        return make(task.name, **task.kwargs())
+
     probe = env_factory()
     max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
 
