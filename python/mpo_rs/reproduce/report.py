@@ -193,6 +193,9 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
             _compare(rows, "final_turns", "guess_mpo", "guess_grpo", "GuessNumber turns per episode, MPO - GRPO"),
             _compare(rows, "final_turns", "guess_mpo", "guess_ppo", "GuessNumber turns per episode, MPO - PPO"),
         ],
+        "Success and entropy on KeyDoor, whose episodes always last max_turns turns; turns on GuessNumber, "
+        "where the episode ends at the right guess, so more turns there means searching longer, not more "
+        "tool calls (training batches, mean over the last tenth of the updates).",
     )
     ks = sorted({int(k[len("final_pass@") :]) for r in rows for k in r if k.startswith("final_pass@")})
     claim(
