@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: check-format demo test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build clean \
+.PHONY: check-format demo test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build reproduce clean \
 	format lint lint-rust lint-python
 
 $(PY):
@@ -107,6 +107,12 @@ bench: build
 bench-quick: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench
 	.venv-bench/bin/python benches/run_all.py --quick
+
+# The paper's claims at toy scale (docs/reproduction.md): every arm x 5 seeds on the CPU in
+# 2 worker processes (<= 60 min on 2 cores); rewrites docs/reproduction.md and the figures
+# under docs/img/reproduction/. The quick smoke test runs in `make test` (tests/test_reproduce.py).
+reproduce: build
+	$(VENV)/bin/mpo-rs reproduce --workers 2 --out reproduce-out --docs docs
 
 clean:
 	cargo clean

@@ -18,6 +18,7 @@ from . import diagnose
 from .arrow import advantages_parquet
 from .exceptions import InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
+from .reproduce import command as reproduce
 
 PROG = "mpo-rs"
 
@@ -85,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
     diagnose.add_parser(commands)
+    reproduce.add_parser(commands)
     return parser
 
 
@@ -218,6 +220,19 @@ def _diagnose(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    try:
+        out = reproduce.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
+    except InvalidOptionError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except (MissingDependencyError, OSError) as e:
+        return _fail(str(e), EXIT_FAILED)
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    print(f"wrote {out / 'reproduction.md'}")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit code. The ``mpo-rs`` console script calls it
     through ``_mpo_rs_cli.main``, which first makes SIGTERM and SIGHUP stop a run the way
@@ -227,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _advantages(args)
     if args.command == "diagnose":
         return _diagnose(args)
+    if args.command == "reproduce":
+        return _reproduce(args)
     return _fail(f"unknown command {args.command!r}", EXIT_USAGE)  # argparse prevents this
 
 

@@ -1,0 +1,362 @@
+"""One run of the reproduction: an arm trained from one seed (needs torch).
+
+A run builds the policy (:class:`~mpo_rs.torch.models.TinyCausalLM`) and a critic
+(:func:`~mpo_rs.torch.critic.value_head_critic`) for every arm -- GRPO's critic is trained
+on Monte-Carlo returns but its values are not used, so its value structure can still be
+measured -- then alternates :func:`~mpo_rs.torch.sampler.sample` and
+:meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
+entropy, the critic's explained variance, turns and response length, advantage statistics
+and timing; every ``eval_every`` updates the policy is evaluated on held-out seeds. At the
+end, rollouts of held-out tasks with the critic's values are written as a Parquet
+rollout log for ``mpo-rs diagnose``.
+
+Seeds. Run seed s fixes the initial weights (``torch.manual_seed(s)``), the sampler's
+generator and the training tasks; all arms share them, so arm differences are not
+differences of luck in the draw of tasks. Held-out tasks are seeds from
+:data:`EVAL_SEED_BASE` up, never used for training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._deps import missing
+
+try:
+    import torch
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.reproduce.run", "torch", _e) from None
+
+from ..envs import make
+from ..torch.critic import value_head_critic
+from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
+from ..torch.models import TinyCausalLM
+from ..torch.sampler import sample
+from .config import Arm, ReproduceConfig
+
+__all__ = ["EVAL_SEED_BASE", "explained_variance", "learner_config", "pass_at_k", "run_one"]
+
+EVAL_SEED_BASE = 1 << 40
+"""Held-out task seeds start here; training seeds stay below it."""
+TRAIN_SEED_STRIDE = 1 << 32
+"""Run seed s trains on task seeds s * stride + 0, 1, 2, ..."""
+
+
+def learner_config(arm: Arm, config: ReproduceConfig, seed: int) -> LearnerConfig:
+    """The learner's configuration for ``arm``: the shared budget plus the arm's knobs."""
+    budget = config.budget
+    fields = {f.name for f in dataclasses.fields(LearnerConfig)}
+    kwargs: dict[str, Any] = dict(
+        estimator=arm.estimator,
+        lam=arm.lam,
+        lam_intra=arm.lam_intra,
+        beta=arm.beta,
+        lam_critic=arm.lam_critic,
+        ratio=arm.ratio,
+        clip_low=budget.clip,
+        clip_high=budget.clip,
+        ppo_epochs=budget.ppo_epochs,
+        minibatch_size=budget.minibatch_size,
+        max_grad_norm=budget.max_grad_norm,
+        grpo_norm_std=arm.advantage_scale == "group-std",
+        seed=seed,
+    )
+    whiten = arm.advantage_scale == "whiten"
+    if "advantage_scale" in fields:
+        kwargs["advantage_scale"] = "whiten" if whiten else "none"
+    else:
+        kwargs["normalize_advantages"] = whiten
+    if "entropy_coef" in fields:
+        kwargs["entropy_coef"] = budget.entropy_coef
+    elif budget.entropy_coef:
+        raise ValueError("this LearnerConfig has no entropy_coef; set Budget.entropy_coef = 0")
+    return LearnerConfig(**kwargs)
+
+
+def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
+    """1 - Var(G - V) / Var(G) over the given tokens; NaN when the returns do not vary
+    (no variance to explain) or there are no tokens."""
+    if returns.size == 0:
+        return math.nan
+    ret = returns.astype(np.float64)
+    var = float(ret.var())
+    if not var > 0:
+        return math.nan
+    return 1.0 - float((ret - values.astype(np.float64)).var()) / var
+
+
+def pass_at_k(successes: np.ndarray, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021) averaged over tasks; ``successes`` is
+    ``(tasks, n)`` booleans with n >= k."""
+    n = successes.shape[1]
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n = {n}")
+    c = successes.sum(axis=1)
+    # 1 - C(n - c, k) / C(n, k), as a product to stay exact in floating point.
+    fail = np.array([math.prod((n - ci - j) / (n - j) for j in range(k)) if n - ci >= k else 0.0 for ci in c])
+    return float(np.mean(1.0 - fail))
+
+
+@torch.no_grad()
+def _values(critic: torch.nn.Module, batch: RolloutBatch, device: torch.device, rows_per_pass: int) -> np.ndarray:
+    """V(tokens < q) for every flat token, from right-padded passes of the critic."""
+    out = np.zeros(batch.token_ids.shape[0], np.float32)
+    offsets = batch.offsets
+    for lo in range(0, batch.n_trajectories, rows_per_pass):
+        rows = np.arange(lo, min(lo + rows_per_pass, batch.n_trajectories))
+        starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
+        width = int(lengths.max())
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        index = np.where(valid, starts[:, None] + np.arange(width)[None, :], 0)
+        ids = torch.from_numpy(np.where(valid, batch.token_ids[index], 0)).to(device)
+        v = token_values(critic, ids, torch.from_numpy(valid.astype(np.int64)).to(device)).cpu().numpy()
+        out[index[valid]] = v[valid]
+    return out
+
+
+def _mc_returns(batch: RolloutBatch) -> np.ndarray:
+    """The critic's targets with gamma = lam_critic = 1: every token's return is its
+    trajectory's score (the tasks' one reward is terminal)."""
+    return np.repeat(batch.trajectory_scores(), np.diff(batch.offsets)).astype(np.float32)
+
+
+def _finite_or_nan(x: Any) -> float:
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+def _evaluate(
+    policy: torch.nn.Module, env_factory: Any, config: ReproduceConfig, device: torch.device, update: int, seed: int
+) -> dict[str, float]:
+    budget = config.budget
+    gen = torch.Generator(device=device).manual_seed(seed * 7919 + update)
+    seeds = range(EVAL_SEED_BASE, EVAL_SEED_BASE + budget.eval_tasks)
+    policy.eval()
+    out = sample(policy, env_factory, seeds=seeds, group_size=budget.eval_samples, generator=gen, device=device)
+    policy.train()
+    success = out.stats.success.reshape(budget.eval_tasks, budget.eval_samples)
+    row = {
+        "update": float(update),
+        "success": float(success.mean()),
+        "turns": float(out.stats.turns.mean()),
+        "response_length": float(out.stats.response_tokens.mean()),
+    }
+    k = 1
+    while k <= budget.eval_samples:
+        row[f"pass@{k}"] = pass_at_k(success, k)
+        k *= 2
+    return row
+
+
+def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Trains ``arm_key`` from ``seed``; returns ``{"arm", "seed", "curve", "evals",
+    "wall_s", "rollout_log"}`` (curve: one dict per update; evals: one per evaluation).
+    With ``out_dir``, the end-of-run rollouts with critic values go to
+    ``out_dir/rollouts/<arm>-seed<seed>.parquet``."""
+    started = time.perf_counter()
+    arm = config.arm(arm_key)
+    budget = config.budget
+    device = torch.device(config.device)
+    task = config.task(arm.task)
+
+    def env_factory() -> Any:
+        return make(task.name, **task.kwargs())
+
+    probe = env_factory()
+    max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
+
+    torch.manual_seed(seed)
+    policy = TinyCausalLM(
+        probe.vocab_size,
+        width=config.model.width,
+        layers=config.model.layers,
+        heads=config.model.heads,
+        max_len=max(256, max_len),
+    ).to(device)
+    critic = value_head_critic(policy)
+    policy_opt = torch.optim.Adam(policy.parameters(), budget.lr)
+    critic_opt = torch.optim.Adam(critic.parameters(), budget.lr)
+    cfg = learner_config(arm, config, seed)
+    try:
+        learner = Learner(policy, policy_opt, cfg, critic=critic, critic_optimizer=critic_opt)
+        critic_trained = True
+    except ValueError:
+        # A learner whose GRPO is critic-free: the critic stays untrained (EV is reported as-is).
+        learner = Learner(policy, policy_opt, cfg)
+        critic_trained = False
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    curve: list[dict[str, float]] = []
+    evals: list[dict[str, float]] = []
+    for update in range(budget.updates):
+        if update % budget.eval_every == 0:
+            evals.append(_evaluate(policy, env_factory, config, device, update, seed))
+        t0 = time.perf_counter()
+        first = seed * TRAIN_SEED_STRIDE + update * budget.tasks_per_update
+        rollouts = sample(
+            policy,
+            env_factory,
+            seeds=range(first, first + budget.tasks_per_update),
+            group_size=budget.group_size,
+            generator=gen,
+            device=device,
+        )
+        t1 = time.perf_counter()
+        batch = rollouts.batch
+        values = _values(critic, batch, device, budget.minibatch_size)
+        batch = dataclasses.replace(batch, values=values)
+        on_policy = batch.mask
+        ev = explained_variance(values[on_policy], _mc_returns(batch)[on_policy])
+        t2 = time.perf_counter()
+        metrics = learner.step(batch)
+        t3 = time.perf_counter()
+        if not critic_trained:
+            ev = math.nan
+        stats = rollouts.stats
+        row = {
+            "update": float(update),
+            "success": float(stats.success.mean()),
+            # -mean log pi of the sampled tokens: an unbiased estimate of the policy's entropy.
+            "entropy": float(-batch.old_log_probs[on_policy].mean()),  # type: ignore[index]
+            "explained_variance": ev,
+            "turns": float(stats.turns.mean()),
+            "response_length": float(stats.response_tokens.mean()),
+            "advantage_mean": _finite_or_nan(metrics.get("batch/advantage_mean")),
+            "advantage_std": _finite_or_nan(metrics.get("batch/advantage_std")),
+            "actor_loss": _finite_or_nan(metrics.get("actor/loss")),
+            "clip_frac": _finite_or_nan(metrics.get("actor/clip_frac")),
+            "sample_s": t1 - t0,
+            "values_s": t2 - t1,
+            "step_s": t3 - t2,
+        }
+        for name in (
+            "actor/entropy",
+            "advantages/abs_max",
+            "critic/explained_variance",
+            "timing/estimation_s",
+            "timing/forward_s",
+            "timing/backward_s",
+            "timing/optimizer_s",
+            "timing/step_s",
+        ):
+            if name in metrics:
+                row[name.replace("/", "_")] = _finite_or_nan(metrics[name])
+        curve.append(row)
+    evals.append(_evaluate(policy, env_factory, config, device, budget.updates, seed))
+
+    rollout_log = None
+    if out_dir is not None:
+        rollout_log = _write_rollout_log(policy, critic, env_factory, config, device, arm_key, seed, Path(out_dir))
+    return {
+        "arm": arm_key,
+        "seed": seed,
+        "curve": curve,
+        "evals": evals,
+        "critic_trained": critic_trained,
+        "wall_s": time.perf_counter() - started,
+        "rollout_log": rollout_log,
+    }
+
+
+def _write_rollout_log(
+    policy: torch.nn.Module,
+    critic: torch.nn.Module,
+    env_factory: Any,
+    config: ReproduceConfig,
+    device: torch.device,
+    arm_key: str,
+    seed: int,
+    out_dir: Path,
+) -> str:
+    """Held-out rollouts of the final policy with the final critic's values, as a Parquet
+    rollout log (the columns of ``mpo_rs.synthetic.to_arrow``)."""
+    from ..synthetic import FlatBatch, write_parquet
+
+    budget = config.budget
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    seeds = range(EVAL_SEED_BASE, EVAL_SEED_BASE + budget.diagnose_tasks)
+    policy.eval()
+    rollouts = sample(policy, env_factory, seeds=seeds, group_size=1, generator=gen, device=device)
+    policy.train()
+    batch = rollouts.batch
+    values = _values(critic, batch, device, budget.minibatch_size)
+    scores = batch.trajectory_scores().astype(np.float32)
+    rewards = np.zeros(batch.token_ids.shape[0], np.float32)
+    last_policy = [
+        int(np.flatnonzero(batch.mask[lo:hi])[-1]) + lo
+        for lo, hi in zip(batch.offsets[:-1], batch.offsets[1:], strict=True)
+    ]
+    rewards[last_policy] = scores
+    flat = FlatBatch(
+        values=values,
+        mask=batch.mask.astype(bool),
+        offsets=batch.offsets.astype(np.int64),
+        rewards=rewards,
+        scores=scores,
+        group_ids=np.arange(batch.n_trajectories, dtype=np.int64),
+        token_ids=batch.token_ids.astype(np.int32),
+        old_logprobs=batch.old_log_probs,
+    )
+    path = out_dir / "rollouts" / f"{arm_key}-seed{seed}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_parquet(path, flat)
+    return str(path)
+
+
+def _worker_init() -> None:
+    # One thread per worker: the runs are small and the processes share the cores.
+    torch.set_num_threads(1)
+
+
+def _job(args: tuple[ReproduceConfig, str, int, str]) -> dict[str, Any]:
+    config, arm_key, seed, out_dir = args
+    return run_one(config, arm_key, seed, out_dir)
+
+
+def run_all(
+    config: ReproduceConfig,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    note: Any = lambda _: None,
+) -> list[dict[str, Any]]:
+    """Every (arm, seed) of ``config``, in ``workers`` processes (1: in this process);
+    results in arm order, then seed order. The costliest task's runs are started first."""
+    workers = config.workers if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    jobs = [(config, arm.key, seed, str(out_dir)) for arm in config.arms for seed in range(config.seeds)]
+    cost = {spec.name: i for i, spec in enumerate(config.tasks)}  # config.tasks lists the costliest first
+    order = sorted(range(len(jobs)), key=lambda i: cost[config.arm(jobs[i][1]).task])
+    results: dict[int, dict[str, Any]] = {}
+    if workers == 1 or config.device != "cpu":
+        previous = torch.get_num_threads()
+        if config.device == "cpu":
+            _worker_init()
+        try:
+            for done, i in enumerate(order, 1):
+                results[i] = _job(jobs[i])
+                note(f"run {done}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({results[i]['wall_s']:.0f} s)")
+        finally:
+            torch.set_num_threads(previous)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")  # no forked torch thread pools
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init) as pool:
+            futures = {pool.submit(_job, jobs[i]): i for i in order}
+            for done, future in enumerate(as_completed(futures), 1):
+                i = futures[future]
+                results[i] = future.result()
+                note(f"run {done}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({results[i]['wall_s']:.0f} s)")
+    return [results[i] for i in range(len(jobs))]

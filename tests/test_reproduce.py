@@ -1,0 +1,262 @@
+"""`mpo-rs reproduce`: the quick configuration end to end (every arm runs, every file is
+written, the metrics are finite where they are defined -- not the ordering), the
+confidence intervals and the verdict rule on numbers worked by hand, pass@k and the
+explained variance, and the equal-budget invariants of the committed configurations."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, QUICK
+from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID
+from mpo_rs.reproduce.stats import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    combine,
+    diff_ci,
+    mean_ci,
+    t_quantile,
+    verdict,
+)
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_mean_ci_by_hand():
+    mean, low, high, n = mean_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    half = 2.776 * math.sqrt(2.5) / math.sqrt(5)  # t_{0.975,4} * sd / sqrt(n)
+    assert (mean, n) == (3.0, 5)
+    assert low == pytest.approx(3.0 - half) and high == pytest.approx(3.0 + half)
+    assert mean_ci([0.5, float("nan")])[1:] == pytest.approx([math.nan, math.nan, 1], nan_ok=True)
+    assert math.isnan(mean_ci([])[0])
+
+
+def test_t_quantile_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 4, 9, 30):
+        assert t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-3)
+    assert t_quantile(4.9) == t_quantile(4)  # rounded down: a wider interval
+    assert math.isnan(t_quantile(0.5))
+
+
+def test_diff_ci_is_welch():
+    a, b = [0.9, 0.8, 0.85, 0.95, 0.7], [0.2, 0.5, 0.1, 0.3]
+    diff, low, high = diff_ci(a, b)
+    va, vb = np.var(a, ddof=1) / 5, np.var(b, ddof=1) / 4
+    df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 3)
+    half = t_quantile(df) * math.sqrt(va + vb)
+    assert diff == pytest.approx(np.mean(a) - np.mean(b))
+    assert (low, high) == pytest.approx((diff - half, diff + half))
+    stats = pytest.importorskip("scipy.stats")
+    res = stats.ttest_ind(a, b, equal_var=False)
+    assert res.df == pytest.approx(df)
+
+
+def test_verdict_rule_on_synthetic_numbers():
+    better, worse = [0.8, 0.82, 0.79, 0.81, 0.8], [0.2, 0.22, 0.19, 0.21, 0.2]
+    assert verdict(*diff_ci(better, worse)[1:]) == REPRODUCED
+    assert verdict(*diff_ci(worse, better)[1:]) == NOT_REPRODUCED
+    noisy = [0.1, 0.9, 0.5, 0.3, 0.7]
+    assert verdict(*diff_ci(noisy, [0.5, 0.4, 0.6, 0.5, 0.45])[1:]) == INCONCLUSIVE
+    assert verdict(*diff_ci([0.9], worse)[1:]) == INCONCLUSIVE  # one seed: no interval
+    assert verdict(*diff_ci([], worse)[1:]) == INCONCLUSIVE
+    assert verdict(0.0, 0.1) == INCONCLUSIVE  # touching 0 is not excluding it
+    assert combine([REPRODUCED, REPRODUCED]) == REPRODUCED
+    assert combine([REPRODUCED, INCONCLUSIVE]) == INCONCLUSIVE
+    assert combine([REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE]) == NOT_REPRODUCED
+    assert combine([]) == INCONCLUSIVE
+
+
+def test_claims_use_the_rule():
+    from mpo_rs.reproduce.report import claims
+
+    level = {"mpo": 0.9, "guess_mpo": 0.9, "mpo_token_is": 0.5, "mpo_beta0": 0.05}
+    rows = []
+    for seed in range(5):
+        for arm in ARMS:
+            rows.append(
+                {
+                    "arm": arm.key,
+                    "seed": seed,
+                    "final_success": level.get(arm.key, 0.1) + 0.01 * seed,
+                    "auc_success": 0.5,
+                    "final_explained_variance": math.nan,
+                    "entropy_drop": 0.1 * seed,
+                    "final_turns": 3.0 + seed,
+                    "between_share": 0.9 + 0.01 * seed,
+                    "final_pass@1": 0.5,
+                }
+            )
+    by_number = {c.number: c for c in claims(rows, FULL)}
+    assert set(by_number) == set(range(1, 8))
+    assert by_number[1].verdict == REPRODUCED  # shares 0.90..0.94 > 0.5
+    assert by_number[2].verdict == REPRODUCED
+    assert by_number[3].verdict == REPRODUCED  # 0.9 > 0.5 > 0.1
+    parts = {c.what: c.verdict for c in by_number[4].comparisons}
+    assert parts["β=1 - β=0"] == REPRODUCED and parts["β=0 - PPO"] == NOT_REPRODUCED
+    assert by_number[4].verdict == NOT_REPRODUCED
+    assert by_number[7].verdict == INCONCLUSIVE  # equal pass@1 everywhere: a zero-width interval at 0
+    assert all(c.verdict == INCONCLUSIVE for c in by_number[7].comparisons)
+    # EV is NaN for every run: not measured, so inconclusive, never a verdict on NaN.
+    ev = [c for c in by_number[6].comparisons if c.metric == "final_explained_variance"]
+    assert ev and ev[0].verdict == INCONCLUSIVE
+
+
+# --------------------------------------------------------------------------- pass@k, EV
+
+torch = pytest.importorskip("torch")
+
+
+def test_pass_at_k_brute_force():
+    from mpo_rs.reproduce.run import pass_at_k
+
+    rng = np.random.default_rng(0)
+    successes = rng.random((6, 4)) < 0.4
+    for k in (1, 2, 3, 4):
+        expected = np.mean(
+            [np.mean([row[list(c)].any() for c in itertools.combinations(range(4), k)]) for row in successes]
+        )
+        assert pass_at_k(successes, k) == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        pass_at_k(successes, 5)
+
+
+def test_explained_variance_nan_when_returns_constant():
+    from mpo_rs.reproduce.run import explained_variance
+
+    assert math.isnan(explained_variance(np.array([0.1, 0.3]), np.array([1.0, 1.0])))
+    assert math.isnan(explained_variance(np.zeros(0), np.zeros(0)))
+    assert explained_variance(np.array([0.0, 1.0]), np.array([0.0, 1.0])) == 1.0
+    assert explained_variance(np.zeros(2), np.array([0.0, 1.0])) == 0.0
+
+
+# --------------------------------------------------------------------------- configurations
+
+KNOBS = {"estimator", "lam", "lam_intra", "beta", "ratio", "advantage_scale", "normalize_advantages", "grpo_norm_std"}
+
+
+def _learner_fields(arm, config):
+    from mpo_rs.reproduce.run import learner_config
+
+    return dataclasses.asdict(learner_config(arm, config, seed=0))
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+def test_arms_differ_only_in_their_knobs(config):
+    by_key = {arm.key: arm for arm in config.arms}
+    assert len(by_key) == len(config.arms)
+    reference = _learner_fields(by_key["mpo"], config)
+    for arm in config.arms:
+        fields = _learner_fields(arm, config)
+        differ = {k for k in fields if fields[k] != reference[k]}
+        assert differ <= KNOBS, (arm.key, differ)  # same budget: epochs, minibatch, clip, ...
+    mpo = dataclasses.asdict(by_key["mpo"])
+
+    def ablated(key):
+        other = dataclasses.asdict(by_key[key])
+        return {k for k in mpo if mpo[k] != other[k]} - {"key", "label", "family"}
+
+    assert ablated("mpo_token_is") == {"ratio"}
+    for b, key in BETA_SWEEP.items():
+        assert ablated(key) == (set() if b == 1.0 else {"beta"})
+        assert by_key[key].beta == b
+    for (lam, intra), key in LAMBDA_GRID.items():
+        assert ablated(key) <= {"lam", "lam_intra"}
+        assert (by_key[key].lam, by_key[key].lam_intra) == (lam, intra)
+    assert ablated("guess_mpo") == {"task"}
+    for key in ("grpo", "gspo", "ppo", "mpo_token_is"):
+        assert by_key[key].task == "key_door" and by_key[key].lam_critic == 1.0
+    assert (by_key["grpo"].ratio, by_key["gspo"].ratio, by_key["ppo"].ratio) == ("token", "sequence", "token")
+    assert by_key["ppo"].estimator == "gae" and by_key["ppo"].advantage_scale == "whiten"
+    assert by_key["grpo"].advantage_scale == by_key["gspo"].advantage_scale == "group-std"
+
+
+def test_committed_configurations():
+    assert FULL.seeds >= 5 and GPU.seeds >= 5 and QUICK.seeds >= 1
+    assert FULL.config_hash() != QUICK.config_hash()
+    assert FULL.config_hash() == dataclasses.replace(FULL, workers=7).config_hash()  # scheduling only
+    # The reported task is KeyDoor with its defaults: T·K >= 100 policy tokens.
+    from mpo_rs.envs import make
+
+    door = make("key_door", **FULL.task("key_door").kwargs())
+    assert door.max_turns * door.action_tokens >= 100
+    gpu_door = make("key_door", **GPU.task("key_door").kwargs())
+    assert gpu_door.max_turns > door.max_turns and GPU.model.width > FULL.model.width and GPU.device == "cuda"
+    assert {a.family for a in ARMS} == {"table1", "beta", "lambda", "turns"}
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_usage_errors(capsys):
+    from mpo_rs.cli import main
+
+    assert main(["reproduce", "--quick", "--docs", "docs"]) == 2
+    assert "--docs" in capsys.readouterr().err
+    assert main(["reproduce", "--quick", "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+def test_quick_end_to_end(tmp_path: Path, capsys):
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("matplotlib")
+    from mpo_rs.cli import main
+
+    out = tmp_path / "quick"
+    assert main(["reproduce", "--quick", "--out", str(out), "--workers", "2"]) == 0
+    assert str(out / "reproduction.md") in capsys.readouterr().out
+    for name in (
+        "results.json",
+        "runs.parquet",
+        "curves.parquet",
+        "evals.parquet",
+        "reproduction.md",
+        "img/curves_key_door.png",
+        "img/curves_guess_number.png",
+        "img/final_success.png",
+        "diagnosis/mpo/summary.json",
+        "diagnosis/ppo/summary.json",
+    ):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+
+    runs = pq.read_table(out / "runs.parquet").to_pylist()
+    assert sorted(r["arm"] for r in runs) == sorted(a.key for a in QUICK.arms)  # every arm ran
+    assert {r["config_hash"] for r in runs} == {QUICK.config_hash()}
+    for r in runs:
+        for metric in (
+            "final_success",
+            "auc_success",
+            "final_entropy",
+            "final_turns",
+            "final_response_length",
+            "final_pass@1",
+            "wall_s",
+        ):
+            assert math.isfinite(r[metric]), (r["arm"], metric)
+        assert 0.0 <= r["final_success"] <= 1.0
+        ev = r["final_explained_variance"]
+        assert math.isnan(ev) or -10.0 < ev <= 1.0, (r["arm"], ev)  # NaN when undefined, never -1e7
+        assert r["critic_trained"] or r["arm"] in ("grpo", "gspo", "guess_grpo")
+        assert (out / "rollouts" / f"{r['arm']}-seed0.parquet").is_file()
+
+    curves = pq.read_table(out / "curves.parquet").to_pydict()
+    per_arm = {a: curves["arm"].count(a) for a in set(curves["arm"])}
+    assert per_arm == {a.key: QUICK.budget.updates for a in QUICK.arms}
+    for name in ("success", "entropy", "turns", "response_length", "sample_s", "step_s"):
+        assert all(math.isfinite(x) for x in curves[name]), name
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["config_hash"] == QUICK.config_hash()
+    assert [c["number"] for c in results["claims"]] == list(range(1, 8))
+    assert {c["verdict"] for c in results["claims"]} <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
+    page = (out / "reproduction.md").read_text()
+    assert "| # | the paper |" in page and "img/final_success.png" in page
+    for arm in QUICK.arms:
+        assert arm.label in page
