@@ -38,6 +38,7 @@ from mpo_rs.torch.models import TinyCausalLM
 from mpo_rs.torch.sampler import sample
 
 CUDA = torch.device("cuda")  # `--cpu` points it at the CPU: a dry run of this script without a GPU
+TASKS = 64  # sampler tasks (x 4 episodes); the dry run uses 4
 
 
 def _sync() -> None:
@@ -75,7 +76,7 @@ def check_learner() -> dict[str, Any]:
     env = lambda: make("key_door", **GPU.task("key_door").kwargs())  # noqa: E731
     policy = _model(env().vocab_size)
     critic = value_head_critic(policy)
-    batch = sample(policy, env, range(32), group_size=4, device=CUDA,
+    batch = sample(policy, env, range(TASKS // 2), group_size=4, device=CUDA,
                    generator=torch.Generator(device=CUDA).manual_seed(0)).batch  # fmt: skip
     out: dict[str, Any] = {"tokens": int(batch.token_ids.size)}
     ok = True
@@ -103,7 +104,7 @@ def check_sampler() -> dict[str, Any]:
         sample(policy, env, range(4), group_size=4, device=CUDA, use_cache=use_cache)  # warm-up
         _sync()
         t0 = time.perf_counter()
-        rollouts = sample(policy, env, range(64), group_size=4, device=CUDA, use_cache=use_cache,
+        rollouts = sample(policy, env, range(TASKS), group_size=4, device=CUDA, use_cache=use_cache,
                           generator=torch.Generator(device=CUDA).manual_seed(0))  # fmt: skip
         _sync()
         seconds = time.perf_counter() - t0
@@ -112,7 +113,7 @@ def check_sampler() -> dict[str, Any]:
             batch = rollouts.batch
     out["cache_over_recompute"] = out["cache"] / out["recompute"]
     # The learner's recomputation of the first 16 episodes, right-padded.
-    n = 16
+    n = min(16, batch.n_trajectories)
     ends = batch.offsets[: n + 1]
     width = int((ends[1:] - ends[:-1]).max())
     ids = torch.zeros(n, width, dtype=torch.long)
@@ -134,7 +135,11 @@ def check_sampler() -> dict[str, Any]:
 
 
 def check_reproduce() -> dict[str, Any]:
-    budget = dataclasses.replace(GPU.budget, updates=3, eval_every=2, eval_tasks=8, diagnose_tasks=8)
+    small = CUDA.type == "cpu"
+    budget = dataclasses.replace(
+        GPU.budget, updates=1 if small else 3, eval_every=2, eval_tasks=8, diagnose_tasks=8,
+        tasks_per_update=4 if small else GPU.budget.tasks_per_update,
+    )  # fmt: skip
     config = dataclasses.replace(GPU, budget=budget, seeds=1, device=CUDA.type)
     out: dict[str, Any] = {}
     for arm in ("mpo", "grpo"):
@@ -145,9 +150,9 @@ def check_reproduce() -> dict[str, Any]:
 
 
 def main() -> int:
-    global CUDA
+    global CUDA, TASKS
     if "--cpu" in sys.argv[1:]:
-        CUDA = torch.device("cpu")
+        CUDA, TASKS = torch.device("cpu"), 4
     elif not torch.cuda.is_available():
         print("gpu_check: torch sees no CUDA device", file=sys.stderr)
         return 1
