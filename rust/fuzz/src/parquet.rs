@@ -63,8 +63,7 @@ pub fn check(data: &[u8], expect: Expect, estimator: &str, batch_bytes: usize, d
     let input = dir.join("input.parquet");
     let output = dir.join("output.parquet");
     fs::write(&input, data).map_err(|e| io("cannot write the input", e))?;
-    let estimator = Estimator::from_options(estimator, &[])
-        .map_err(|e| Failure::new(format!("fuzz harness: {e}")))?;
+    let estimator = Estimator::from_options(estimator, &[]).map_err(|e| Failure::new(format!("fuzz harness: {e}")))?;
     let job = Job {
         input: input.clone(),
         output: output.clone(),
