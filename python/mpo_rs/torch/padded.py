@@ -168,6 +168,25 @@ def _reward_source(
     return {"scores": _host_scores(scores, batch.shape[0])}
 
 
+def _with_critic(
+    estimate: Any,
+    values: Tensor,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None,
+    scores: Any,
+    observation_rewards: str,
+    whiten: bool,
+    options: dict[str, Any],
+) -> tuple[Tensor, Tensor]:
+    """The padded form of a critic estimator (``estimators.mae_advantages`` or
+    ``gae_advantages``): flatten, estimate, optionally whiten, pad back."""
+    batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
+    source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
+    result = estimate(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
+    advantages = batch.whitened(result.advantages) if whiten else result.advantages
+    return batch.padded(advantages), batch.padded(result.returns)
+
+
 def mae_advantages(
     values: Tensor,
     response_mask: Tensor,
@@ -190,11 +209,16 @@ def mae_advantages(
     ``(advantages, returns)``, ``(B, L)`` tensors, 0 off the policy tokens, on the device and in the floating dtype of ``token_level_rewards``
     (of ``values`` when ``scores`` are given).
     """
-    batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
-    source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
-    result = estimators.mae_advantages(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
-    advantages = batch.whitened(result.advantages) if whiten else result.advantages
-    return batch.padded(advantages), batch.padded(result.returns)
+    return _with_critic(
+        estimators.mae_advantages,
+        values,
+        response_mask,
+        token_level_rewards,
+        scores,
+        observation_rewards,
+        whiten,
+        options,
+    )
 
 
 def gae_advantages(
@@ -212,11 +236,16 @@ def gae_advantages(
     :func:`mae_advantages`; ``options`` go to :func:`mpo_rs.estimators.gae_advantages`
     (``gamma``, ``lam``, ``lam_critic``, ...; verl's ``returns = advantages + values`` is
     ``lam_critic=lam``)."""
-    batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
-    source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
-    result = estimators.gae_advantages(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
-    advantages = batch.whitened(result.advantages) if whiten else result.advantages
-    return batch.padded(advantages), batch.padded(result.returns)
+    return _with_critic(
+        estimators.gae_advantages,
+        values,
+        response_mask,
+        token_level_rewards,
+        scores,
+        observation_rewards,
+        whiten,
+        options,
+    )
 
 
 def group_advantages(
