@@ -77,7 +77,7 @@ def test_verdict_rule_on_synthetic_numbers():
 def test_claims_use_the_rule():
     from mpo_rs.reproduce.report import claims
 
-    level = {"mpo": 0.9, "guess_mpo": 0.9, "mpo_token_is": 0.5, "mpo_beta0": 0.05}
+    level = {"mpo": 0.9, "guess_mpo": 0.9, "mpo_token_is": 0.5, "mpo_beta0": 0.05, "ppo_whiten": 0.3}
     rows = []
     for seed in range(5):
         for arm in ARMS:
@@ -95,13 +95,16 @@ def test_claims_use_the_rule():
                 }
             )
     by_number = {c.number: c for c in claims(rows, FULL)}
-    assert set(by_number) == set(range(1, 8))
+    assert set(by_number) == set(range(1, 9))
     assert by_number[1].verdict == REPRODUCED  # shares 0.90..0.94 > 0.5
     assert by_number[2].verdict == REPRODUCED
     assert by_number[3].verdict == REPRODUCED  # 0.9 > 0.5 > 0.1
     parts = {c.what: c.verdict for c in by_number[4].comparisons}
     assert parts["β=1 - β=0"] == REPRODUCED and parts["β=0 - PPO"] == NOT_REPRODUCED
     assert by_number[4].verdict == NOT_REPRODUCED
+    parts = {c.what: c.verdict for c in by_number[8].comparisons}  # not a paper claim: the advantage scale
+    assert parts == {"PPO - PPO, whitened": NOT_REPRODUCED, "MPO - MPO, whitened": REPRODUCED}
+    assert by_number[8].verdict == NOT_REPRODUCED
     assert by_number[7].verdict == INCONCLUSIVE  # equal pass@1 everywhere: a zero-width interval at 0
     assert all(c.verdict == INCONCLUSIVE for c in by_number[7].comparisons)
     # EV is NaN for every run: not measured, so inconclusive, never a verdict on NaN.
@@ -171,10 +174,16 @@ def test_arms_differ_only_in_their_knobs(config):
         assert ablated(key) <= {"lam", "lam_intra"}
         assert (by_key[key].lam, by_key[key].lam_intra) == (lam, intra)
     assert ablated("guess_mpo") == {"task"}
+    assert ablated("mpo_whiten") == {"advantage_scale"}
+    ppo, ppo_whiten = dataclasses.asdict(by_key["ppo"]), dataclasses.asdict(by_key["ppo_whiten"])
+    assert {k for k in ppo if ppo[k] != ppo_whiten[k]} - {"key", "label", "family"} == {"advantage_scale"}
+    # One advantage-scale rule: no arm of the headline comparison whitens over the batch.
+    assert {a.advantage_scale for a in config.arms if a.family != "scale"} <= {"group-std", "none"}
+    assert {a.advantage_scale for a in config.arms if a.family == "scale"} == {"whiten"}
     for key in ("grpo", "gspo", "ppo", "mpo_token_is"):
         assert by_key[key].task == "key_door" and by_key[key].lam_critic == 1.0
     assert (by_key["grpo"].ratio, by_key["gspo"].ratio, by_key["ppo"].ratio) == ("token", "sequence", "token")
-    assert by_key["ppo"].estimator == "gae" and by_key["ppo"].advantage_scale == "whiten"
+    assert by_key["ppo"].estimator == "gae" and by_key["ppo"].advantage_scale == "none"
     assert by_key["grpo"].advantage_scale == by_key["gspo"].advantage_scale == "group-std"
 
 
@@ -189,7 +198,8 @@ def test_committed_configurations():
     assert door.max_turns * door.action_tokens >= 100
     gpu_door = make("key_door", **GPU.task("key_door").kwargs())
     assert gpu_door.max_turns > door.max_turns and GPU.model.width > FULL.model.width and GPU.device == "cuda"
-    assert {a.family for a in ARMS} == {"table1", "beta", "lambda", "turns"}
+    assert {a.family for a in ARMS} == {"table1", "beta", "lambda", "scale", "turns"}
+    assert FULL.seed_list == (1, 2, 3, 4, 5)  # the pilot that fixed the advantage-scale rule ran seed 0
 
 
 # --------------------------------------------------------------------------- end to end
@@ -220,6 +230,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         "reproduction.md",
         "img/curves_key_door.png",
         "img/curves_guess_number.png",
+        "img/curves_scale.png",
         "img/final_success.png",
         "diagnosis/mpo/summary.json",
         "diagnosis/ppo/summary.json",
@@ -254,7 +265,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
 
     results = json.loads((out / "results.json").read_text())
     assert results["config_hash"] == QUICK.config_hash()
-    assert [c["number"] for c in results["claims"]] == list(range(1, 8))
+    assert [c["number"] for c in results["claims"]] == list(range(1, 9))
     assert {c["verdict"] for c in results["claims"]} <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
     page = (out / "reproduction.md").read_text()
     assert "| # | the paper |" in page and "img/final_success.png" in page

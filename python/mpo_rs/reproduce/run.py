@@ -334,7 +334,7 @@ def run_all(
     workers = config.workers if workers is None else workers
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    jobs = [(config, arm.key, seed, str(out_dir)) for arm in config.arms for seed in range(config.seeds)]
+    jobs = [(config, arm.key, seed, str(out_dir)) for arm in config.arms for seed in config.seed_list]
     cost = {spec.name: i for i, spec in enumerate(config.tasks)}  # config.tasks lists the costliest first
     order = sorted(range(len(jobs)), key=lambda i: cost[config.arm(jobs[i][1]).task])
     results: dict[int, dict[str, Any]] = {}
