@@ -14,8 +14,8 @@ advantages are rescaled by statistics of the batch. GRPO and GSPO keep the norma
 that defines them ((score - group mean) / group std, so a group whose rollouts all score
 the same contributes nothing); PPO and MPO use their advantages as estimated, in reward
 units. Batch whitening -- verl's default for GAE -- is the ``scale`` family's ablation.
-Why: in a pilot (seed 0, FULL budget, every arm whitened as verl does, before this rule
-was fixed), PPO and MPO never solved a held-out task (0.00 after 120 updates; entropy
+Why: in a pilot (seed 0, an earlier budget of 120 updates x 32 episodes and 2 epochs,
+the critic arms whitened as verl does, before this rule was fixed), PPO and MPO never solved a held-out task (0.00 after 120 updates; entropy
 2.63 -> 0.40 for PPO) while GRPO reached 0.83, and the same two arms unwhitened reached
 0.25 each. On a sparse terminal reward most batches hold no success; whitening blows
 their advantages -- the critic's errors -- up to the scale of a real signal, while GRPO's
@@ -50,8 +50,8 @@ ADVANTAGE_SCALE_RULE = (
     "No arm's advantages are rescaled by statistics of the batch: GRPO and GSPO keep their defining "
     "(score - group mean) / group std (a group whose rollouts all score the same contributes 0); PPO and "
     "MPO use their advantages in reward units. Batch whitening over the policy tokens (verl's default for "
-    "GAE) is the ablation of the `scale` family. The rule was fixed after a pilot (seed 0, before the final "
-    "runs) in which PPO and MPO, whitened, never solved a held-out task while GRPO reached 0.83 and the "
+    "GAE) is the ablation of the `scale` family. The rule was fixed after a pilot (seed 0, an earlier budget "
+    "of 120 updates x 32 episodes and 2 epochs, before the final runs) in which PPO and MPO, whitened, never solved a held-out task while GRPO reached 0.83 and the "
     "same arms unwhitened reached 0.25; the final runs use other seeds."
 )
 """The advantage-scale rule, as the report states it."""
