@@ -18,12 +18,14 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+
 from mpo_rs import synthetic
 from mpo_rs.synthetic import FlatBatch
 
@@ -285,7 +287,7 @@ def machine() -> str:
 
 
 def now_utc() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def suite_main(run: Callable[[bool], dict[str, Any]], doc: str | None) -> dict[str, Any]:

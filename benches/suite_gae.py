@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mpo_rs  # noqa: E402
 from common import (
     Case,
     FlatBatch,
@@ -37,7 +37,9 @@ from common import (
     suite_main,
     time_cases,
     versions,
-)  # noqa: E402
+)
+
+import mpo_rs
 
 GAMMA, LAM = 1.0, 0.95
 WHITEN_EPS = 1e-8  # verl's masked_whiten
@@ -206,7 +208,7 @@ def lfilter_gae(rs: list[np.ndarray], vs: list[np.ndarray]) -> list[np.ndarray]:
     from scipy.signal import lfilter
 
     out = []
-    for r, v in zip(rs, vs):
+    for r, v in zip(rs, vs, strict=True):
         delta = r + GAMMA * np.append(v[1:], 0.0) - v
         out.append(lfilter([1.0], [1.0, -GAMMA * LAM], delta[::-1])[::-1])
     return out

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mpo_rs  # noqa: E402
 from common import (
     Case,
     FlatBatch,
@@ -37,7 +37,9 @@ from common import (
     suite_main,
     time_cases,
     versions,
-)  # noqa: E402
+)
+
+import mpo_rs
 
 EPS = 1e-6
 MPO_GRPO = "mpo_rs GRPO: group_advantages + broadcast_to_tokens"

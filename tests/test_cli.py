@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ def make_log(rows: int, seed: int = 0, groups: int = 6) -> dict[str, np.ndarray]
     }
 
 
-def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> "pa.Table":
+def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> pa.Table:
     batch = synthetic.FlatBatch(
         log["values"],
         log["mask"],
@@ -413,13 +414,13 @@ def test_output_equal_to_input_is_refused(log_file, tmp_path):
     assert log_file.read_bytes() == before
 
 
-def _write_bad(tmp_path: Path, name: str, table: "pa.Table", **kw) -> Path:
+def _write_bad(tmp_path: Path, name: str, table: pa.Table, **kw) -> Path:
     path = tmp_path / name
     pq.write_table(table, path, row_group_size=10, **kw)
     return path
 
 
-def _with_column(table: "pa.Table", name: str, column) -> "pa.Table":
+def _with_column(table: pa.Table, name: str, column) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), name, column)
 
 
@@ -427,7 +428,7 @@ def _bad_inputs(tmp_path: Path):
     log = make_log(30, seed=3)
     t = table_of(log)
     off = log["offsets"]
-    rows = lambda a: [list(map(float, a[x:y])) for x, y in zip(off[:-1], off[1:])]  # noqa: E731
+    rows = lambda a: [list(map(float, a[x:y])) for x, y in pairwise(off)]  # noqa: E731
     values = rows(log["values"])
     f32 = pa.list_(pa.float32())
 
@@ -438,7 +439,7 @@ def _bad_inputs(tmp_path: Path):
     token = 1 if len(values[23]) > 1 else 0
     short = [list(v) for v in values]
     short[17] = short[17] + [0.0]
-    masks = [list(map(int, log["mask"][x:y])) for x, y in zip(off[:-1], off[1:])]
+    masks = [list(map(int, log["mask"][x:y])) for x, y in pairwise(off)]
     masks[25][0] = 7
     nan = [list(v) for v in values]
     q = int(np.flatnonzero(log["mask"][off[12] : off[13]])[0])

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import reference as ref
 from hypothesis import given
+from strategies import batches
 
 from mpo_rs.diagnostics import summarize, value_structure
-from strategies import batches
-import reference as ref
 
 
 @given(batches())
