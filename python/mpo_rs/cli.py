@@ -209,9 +209,14 @@ def _advantages(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _note(line: str) -> None:
+    """A progress line on stderr, prefixed with the program's name."""
+    sys.stderr.write(f"{PROG}: {line}\n")
+
+
 def _diagnose(args: argparse.Namespace) -> int:
     try:
-        table, written = diagnose.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
+        table, written = diagnose.run(args, note=_note)
     except _EXPECTED as e:
         return _failed(e)
     print(table)
@@ -222,7 +227,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 def _reproduce(args: argparse.Namespace) -> int:
     try:
-        out = reproduce.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
+        out = reproduce.run(args, note=_note)
     except InvalidOptionError as e:
         return _fail(str(e), EXIT_USAGE)
     except (MissingDependencyError, OSError) as e:
