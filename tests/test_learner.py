@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import InvalidOptionError, InvalidRolloutError, mae_advantages  # noqa: E402
+from mpo_rs import Estimator, InvalidOptionError, InvalidRolloutError, mae_advantages  # noqa: E402
 from mpo_rs.torch import learner as learner_module  # noqa: E402
 from mpo_rs.torch import losses, whiten  # noqa: E402
 from mpo_rs.torch.learner import (  # noqa: E402
@@ -495,6 +495,28 @@ def test_other_settings_are_checked_at_construction():
                 {"temperature": 0.0}, {"log_ratio_clamp": 0.0}):  # fmt: skip
         with pytest.raises(InvalidOptionError):
             LearnerConfig(**bad)
+
+
+def test_estimator_names_and_defaults_are_the_options_table():
+    assert learner_module.ESTIMATORS == ("mae", "gae", "grpo")
+    cfg = LearnerConfig()
+    mae, gae, grpo = (Estimator(name).options for name in learner_module.ESTIMATORS)
+    assert (cfg.lam_intra, cfg.beta, cfg.gamma, cfg.lam_critic) == (
+        mae["lam_intra"],
+        mae["beta"],
+        mae["gamma"],
+        mae["lam_critic"],
+    )
+    assert cfg.gae_length_adaptive_alpha == gae["length_adaptive_alpha"]
+    assert (cfg.grpo_eps, cfg.grpo_norm_std, cfg.grpo_leave_one_out) == (
+        grpo["eps"],
+        grpo["norm_std"],
+        grpo["leave_one_out"],
+    )
+    assert LearnerConfig(estimator="mae").estimator_lam == mae["lam"] == 0.8
+    assert LearnerConfig(estimator="gae").estimator_lam == gae["lam"] == 0.95
+    assert LearnerConfig(estimator="grpo").estimator_lam == 1.0  # Monte-Carlo critic targets
+    assert LearnerConfig(estimator="gae", lam=0.5).estimator_lam == 0.5
 
 
 def test_ratio_defaults_to_the_estimators_natural_one():

@@ -45,6 +45,7 @@ except ModuleNotFoundError as _e:
 
 from .. import estimators
 from ..exceptions import InvalidOptionError, InvalidRolloutError
+from ..options import Estimator, default, family_estimators
 from .batch import RolloutBatch
 from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, aggregate, check_clip_range, policy_loss, value_loss
 from .padded import whiten
@@ -61,9 +62,10 @@ __all__ = [
     "token_values",
 ]
 
-ESTIMATORS = ("mae", "gae", "grpo")
+# One per family of the options table (mae, gae, grpo); Dr. GRPO and RLOO are grpo with
+# grpo_norm_std=False / grpo_leave_one_out=True.
+ESTIMATORS = family_estimators()
 ADVANTAGE_SCALES = ("none", "whiten")
-_DEFAULT_LAM = {"mae": 0.8, "gae": 0.95}
 # Below this variance of the returns the explained variance is reported as NaN.
 _EV_MIN_RETURN_VAR = 1e-8
 # MPO updates with the turn ratio; PPO and GRPO mean token ratios unless asked.
@@ -75,17 +77,19 @@ class LearnerConfig:
     # Advantage estimation (Rust core).
     estimator: str = "mae"
     """``"mae"`` (MPO), ``"gae"`` (token GAE, PPO) or ``"grpo"`` (critic-free group baseline)."""
+    # The estimator options' defaults are the Rust options table's (mpo_rs.Estimator).
     lam: float | None = None
-    """MAE's turn-level lambda (default 0.8) or GAE's lambda (default 0.95)."""
-    lam_intra: float = 0.95
-    beta: float = 1.0
-    gamma: float = 1.0
-    lam_critic: float = 1.0
-    gae_length_adaptive_alpha: float | None = None
-    grpo_norm_std: bool = True
+    """MAE's turn-level lambda or GAE's lambda; None = the chosen estimator's default
+    (0.8 for mae, 0.95 for gae)."""
+    lam_intra: float = default("mae", "lam_intra")
+    beta: float = default("mae", "beta")
+    gamma: float = default("mae", "gamma")
+    lam_critic: float = default("mae", "lam_critic")
+    gae_length_adaptive_alpha: float | None = default("gae", "length_adaptive_alpha")
+    grpo_norm_std: bool = default("grpo", "norm_std")
     """GRPO's own scale: divide by the group's std (Dr. GRPO: False)."""
-    grpo_leave_one_out: bool = False
-    grpo_eps: float = 1e-6
+    grpo_leave_one_out: bool = default("grpo", "leave_one_out")
+    grpo_eps: float = default("grpo", "eps")
     """GRPO's ``std + eps`` denominator."""
     advantage_scale: str = "none"
     """``"none"`` or ``"whiten"``: whiten the advantages over the batch's policy tokens
@@ -200,9 +204,12 @@ class LearnerConfig:
 
     @property
     def estimator_lam(self) -> float:
+        """``lam``, or the chosen estimator's default from the options table (1.0 for one
+        without a lambda: grpo's critic targets are Monte-Carlo returns)."""
         if self.lam is not None:
             return self.lam
-        return _DEFAULT_LAM.get(self.estimator, 1.0)
+        lam: float = Estimator(self.estimator).options.get("lam", 1.0)
+        return lam
 
     @property
     def policy_ratio(self) -> str:
