@@ -29,13 +29,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (
     Case,
     FlatBatch,
-    PeerMissing,
     assert_close,
     import_peer,
     log,
     make_batch,
     suite_main,
     time_cases,
+    try_peer,
     versions,
 )
 
@@ -266,21 +266,20 @@ def prepare_peers(
     b: FlatBatch, peers: list[Peer], *, check: bool = True
 ) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
     """Timed cases for the peers that run here, the equality checks, and the skipped ones."""
-    cases, checks, skipped = [], [], []
+    cases: list[Case] = []
+    checks: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for peer in peers:
-        try:
+
+        def build(peer: Peer = peer) -> tuple[Callable[[], Any], list[dict[str, Any]]]:
             fn = peer.prepare(b)
-            if check:
-                checks += peer.check(peer.name, b, fn())
-        except PeerMissing as err:
-            skipped.append({"peer": peer.name, "reason": str(err)})
-            continue
-        except AssertionError as err:  # not equal work: say so, do not time it
-            skipped.append(
-                {"peer": peer.name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]}
-            )
-            continue
-        cases.append(Case(peer.name, fn, peer.layout, peer.baseline))
+            return fn, peer.check(peer.name, b, fn()) if check else []
+
+        prepared = try_peer(peer.name, build, skipped)
+        if prepared is not None:
+            fn, found = prepared
+            checks += found
+            cases.append(Case(peer.name, fn, peer.layout, peer.baseline))
     return cases, checks, skipped
 
 
