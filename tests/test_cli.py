@@ -104,6 +104,22 @@ def test_mae_output_equals_the_numpy_estimator_and_keeps_every_input(log, log_fi
     assert got.select(original.column_names).equals(original)
 
 
+def test_option_flags_for_some_of_the_options():
+    """A tool taking some of the options (examples/ray_advantages.py) gets their flags from
+    the table, and only theirs."""
+    import argparse
+
+    from mpo_rs.cli import add_option_flags, option_args
+
+    names = ["lam", "norm_std"]
+    parser = argparse.ArgumentParser()
+    add_option_flags(parser, names)
+    assert option_args(parser.parse_args(["--lam", "0.9", "--no-norm-std"]), names) == {"lam": 0.9, "norm_std": False}
+    assert option_args(parser.parse_args([]), names) == {}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--beta", "0.5"])
+
+
 def test_gae_with_parameters(log, log_file, tmp_path):
     out = tmp_path / "gae.parquet"
     ok("advantages", log_file, "-o", out, "--estimator", "gae", "--lam", 0.9, "--gamma", 0.99, "-q")
