@@ -1,7 +1,8 @@
-"""Slow, independent reference estimators written from the formulas of the spec (§1-§2).
+"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE, group
+baselines; docs/estimators.md).
 
 Plain Python floats (f64) and explicit sums instead of the recurrences the Rust core uses,
-so that the two implementations share nothing but the spec.
+so that the two implementations share nothing but the formulas.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Arrow tables in and out (spec section 5): pyarrow and polars objects, list and
+"""Arrow tables in and out (docs/parquet.md): pyarrow and polars objects, list and
 large_list, no copies of the inputs, equality with the numpy estimators, and bad data
 named by row and column."""
 

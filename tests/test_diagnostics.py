@@ -1,4 +1,4 @@
-"""Value-structure diagnostics (spec §6): the variance decomposition and boundary jumps."""
+"""Value-structure diagnostics (docs/diagnostics.md): the variance decomposition and boundary jumps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Spec §4 invariants, checked by hypothesis against the independent reference."""
+"""The estimators' invariants (mean-preserving refinement, observation and value
+invariances, ...), checked by hypothesis against the independent reference."""
 
 from __future__ import annotations
 
