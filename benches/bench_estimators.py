@@ -14,8 +14,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import suite_main  # noqa: E402
-from suite_gae import run  # noqa: E402
+from common import suite_main
+from suite_gae import run
 
 if __name__ == "__main__":
     suite_main(run, __doc__)

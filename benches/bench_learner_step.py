@@ -20,6 +20,7 @@ import statistics
 import sys
 
 import torch
+
 from mpo_rs.envs import make
 from mpo_rs.learner import Learner, LearnerConfig
 from mpo_rs.torch.critic import value_head_critic

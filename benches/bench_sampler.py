@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import torch
+
 from mpo_rs.torch.models import TinyCausalLM, tiny_hf_model
 from mpo_rs.torch.sampler import sample
 

@@ -18,12 +18,14 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any, TypeVar
 
 import numpy as np
+
 from mpo_rs import synthetic
 from mpo_rs.synthetic import FlatBatch
 
@@ -166,6 +168,9 @@ def time_cases(cases: list[Case], repeats: int, **kw: Any) -> list[dict[str, Any
 # Equality checks and optional peers
 
 
+T = TypeVar("T")
+
+
 class PeerMissing(Exception):
     """A peer that cannot run here (not installed, or too big for this machine)."""
 
@@ -175,6 +180,19 @@ def import_peer(module: str) -> Any:
         return __import__(module, fromlist=["_"])
     except ImportError as err:
         raise PeerMissing(f"`{module}` is not importable ({err}); `make bench` installs it into .venv-bench") from err
+
+
+def try_peer(name: str, build: Callable[[], T], skipped: list[dict[str, Any]]) -> T | None:
+    """``build()`` for peer ``name``, or None with the reason added to ``skipped``: the peer
+    cannot run here (PeerMissing), or its output differs from mpo_rs's (AssertionError from
+    the equality check: not equal work, so it is not timed)."""
+    try:
+        return build()
+    except PeerMissing as err:
+        skipped.append({"peer": name, "reason": str(err)})
+    except AssertionError as err:
+        skipped.append({"peer": name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]})
+    return None
 
 
 def assert_close(
@@ -285,7 +303,7 @@ def machine() -> str:
 
 
 def now_utc() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def suite_main(run: Callable[[bool], dict[str, Any]], doc: str | None) -> dict[str, Any]:

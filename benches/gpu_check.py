@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from mpo_rs.envs import make
 from mpo_rs.learner import Learner, LearnerConfig, token_log_probs
 from mpo_rs.reproduce.config import GPU

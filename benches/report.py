@@ -84,7 +84,7 @@ def comparison_table(result: dict[str, Any]) -> str:
             ]
         else:
             cells = ["—", "—", "—", "—"]
-        rows.append([r["name"], r["layout"], fmt_s(r["median_s"]), fmt_s(r["min_s"]), str(r["repeats"])] + cells)
+        rows.append([r["name"], r["layout"], fmt_s(r["median_s"]), fmt_s(r["min_s"]), str(r["repeats"]), *cells])
     header = [
         "implementation",
         "input layout",
@@ -318,7 +318,7 @@ def plot_speedups(results: dict[str, dict[str, Any]], path: str) -> bool:
     if not bars:
         return False
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(bars) + 1.5))
-    labels, values = zip(*reversed(bars))
+    labels, values = zip(*reversed(bars), strict=True)
     colors = ["tab:green" if v >= 1 else "tab:red" for v in values]
     ax.barh(range(len(bars)), values, color=colors)
     ax.set_yticks(range(len(bars)), labels, fontsize=8)
@@ -344,7 +344,7 @@ def plot_throughput(scaling: dict[str, Any], path: str) -> bool:
     names = list(dict.fromkeys(p["name"] for p in scaling["tokens"]))
     for name in names:
         pts = sorted((p["tokens"], p["tokens"] / p["median_s"]) for p in scaling["tokens"] if p["name"] == name)
-        xs, ys = zip(*pts)
+        xs, ys = zip(*pts, strict=True)
         ax.plot(xs, ys, label=short(name), **line_style(name))
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -371,7 +371,7 @@ def plot_shapes(scaling: dict[str, Any], path: str) -> bool:
     ):
         for name in dict.fromkeys(p["name"] for p in scaling[key]):
             pts = sorted((p[key], p["median_s"] / p["tokens"] * 1e9) for p in scaling[key] if p["name"] == name)
-            xs, ys = zip(*pts)
+            xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, label=short(name), **line_style(name))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

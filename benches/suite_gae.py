@@ -19,25 +19,27 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mpo_rs  # noqa: E402
 from common import (
     Case,
     FlatBatch,
-    PeerMissing,
     assert_close,
     import_peer,
     log,
     make_batch,
     suite_main,
     time_cases,
+    try_peer,
     versions,
-)  # noqa: E402
+)
+
+import mpo_rs
 
 GAMMA, LAM = 1.0, 0.95
 WHITEN_EPS = 1e-8  # verl's masked_whiten
@@ -206,7 +208,7 @@ def lfilter_gae(rs: list[np.ndarray], vs: list[np.ndarray]) -> list[np.ndarray]:
     from scipy.signal import lfilter
 
     out = []
-    for r, v in zip(rs, vs):
+    for r, v in zip(rs, vs, strict=True):
         delta = r + GAMMA * np.append(v[1:], 0.0) - v
         out.append(lfilter([1.0], [1.0, -GAMMA * LAM], delta[::-1])[::-1])
     return out
@@ -264,21 +266,20 @@ def prepare_peers(
     b: FlatBatch, peers: list[Peer], *, check: bool = True
 ) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
     """Timed cases for the peers that run here, the equality checks, and the skipped ones."""
-    cases, checks, skipped = [], [], []
+    cases: list[Case] = []
+    checks: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for peer in peers:
-        try:
+
+        def build(peer: Peer = peer) -> tuple[Callable[[], Any], list[dict[str, Any]]]:
             fn = peer.prepare(b)
-            if check:
-                checks += peer.check(peer.name, b, fn())
-        except PeerMissing as err:
-            skipped.append({"peer": peer.name, "reason": str(err)})
-            continue
-        except AssertionError as err:  # not equal work: say so, do not time it
-            skipped.append(
-                {"peer": peer.name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]}
-            )
-            continue
-        cases.append(Case(peer.name, fn, peer.layout, peer.baseline))
+            return fn, peer.check(peer.name, b, fn()) if check else []
+
+        prepared = try_peer(peer.name, build, skipped)
+        if prepared is not None:
+            fn, found = prepared
+            checks += found
+            cases.append(Case(peer.name, fn, peer.layout, peer.baseline))
     return cases, checks, skipped
 
 

@@ -20,24 +20,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mpo_rs  # noqa: E402
-from common import (
-    Case,
-    FlatBatch,
-    PeerMissing,
-    assert_close,
-    import_peer,
-    log,
-    make_batch,
-    suite_main,
-    time_cases,
-    versions,
-)  # noqa: E402
+import common
+
+import mpo_rs
 
 EPS = 1e-6
 MPO_GRPO = "mpo_rs GRPO: group_advantages + broadcast_to_tokens"
@@ -46,14 +37,14 @@ MPO_GRPO_TRAJ = "mpo_rs GRPO per trajectory: group_advantages"
 FLAT = "per-trajectory scores + group ids; flat mask + offsets"
 
 
-def mpo_tokens(b: FlatBatch, leave_one_out: bool) -> np.ndarray:
+def mpo_tokens(b: common.FlatBatch, leave_one_out: bool) -> np.ndarray:
     adv = mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS, leave_one_out=leave_one_out)
     return mpo_rs.broadcast_to_tokens(adv, b.mask, b.offsets)
 
 
-def verl_cases(b: FlatBatch) -> tuple[list[Case], list[dict[str, Any]]]:
-    core_algos = import_peer("verl.trainer.ppo.core_algos")
-    torch = import_peer("torch")
+def verl_cases(b: common.FlatBatch) -> tuple[list[common.Case], list[dict[str, Any]]]:
+    core_algos = common.import_peer("verl.trainer.ppo.core_algos")
+    torch = common.import_peer("torch")
     _, rewards_np, mask_np = b.padded()
     rewards, mask = torch.from_numpy(rewards_np), torch.from_numpy(mask_np)
     rows, cols = b.padded_index()
@@ -78,27 +69,27 @@ def verl_cases(b: FlatBatch) -> tuple[list[Case], list[dict[str, Any]]]:
         adv, _ = call()
         ours = mpo_tokens(b, leave_one_out=baseline == MPO_RLOO)
         checks.append(
-            assert_close(
+            common.assert_close(
                 name, "advantages on every token (0 on observations and padding)", adv.numpy()[rows, cols], ours
             )
         )
-        cases.append(Case(name, call, layout, baseline))
+        cases.append(common.Case(name, call, layout, baseline))
     return cases, checks
 
 
-def stateset_cases(b: FlatBatch) -> tuple[list[Case], list[dict[str, Any]]]:
-    stateset = import_peer("stateset_rl_core")
+def stateset_cases(b: common.FlatBatch) -> tuple[list[common.Case], list[dict[str, Any]]]:
+    stateset = common.import_peer("stateset_rl_core")
     group_size = b.describe()["group_size"]
     grid = b.scores.astype(np.float64).reshape(-1, group_size)  # groups are consecutive rows
     n = group_size
     checks = [
-        assert_close(
+        common.assert_close(
             "stateset-rl-core compute_group_advantages",
             "GRPO per trajectory; stateset divides by the population std, so mpo_rs's is scaled by sqrt(n/(n−1))",
             stateset.compute_group_advantages(grid, "mean", True),
             mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS) * np.sqrt(n / (n - 1)),
         ),
-        assert_close(
+        common.assert_close(
             "stateset-rl-core compute_group_advantages",
             "Dr. GRPO per trajectory (mean baseline, no std division), as is",
             stateset.compute_group_advantages(grid, "mean", False),
@@ -107,41 +98,37 @@ def stateset_cases(b: FlatBatch) -> tuple[list[Case], list[dict[str, Any]]]:
     ]
     call = lambda: stateset.compute_group_advantages(grid, "mean", True)  # noqa: E731
     return [
-        Case("stateset-rl-core compute_group_advantages", call, "(groups, group size) float64 scores", MPO_GRPO_TRAJ)
+        common.Case(
+            "stateset-rl-core compute_group_advantages", call, "(groups, group size) float64 scores", MPO_GRPO_TRAJ
+        )
     ], checks
 
 
 def run(quick: bool) -> dict[str, Any]:
     n_traj, repeats = (200, 5) if quick else (1000, 15)
-    b = make_batch(n_traj)
+    b = common.make_batch(n_traj)
     assert np.bincount(b.group_ids).min() > 1, "singleton groups are defined differently by verl"
     cases = [
-        Case(MPO_GRPO, lambda: mpo_tokens(b, False), FLAT),
-        Case(MPO_RLOO, lambda: mpo_tokens(b, True), FLAT),
-        Case(
+        common.Case(MPO_GRPO, lambda: mpo_tokens(b, False), FLAT),
+        common.Case(MPO_RLOO, lambda: mpo_tokens(b, True), FLAT),
+        common.Case(
             MPO_GRPO_TRAJ,
             lambda: mpo_rs.group_advantages(b.scores, b.group_ids, eps=EPS),
             "per-trajectory scores + group ids",
         ),
     ]
     checks, skipped = [], []
-    log(f"group: {b.n_trajectories} trajectories in groups of {b.describe()['group_size']}; checking peers")
+    common.log(f"group: {b.n_trajectories} trajectories in groups of {b.describe()['group_size']}; checking peers")
     for name, build in (
         ("verl 0.9.1 GRPO / RLOO", verl_cases),
         ("stateset-rl-core compute_group_advantages", stateset_cases),
     ):
-        try:
-            peer_cases, peer_checks = build(b)
-        except PeerMissing as err:
-            skipped.append({"peer": name, "reason": str(err)})
-            continue
-        except AssertionError as err:
-            skipped.append({"peer": name, "reason": "output differs from mpo_rs: " + str(err).strip().splitlines()[0]})
-            continue
-        cases += peer_cases
-        checks += peer_checks
-    log("group: timing")
-    rows = time_cases(cases, repeats, seconds_per_case=3 if quick else 10)
+        prepared = common.try_peer(name, lambda build=build: build(b), skipped)
+        if prepared is not None:
+            cases += prepared[0]
+            checks += prepared[1]
+    common.log("group: timing")
+    rows = common.time_cases(cases, repeats, seconds_per_case=3 if quick else 10)
     return {
         "suite": "group",
         "title": "Group baselines (GRPO, RLOO) against the peers",
@@ -151,9 +138,9 @@ def run(quick: bool) -> dict[str, Any]:
         "rows": rows,
         "checks": checks,
         "skipped": skipped,
-        "versions": versions("verl", "torch", "stateset-rl-core", "numpy"),
+        "versions": common.versions("verl", "torch", "stateset-rl-core", "numpy"),
     }
 
 
 if __name__ == "__main__":
-    suite_main(run, __doc__)
+    common.suite_main(run, __doc__)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Case, PeerMissing, assert_close, import_peer, log, suite_main, time_cases, versions  # noqa: E402
+from common import Case, PeerMissing, assert_close, import_peer, log, suite_main, time_cases, versions
 
 TOKEN_PPO = "mpo_rs token ratio (PPO)"
 TURN = "mpo_rs turn ratio, product (MPO)"

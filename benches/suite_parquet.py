@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import log, suite_main  # noqa: E402
+from common import log, suite_main
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_parquet.py")
 TITLE = "Parquet rollout logs: throughput against the I/O floor"

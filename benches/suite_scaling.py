@@ -35,7 +35,7 @@ from common import (
     suite_main,
     time_cases,
     versions,
-)  # noqa: E402
+)
 from suite_gae import (
     BANDWIDTH_FLOOR,
     FLOOR,
@@ -46,9 +46,9 @@ from suite_gae import (
     PEERS,
     mpo_cases,
     prepare_peers,
-)  # noqa: E402
+)
 
-import mpo_rs  # noqa: E402
+import mpo_rs
 
 # The peers of the GAE suite that take part here; the padded numpy loop and per-trajectory
 # lfilter are left to the GAE suite (they only show Python-loop overhead growing).

@@ -19,6 +19,7 @@ Needs ``pip install mpo-rs[ray]`` on every node.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 from collections.abc import Sequence
@@ -26,8 +27,12 @@ from collections.abc import Sequence
 import ray
 import ray.data
 
-from mpo_rs.arrow import ESTIMATORS
+from mpo_rs.cli import add_option_flags, option_args
 from mpo_rs.integrations.ray import advantages_parquet
+from mpo_rs.options import ESTIMATORS, option_names
+
+# The estimator options advantages_parquet takes; their flags come from the options table.
+OPTIONS = [name for name in option_names() if name in inspect.signature(advantages_parquet).parameters]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -35,8 +40,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("input", help="a Parquet file, a directory of them, or a URI")
     parser.add_argument("output", help="directory to write the annotated Parquet files to")
     parser.add_argument("--estimator", choices=ESTIMATORS, default="mae")
-    for option in ("lam", "lam-intra", "beta", "gamma", "lam-critic", "eps"):
-        parser.add_argument(f"--{option}", type=float, default=None, help="estimator option (default: its own)")
+    add_option_flags(parser.add_argument_group("estimator options (defaults: the estimator's own)"), OPTIONS)
     parser.add_argument("--mask-col", default="loss_mask")
     parser.add_argument("--values-col", default="values")
     parser.add_argument("--rewards-col", default=None, help="token-level rewards (list column)")
@@ -62,12 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.input,
         args.output,
         estimator=args.estimator,
-        lam=args.lam,
-        lam_intra=args.lam_intra,
-        beta=args.beta,
-        gamma=args.gamma,
-        lam_critic=args.lam_critic,
-        eps=args.eps,
+        **option_args(args, OPTIONS),
         mask_col=args.mask_col,
         values_col=args.values_col,
         rewards_col=args.rewards_col,

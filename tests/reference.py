@@ -1,7 +1,8 @@
-"""Slow, independent reference estimators written from the formulas of the spec (§1-§2).
+"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE, group
+baselines; docs/estimators.md).
 
 Plain Python floats (f64) and explicit sums instead of the recurrences the Rust core uses,
-so that the two implementations share nothing but the spec.
+so that the two implementations share nothing but the formulas.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def mae(
         toks = [list(range(turns.starts[t], turns.ends[t])) for t in tids]
         n = len(tids)
 
-        def first_v(k: int) -> float:  # V_{k,1}; V_{T+1,1} = 0
+        def first_v(k: int, toks: list[list[int]] = toks, n: int = n) -> float:  # V_{k,1}; V_{T+1,1} = 0
             return v[toks[k][0]] if k < n else 0.0
 
         # token residuals δ_{t,i}
@@ -84,7 +85,7 @@ def mae(
             deltas.append(d)
         # stage 1: δ^turn = R_t + γ V_{t+1,1} − V_{t,1};  A^turn_t = Σ_l (γλ)^l δ^turn_{t+l}
         d_turn = [sum(r[q] for q in toks[k]) + gamma * first_v(k + 1) - first_v(k) for k in range(n)]
-        a_turn = [sum((gamma * lam) ** l * d_turn[k + l] for l in range(n - k)) for k in range(n)]
+        a_turn = [sum((gamma * lam) ** ell * d_turn[k + ell] for ell in range(n - k)) for k in range(n)]
         for k in range(n):
             turn_adv[tids[k]] = a_turn[k]
             L = len(toks[k])
@@ -133,7 +134,7 @@ def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) ->
         s = [float(scores[j]) for j in idx]
         mean = statistics.fmean(s)
         std = statistics.stdev(s)
-        for j, x in zip(idx, s):
+        for j, x in zip(idx, s, strict=True):
             if leave_one_out:
                 out[j] = x - (sum(s) - x) / (len(s) - 1)
             elif norm_std:
@@ -144,4 +145,4 @@ def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) ->
 
 
 def is_close_list(a, b, rtol=1e-5, atol=1e-4) -> bool:
-    return all(math.isclose(x, y, rel_tol=rtol, abs_tol=atol) for x, y in zip(a, b))
+    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=rtol, abs_tol=atol) for x, y in zip(a, b, strict=True))

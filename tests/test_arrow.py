@@ -1,8 +1,10 @@
-"""Arrow tables in and out (spec section 5): pyarrow and polars objects, list and
+"""Arrow tables in and out (docs/parquet.md): pyarrow and polars objects, list and
 large_list, no copies of the inputs, equality with the numpy estimators, and bad data
 named by row and column."""
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -28,14 +30,14 @@ def make_log(rows: int, seed: int = 0, groups: int = 5) -> dict[str, np.ndarray]
     }
 
 
-def to_table(log: dict[str, np.ndarray], large: bool = False, chunks: int = 1) -> "pa.Table":
+def to_table(log: dict[str, np.ndarray], large: bool = False, chunks: int = 1) -> pa.Table:
     batch = synthetic.FlatBatch(
         log["values"], log["mask"], log["offsets"], log["rewards"], log["scores"], log["groups"]
     )
     return synthetic.to_arrow(batch, large=large, chunks=chunks)
 
 
-def flat(column: "pa.ChunkedArray") -> np.ndarray:
+def flat(column: pa.ChunkedArray) -> np.ndarray:
     return np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks] or [[]])
 
 
@@ -64,7 +66,7 @@ def test_inputs_are_shared_not_copied():
     table = to_table(make_log(20))
     out = with_advantages(table)
     for name in table.column_names:
-        for a, b in zip(table[name].chunks, out[name].chunks):
+        for a, b in zip(table[name].chunks, out[name].chunks, strict=True):
             assert [x.address for x in a.buffers() if x] == [x.address for x in b.buffers() if x]
 
 
@@ -152,7 +154,7 @@ def test_float64_values_and_integer_masks_are_accepted():
     np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
 
 
-def _replace(table: "pa.Table", name: str, column: "pa.Array") -> "pa.Table":
+def _replace(table: pa.Table, name: str, column: pa.Array) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), name, column)
 
 
@@ -160,7 +162,7 @@ def _bad_tables():
     log = make_log(6, seed=8)
     t = to_table(log)
     lens = np.diff(log["offsets"])
-    values = [list(map(float, log["values"][a:b])) for a, b in zip(log["offsets"][:-1], log["offsets"][1:])]
+    values = [list(map(float, log["values"][a:b])) for a, b in pairwise(log["offsets"])]
     null_list = values.copy()
     null_list[4] = None
     null_elem = [v.copy() for v in values]
@@ -170,7 +172,7 @@ def _bad_tables():
     nan = [v.copy() for v in values]
     first_policy = int(np.flatnonzero(log["mask"][log["offsets"][5] : log["offsets"][6]])[0])
     nan[5][first_policy] = float("nan")
-    masks = [list(map(int, log["mask"][a:b])) for a, b in zip(log["offsets"][:-1], log["offsets"][1:])]
+    masks = [list(map(int, log["mask"][a:b])) for a, b in pairwise(log["offsets"])]
     masks[1][0] = 2
     huge = [v.copy() for v in values]
     huge[2][-1] = 1e300  # float64 only: it would become inf in float32

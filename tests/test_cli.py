@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ def make_log(rows: int, seed: int = 0, groups: int = 6) -> dict[str, np.ndarray]
     }
 
 
-def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> "pa.Table":
+def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> pa.Table:
     batch = synthetic.FlatBatch(
         log["values"],
         log["mask"],
@@ -101,6 +102,22 @@ def test_mae_output_equals_the_numpy_estimator_and_keeps_every_input(log, log_fi
     original = pq.read_table(log_file)
     assert got.column_names == original.column_names + list(OUTPUT_COLUMNS)
     assert got.select(original.column_names).equals(original)
+
+
+def test_option_flags_for_some_of_the_options():
+    """A tool taking some of the options (examples/ray_advantages.py) gets their flags from
+    the table, and only theirs."""
+    import argparse
+
+    from mpo_rs.cli import add_option_flags, option_args
+
+    names = ["lam", "norm_std"]
+    parser = argparse.ArgumentParser()
+    add_option_flags(parser, names)
+    assert option_args(parser.parse_args(["--lam", "0.9", "--no-norm-std"]), names) == {"lam": 0.9, "norm_std": False}
+    assert option_args(parser.parse_args([]), names) == {}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--beta", "0.5"])
 
 
 def test_gae_with_parameters(log, log_file, tmp_path):
@@ -413,13 +430,13 @@ def test_output_equal_to_input_is_refused(log_file, tmp_path):
     assert log_file.read_bytes() == before
 
 
-def _write_bad(tmp_path: Path, name: str, table: "pa.Table", **kw) -> Path:
+def _write_bad(tmp_path: Path, name: str, table: pa.Table, **kw) -> Path:
     path = tmp_path / name
     pq.write_table(table, path, row_group_size=10, **kw)
     return path
 
 
-def _with_column(table: "pa.Table", name: str, column) -> "pa.Table":
+def _with_column(table: pa.Table, name: str, column) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), name, column)
 
 
@@ -427,7 +444,7 @@ def _bad_inputs(tmp_path: Path):
     log = make_log(30, seed=3)
     t = table_of(log)
     off = log["offsets"]
-    rows = lambda a: [list(map(float, a[x:y])) for x, y in zip(off[:-1], off[1:])]  # noqa: E731
+    rows = lambda a: [list(map(float, a[x:y])) for x, y in pairwise(off)]  # noqa: E731
     values = rows(log["values"])
     f32 = pa.list_(pa.float32())
 
@@ -438,7 +455,7 @@ def _bad_inputs(tmp_path: Path):
     token = 1 if len(values[23]) > 1 else 0
     short = [list(v) for v in values]
     short[17] = short[17] + [0.0]
-    masks = [list(map(int, log["mask"][x:y])) for x, y in zip(off[:-1], off[1:])]
+    masks = [list(map(int, log["mask"][x:y])) for x, y in pairwise(off)]
     masks[25][0] = 7
     nan = [list(v) for v in values]
     q = int(np.flatnonzero(log["mask"][off[12] : off[13]])[0])

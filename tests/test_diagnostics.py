@@ -1,13 +1,13 @@
-"""Value-structure diagnostics (spec §6): the variance decomposition and boundary jumps."""
+"""Value-structure diagnostics (docs/diagnostics.md): the variance decomposition and boundary jumps."""
 
 from __future__ import annotations
 
 import numpy as np
+import reference as ref
 from hypothesis import given
+from strategies import batches
 
 from mpo_rs.diagnostics import summarize, value_structure
-from strategies import batches
-import reference as ref
 
 
 @given(batches())

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from mpo_rs import InvalidConfigError, InvalidRolloutError
 from mpo_rs.envs import (
     ENVIRONMENTS,
     GuessNumber,
@@ -188,28 +190,32 @@ def test_vector_env_groups_share_a_seed_and_key_door_runs_full_length():
 
 def test_vector_env_bad_input():
     vec = VectorEnv(GuessNumber, 2)
-    with pytest.raises(ValueError, match="env 0 has no episode running"):
+    with pytest.raises(InvalidRolloutError, match="env 0 has no episode running"):
         vec.step([[0, 0], None])
     vec.reset([6, 0])
-    with pytest.raises(ValueError, match=r"1 actions for 2 environments"):
+    with pytest.raises(InvalidRolloutError, match=r"1 actions for 2 environments"):
         vec.step([[0, 0]])
-    with pytest.raises(ValueError, match=r"env 1 is running \(turn 0\); its action is None"):
+    with pytest.raises(InvalidRolloutError, match=r"env 1 is running \(turn 0\); its action is None"):
         vec.step([[1, 0], None])
-    with pytest.raises(ValueError, match=r"VectorEnv env 1 \(GuessNumber\) turn 0: .*outside \[0, 20\)"):
+    with pytest.raises(InvalidRolloutError, match=r"VectorEnv env 1 \(GuessNumber\) turn 0: .*outside \[0, 20\)"):
         vec.step([[0, 0], [20, 0]])
     # A rejected batch changed nothing: env 0 is still at turn 0 and can finish now.
     assert vec.turns.tolist() == [0, 0]
     assert vec.step([[0, 0], [15, 0]])[1].tolist() == [1.0, 1.0]
-    with pytest.raises(ValueError, match="2 seeds for 3"):
+    with pytest.raises(InvalidConfigError, match="2 seeds for 3"):
         VectorEnv(GuessNumber, 3).reset([1, 2])
-    with pytest.raises(ValueError, match="distinct"):
+    with pytest.raises(
+        InvalidConfigError, match=r"VectorEnv env 1: GuessNumber.reset: seed must be a non-negative int"
+    ):
+        VectorEnv(GuessNumber, 2).reset([1, -1])
+    with pytest.raises(InvalidConfigError, match="distinct"):
         env = GuessNumber()
         VectorEnv(lambda: env, 2)
-    with pytest.raises(ValueError, match=r"env 1 has \(vocab_size, action_tokens, max_turns\)"):
+    with pytest.raises(InvalidConfigError, match=r"env 1 has \(vocab_size, action_tokens, max_turns\)"):
         VectorEnv([GuessNumber(), GuessNumber(max_turns=3)])
-    with pytest.raises(ValueError, match="n must be an int >= 1"):
+    with pytest.raises(InvalidConfigError, match="n must be an int >= 1"):
         VectorEnv(GuessNumber, 0)
-    with pytest.raises(ValueError, match="lacks the MultiTurnEnv protocol"):
+    with pytest.raises(InvalidConfigError, match="lacks the MultiTurnEnv protocol"):
         VectorEnv([object()])
 
 
@@ -273,12 +279,17 @@ def test_chance_success_formulas():
 # ---------------------------------------------------------------- bad input
 
 
+class _SizedNotIterable:
+    def __len__(self) -> int:
+        return 1
+
+
 @pytest.mark.parametrize("name", sorted(ENVIRONMENTS))
 def test_invalid_actions_name_env_and_turn(name):
     env = make(name)
     title = type(env).__name__
     k, v = env.action_tokens, env.vocab_size
-    with pytest.raises(ValueError, match=rf"{title} turn 0: step\(\) called with no episode running"):
+    with pytest.raises(InvalidRolloutError, match=rf"{title} turn 0: step\(\) called with no episode running"):
         env.step([0] * k)
     env.reset(0)
     env.step([v - 1] * k)  # a wrong but valid action: turn 1 next (neither env ends here)
@@ -292,15 +303,16 @@ def test_invalid_actions_name_env_and_turn(name):
         (np.zeros((1, k), dtype=np.int64), rf"{title} turn 1: action must be 1-D"),
         ("ab", rf"{title} turn 1: action must be a sequence"),
         (7, rf"{title} turn 1: action must be a sequence"),
+        (_SizedNotIterable(), rf"{title} turn 1: action must be an iterable of {k} token ids"),
     ]
     for action, message in cases:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(InvalidRolloutError, match=message):
             env.step(action)
     # Rejected actions do not advance the episode; numpy ints are accepted.
     assert env.step(np.full(k, v - 1, dtype=np.int32))[2] is False
-    with pytest.raises(ValueError, match=r"seed must be a non-negative int, got -1"):
+    with pytest.raises(InvalidConfigError, match=r"seed must be a non-negative int, got -1"):
         env.reset(-1)
-    with pytest.raises(ValueError, match=r"seed must be a non-negative int"):
+    with pytest.raises(InvalidConfigError, match=r"seed must be a non-negative int"):
         env.reset(1.5)
 
 
@@ -308,24 +320,24 @@ def test_step_after_done_is_refused():
     env = GuessNumber()
     env.reset(6)
     env.step([0, 0])
-    with pytest.raises(ValueError, match=r"GuessNumber turn 1: step\(\) called with no episode running"):
+    with pytest.raises(InvalidRolloutError, match=r"GuessNumber turn 1: step\(\) called with no episode running"):
         env.step([0, 0])
 
 
 def test_bad_parameters():
-    with pytest.raises(ValueError, match=r"unknown environment 'maze'; known: guess_number, key_door"):
+    with pytest.raises(InvalidConfigError, match=r"unknown environment 'maze'; known: guess_number, key_door"):
         make("maze")
-    with pytest.raises(ValueError, match=r"key_door: unknown parameter\(s\) horizon; accepted: max_turns"):
+    with pytest.raises(InvalidConfigError, match=r"key_door: unknown parameter\(s\) horizon; accepted: max_turns"):
         make("key_door", horizon=3)
-    with pytest.raises(ValueError, match=r"KeyDoor: max_turns must be an int >= 2, got 1"):
+    with pytest.raises(InvalidConfigError, match=r"KeyDoor: max_turns must be an int >= 2, got 1"):
         KeyDoor(max_turns=1)
-    with pytest.raises(ValueError, match=r"KeyDoor: vocab_size must be an int >= 9, got 8"):
+    with pytest.raises(InvalidConfigError, match=r"KeyDoor: vocab_size must be an int >= 9, got 8"):
         KeyDoor(vocab_size=8)
-    with pytest.raises(ValueError, match=r"KeyDoor: open_position must be < action_tokens = 4, got 4"):
+    with pytest.raises(InvalidConfigError, match=r"KeyDoor: open_position must be < action_tokens = 4, got 4"):
         KeyDoor(action_tokens=4, open_position=4)
-    with pytest.raises(ValueError, match=r"GuessNumber: num_values must be an int >= 2, got 1.5"):
+    with pytest.raises(InvalidConfigError, match=r"GuessNumber: num_values must be an int >= 2, got 1.5"):
         GuessNumber(num_values=1.5)
-    with pytest.raises(ValueError, match=r"KeyDoor.oracle_action: 9 observations, expected 1..8"):
+    with pytest.raises(InvalidRolloutError, match=r"KeyDoor.oracle_action: 9 observations, expected 1..8"):
         KeyDoor().oracle_action([[0]] * 9)
 
 
@@ -368,14 +380,14 @@ def test_tokenized_text_env():
     observation, reward, done = env.step(encode("ba"))
     assert (decode(observation), reward, done) == ("again", 0.0, False)
     assert env.step(encode("ba")) == ([], 1.0, True)
-    with pytest.raises(ValueError, match=r"TokenizedTextEnv\(_Spelling\) turn 0: token id 8 at position 1"):
+    with pytest.raises(InvalidRolloutError, match=r"TokenizedTextEnv\(_Spelling\) turn 0: token id 8 at position 1"):
         env.reset(0)
         env.step([1, 8])
     # The turn budget cuts an episode the text env would continue.
     short = TokenizedTextEnv(_Spelling(), encode, decode, vocab_size=8, action_tokens=2, max_turns=1)
     short.reset(0)
     assert short.step(encode("ab")) == (encode("again"), 0.0, True)
-    with pytest.raises(ValueError, match=r"the tokenizer produced ids \[8\] outside \[0, 8\)"):
+    with pytest.raises(InvalidConfigError, match=r"the tokenizer produced ids \[8\] outside \[0, 8\)"):
         TokenizedTextEnv(_Spelling(), lambda text: [8], decode, vocab_size=8, action_tokens=2, max_turns=1).reset(0)
 
 

@@ -1,4 +1,4 @@
-"""Every bad input of spec §1 and issue 2 raises a typed exception naming what and where."""
+"""Every bad input of the estimators (docs/estimators.md) raises a typed exception naming what and where."""
 
 from __future__ import annotations
 

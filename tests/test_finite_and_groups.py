@@ -90,7 +90,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-def group_log(path: Path, group_ids: "pa.Array", scores: list[float]) -> Path:
+def group_log(path: Path, group_ids: pa.Array, scores: list[float]) -> Path:
     n = len(scores)
     pq.write_table(
         pa.table(
@@ -174,7 +174,7 @@ def test_ray_group_keys_follow_the_rule():
     )
     assert stats["group"].to_pylist() == [1.0, 2.5] and stats["count"].to_pylist() == [2, 1]
     for bad in (float("nan"), float("inf")):
-        with pytest.raises(InvalidBatchError, match="row 1 of a batch, column `g`: group id .* is missing"):
+        with pytest.raises(InvalidBatchError, match=r"row 1 of a batch, column `g`: group id .* is missing"):
             mpo_ray._group_keys(pa.array([1.0, bad]), "g")
 
 

@@ -27,12 +27,12 @@ import warnings
 
 import numpy as np
 import pytest
+import reference as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import Batch, batches, gae_params, mae_params
 
 import mpo_rs
-import reference as ref
-from strategies import Batch, batches, gae_params, mae_params
 
 # Issue 11 item 7 made the estimators refuse to produce non-finite numbers, so a non-finite
 # result, even from extreme (but valid) input, fails the fuzzer.
@@ -59,7 +59,7 @@ def same(a, b) -> bool:
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
         if a.dtype.kind == "O":
-            return all(x is y or x == y or (x != x and y != y) for x, y in zip(a.tolist(), b.tolist()))
+            return all(x is y or x == y or (x != x and y != y) for x, y in zip(a.tolist(), b.tolist(), strict=True))
         return a.tobytes() == b.tobytes()
     return a is b or a == b
 

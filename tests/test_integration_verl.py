@@ -26,9 +26,9 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
 import mpo_rs  # noqa: E402
-from mpo_rs.torch import losses  # noqa: E402
 from mpo_rs.integrations import verl as plugin  # noqa: E402
 from mpo_rs.integrations.verl import values_hook  # noqa: E402
+from mpo_rs.torch import losses  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F32, F64 = torch.float32, torch.float64
@@ -191,7 +191,7 @@ def test_mpo_gae_ignores_rewards_on_observation_tokens_like_verl():
 @pytest.mark.parametrize("norm_std", [True, False])
 def test_mpo_grpo_equals_verls_grpo(norm_std):
     rewards, _, mask, uid = rollout_batch(5, rows=16)
-    want, want_ret = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid, norm_adv_by_std_in_grpo=norm_std)
+    want, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid, norm_adv_by_std_in_grpo=norm_std)
     fn = core_algos.get_adv_estimator_fn("mpo_grpo")
     adv, ret = fn(
         token_level_rewards=rewards,
@@ -207,7 +207,7 @@ def test_mpo_rloo_equals_verls_rloo():
     rewards, _, mask, uid = rollout_batch(6, rows=16)
     want, _ = core_algos.compute_rloo_outcome_advantage(rewards, mask, uid, config=algo_config())
     fn = core_algos.get_adv_estimator_fn("mpo_rloo")
-    adv, ret = fn(token_level_rewards=rewards, response_mask=mask, config=algo_config(), index=uid)
+    adv, _ = fn(token_level_rewards=rewards, response_mask=mask, config=algo_config(), index=uid)
     torch.testing.assert_close(adv, want.float(), rtol=1e-5, atol=1e-5)
 
 
@@ -325,18 +325,35 @@ def test_critic_estimators_without_values_say_how_to_get_them():
             fn(token_level_rewards=rewards, response_mask=mask, config=algo_config(), index=uid)
 
 
+def test_option_defaults_are_the_options_table():
+    options = plugin.MPOOptions()
+    mae = mpo_rs.Estimator("mae").options
+    assert (options.lam, options.lam_intra, options.beta, options.lam_critic) == (
+        mae["lam"],
+        mae["lam_intra"],
+        mae["beta"],
+        mae["lam_critic"],
+    )
+    assert options.eps == mpo_rs.Estimator("grpo").options["eps"]
+    # Every numeric option is type-checked; `beta` above, each of the others here.
+    rewards, values, mask, uid = rollout_batch(15)
+    for name in ("lam", "lam_intra", "lam_critic", "eps"):
+        with pytest.raises(plugin.InvalidConfigError, match=rf"`algorithm\.mpo\.{name}` must be a number"):
+            plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(**{name: "high"}), uid, values=values)
+
+
 def test_unknown_or_out_of_range_options_are_refused():
     rewards, values, mask, uid = rollout_batch(15)
-    with pytest.raises(plugin.InvalidConfigError, match="unknown `algorithm.mpo` option.*'lam_intr'"):
+    with pytest.raises(plugin.InvalidConfigError, match=r"unknown `algorithm\.mpo` option.*'lam_intr'"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intr=0.9), uid, values=values)
     # Ranges are the Rust estimator's: its error names the option and its domain.
     with pytest.raises(mpo_rs.InvalidOptionError, match=r"`lam_intra` = 1.5 is out of range: it must be in \[0, 1\]"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intra=1.5), uid, values=values)
     with pytest.raises(mpo_rs.InvalidOptionError, match=r"`eps` = 0 is out of range"):
         plugin.compute_mpo_mae_grpo_advantage(rewards, mask, algo_config(eps=0.0), uid)
-    with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.beta` must be a number"):
+    with pytest.raises(plugin.InvalidConfigError, match=r"`algorithm\.mpo\.beta` must be a number"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(beta="high"), uid, values=values)
-    with pytest.raises(plugin.InvalidConfigError, match="`algorithm.mpo.whiten` must be true, false or null"):
+    with pytest.raises(plugin.InvalidConfigError, match=r"`algorithm\.mpo\.whiten` must be true, false or null"):
         plugin.compute_mpo_gae_advantage(rewards, mask, algo_config(whiten="yes"), uid, values=values)
     with pytest.raises(ValueError, match="`values` has shape"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(), uid, values=values[:, :-1])

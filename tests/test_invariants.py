@@ -1,14 +1,15 @@
-"""Spec §4 invariants, checked by hypothesis against the independent reference."""
+"""The estimators' invariants (mean-preserving refinement, observation and value
+invariances, ...), checked by hypothesis against the independent reference."""
 
 from __future__ import annotations
 
 import numpy as np
+import reference as ref
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from strategies import Batch, batches, gae_params, mae_params
 
 import mpo_rs
-from strategies import Batch, batches, gae_params, mae_params
-import reference as ref
 
 TOL = dict(rtol=1e-5, atol=1e-4)
 
@@ -78,7 +79,7 @@ def test_beta_zero_broadcasts_the_turn_advantage(b, p):
 def test_turn_advantage_ignores_values_strictly_inside_a_turn(b, p, data):
     res = _mae(b, **p)
     t = res.turns
-    inner = np.concatenate([np.arange(s + 1, e) for s, e in zip(t.starts, t.ends)] + [np.array([], int)])
+    inner = np.concatenate([np.arange(s + 1, e) for s, e in zip(t.starts, t.ends, strict=True)] + [np.array([], int)])
     assume(inner.size > 0)
     shifted = b.values.copy()
     shifted[inner] += np.float32(data.draw(st.floats(-3, 3, allow_nan=False, width=32)))
@@ -111,7 +112,7 @@ def _insert_observations(b: Batch, where: list[int], lengths: list[int]) -> tupl
     """Inserts observation runs before flat tokens `where` (at trajectory-internal points)
     and returns the new batch plus the new position of every old token."""
     new_pos = np.arange(len(b.mask))
-    for w, n in sorted(zip(where, lengths)):
+    for w, n in sorted(zip(where, lengths, strict=True)):
         new_pos[w:] += n
     total = len(b.mask) + sum(lengths)
     mask = np.zeros(total, bool)
@@ -119,7 +120,7 @@ def _insert_observations(b: Batch, where: list[int], lengths: list[int]) -> tupl
     rewards = np.zeros(total, np.float32)
     mask[new_pos], values[new_pos], rewards[new_pos] = b.mask, b.values, b.rewards
     offsets = b.offsets.copy()
-    for w, n in zip(where, lengths):
+    for w, n in zip(where, lengths, strict=True):
         offsets[np.searchsorted(b.offsets, w, side="right") :] += n
     return Batch(values, mask, offsets, rewards, b.scores), new_pos
 
@@ -153,7 +154,7 @@ def test_inserting_observations_changes_no_policy_result(b, p, data, anywhere):
 
 def _take(b: Batch, order: list[int]) -> Batch:
     idx = [np.arange(b.offsets[j], b.offsets[j + 1]) for j in order]
-    flat = np.concatenate(idx + [np.array([], np.int64)]).astype(np.int64)
+    flat = np.concatenate([*idx, np.array([], np.int64)]).astype(np.int64)
     lengths = [len(i) for i in idx]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     return Batch(b.values[flat], b.mask[flat], offsets, b.rewards[flat], b.scores[order])

@@ -11,10 +11,9 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import InvalidBatchError, InvalidOptionError, mae_advantages  # noqa: E402
-from mpo_rs.torch import losses  # noqa: E402
+from mpo_rs import Estimator, InvalidOptionError, InvalidRolloutError, mae_advantages  # noqa: E402
 from mpo_rs.torch import learner as learner_module  # noqa: E402
-from mpo_rs.torch import whiten  # noqa: E402
+from mpo_rs.torch import losses, whiten  # noqa: E402
 from mpo_rs.torch.learner import (  # noqa: E402
     Learner,
     LearnerConfig,
@@ -250,7 +249,7 @@ def test_entropy_bonus_is_the_gradient_of_the_entropy(one_thread):
     metrics = Learner(policy, torch.optim.SGD(policy.parameters(), lr=1.0), cfg).step(batch)
     assert metrics["advantages/abs_max"] == 0.0
     assert metrics["actor/loss"] == pytest.approx(-0.1 * metrics["actor/entropy"], rel=1e-5)
-    for moved, before in zip(policy.parameters(), reference.parameters()):
+    for moved, before in zip(policy.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(moved.detach() - before.detach(), before.grad, rtol=1e-4, atol=1e-6)
 
 
@@ -301,7 +300,7 @@ def test_grpo_with_a_critic_trains_it_on_monte_carlo_returns(one_thread):
     first = [p.detach().clone() for p in critic.parameters()]
     history = [learner.step(batch) for _ in range(30)]
     assert all("critic/loss" in m and "critic/grad_norm" in m for m in history)
-    assert any(not torch.equal(a, b) for a, b in zip(first, critic.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(first, critic.parameters(), strict=True))
     assert history[-1]["critic/loss"] < history[0]["critic/loss"] / 4
     assert history[-1]["critic/explained_variance"] > max(0.5, history[0]["critic/explained_variance"])
 
@@ -378,8 +377,10 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(one_thread, agg):
                           critic_optimizer=torch.optim.SGD(c.parameters(), lr=0.5))  # fmt: skip
         metrics = learner.step(batch)
         params[micro] = [t.detach().clone() for t in [*p.parameters(), *c.parameters()]]
-    assert any(not torch.equal(a, b) for a, b in zip(params[None], [*policy.parameters(), *critic.parameters()]))
-    for full, accumulated in zip(params[None], params[2]):
+    assert any(
+        not torch.equal(a, b) for a, b in zip(params[None], [*policy.parameters(), *critic.parameters()], strict=True)
+    )
+    for full, accumulated in zip(params[None], params[2], strict=True):
         torch.testing.assert_close(accumulated, full, rtol=1e-5, atol=1e-6)
     assert np.isfinite(metrics["actor/loss"]) and np.isfinite(metrics["critic/loss"])
 
@@ -441,32 +442,32 @@ def test_bf16_autocast_step(one_thread):
 
 def test_bad_batches_and_configs_are_rejected():
     good = dict(token_ids=np.zeros(4, np.int64), mask=np.array([0, 1, 0, 1], bool), offsets=np.array([0, 2, 4]))
-    with pytest.raises(ValueError, match="trajectory 1 starts with a policy token"):
+    with pytest.raises(InvalidRolloutError, match="trajectory 1 starts with a policy token"):
         RolloutBatch(
             token_ids=np.zeros(4), mask=np.array([0, 1, 1, 1], bool), offsets=np.array([0, 2, 4]), scores=np.zeros(2)
         )
-    with pytest.raises(ValueError, match="exactly one of"):
+    with pytest.raises(InvalidRolloutError, match="exactly one of"):
         RolloutBatch(**good)
-    with pytest.raises(ValueError, match="exactly one of"):
+    with pytest.raises(InvalidRolloutError, match="exactly one of"):
         RolloutBatch(**good, scores=np.zeros(2), rewards=np.zeros(4))
-    with pytest.raises(ValueError, match="`scores` has shape"):
+    with pytest.raises(InvalidRolloutError, match="`scores` has shape"):
         RolloutBatch(**good, scores=np.zeros(3))
-    with pytest.raises(ValueError, match="`offsets`"):
+    with pytest.raises(InvalidRolloutError, match="`offsets`"):
         RolloutBatch(**(good | {"offsets": np.array([0, 3, 2])}), scores=np.zeros(2))
-    with pytest.raises(ValueError, match="`old_log_probs` has shape"):
+    with pytest.raises(InvalidRolloutError, match="`old_log_probs` has shape"):
         RolloutBatch(**good, scores=np.zeros(2), old_log_probs=np.zeros(3))
-    with pytest.raises(ValueError, match="estimator"):
+    with pytest.raises(InvalidOptionError, match="estimator"):
         LearnerConfig(estimator="vapo")
-    with pytest.raises(ValueError, match="ratio"):
+    with pytest.raises(InvalidOptionError, match="ratio"):
         LearnerConfig(ratio="turns")
-    with pytest.raises(ValueError, match="advantage_scale"):
+    with pytest.raises(InvalidOptionError, match="advantage_scale"):
         LearnerConfig(advantage_scale="group")
     policy = TinyCausalLM()
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     batch = RolloutBatch(**good, scores=np.ones(2))
-    with pytest.raises(ValueError, match="needs a critic"):
+    with pytest.raises(InvalidRolloutError, match="needs a critic"):
         Learner(policy, optimizer, LearnerConfig(estimator="mae")).step(batch)
-    with pytest.raises(ValueError, match="group_ids"):
+    with pytest.raises(InvalidRolloutError, match="group_ids"):
         Learner(policy, optimizer, LearnerConfig(estimator="grpo")).step(batch)
 
 
@@ -492,8 +493,30 @@ def test_estimator_options_are_checked_at_construction(estimator, option, messag
 def test_other_settings_are_checked_at_construction():
     for bad in ({"clip_low": 1.0}, {"dual_clip": 0.5}, {"value_clip": 0.0}, {"entropy_coef": float("nan")},
                 {"temperature": 0.0}, {"log_ratio_clamp": 0.0}):  # fmt: skip
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidOptionError):
             LearnerConfig(**bad)
+
+
+def test_estimator_names_and_defaults_are_the_options_table():
+    assert learner_module.ESTIMATORS == ("mae", "gae", "grpo")
+    cfg = LearnerConfig()
+    mae, gae, grpo = (Estimator(name).options for name in learner_module.ESTIMATORS)
+    assert (cfg.lam_intra, cfg.beta, cfg.gamma, cfg.lam_critic) == (
+        mae["lam_intra"],
+        mae["beta"],
+        mae["gamma"],
+        mae["lam_critic"],
+    )
+    assert cfg.gae_length_adaptive_alpha == gae["length_adaptive_alpha"]
+    assert (cfg.grpo_eps, cfg.grpo_norm_std, cfg.grpo_leave_one_out) == (
+        grpo["eps"],
+        grpo["norm_std"],
+        grpo["leave_one_out"],
+    )
+    assert LearnerConfig(estimator="mae").estimator_lam == mae["lam"] == 0.8
+    assert LearnerConfig(estimator="gae").estimator_lam == gae["lam"] == 0.95
+    assert LearnerConfig(estimator="grpo").estimator_lam == 1.0  # Monte-Carlo critic targets
+    assert LearnerConfig(estimator="gae", lam=0.5).estimator_lam == 0.5
 
 
 def test_ratio_defaults_to_the_estimators_natural_one():

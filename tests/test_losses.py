@@ -14,6 +14,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import mpo_rs  # noqa: E402
+from mpo_rs import InvalidOptionError, InvalidRolloutError  # noqa: E402
 from mpo_rs.torch import losses  # noqa: E402
 
 F64 = torch.float64
@@ -109,7 +110,7 @@ def test_gradient_vanishes_only_where_the_clip_is_active():
     old = torch.zeros(1, 4, dtype=F64)
     new = torch.tensor([[0.0, 0.1, 0.1, 0.1]], dtype=F64)
     adv = torch.tensor([[0.0, 1.0, -1.0, 2.0]], dtype=F64)
-    loss, grad = grad_of(lambda lp: losses.policy_loss(lp, old, adv, mask)[0], new)
+    _, grad = grad_of(lambda lp: losses.policy_loss(lp, old, adv, mask)[0], new)
     rho = np.exp(0.3)
     assert grad[0, 1] == 0 and grad[0, 3] == 0
     torch.testing.assert_close(grad[0, 2], torch.tensor(rho / 3, dtype=F64))
@@ -131,7 +132,10 @@ def test_one_token_per_turn_is_exactly_token_is(rows, turns_per_row, seed):
     token_loss, token_grad = grad_of(lambda lp: losses.policy_loss(lp, old, adv, mask, ratio="token", **kw)[0], new)
     for turn_ratio in ("product", "geo_mean"):
         turn_loss, turn_grad = grad_of(
-            lambda lp: losses.policy_loss(lp, old, adv, mask, ratio="turn", turn_ratio=turn_ratio, **kw)[0], new
+            lambda lp, turn_ratio=turn_ratio: losses.policy_loss(
+                lp, old, adv, mask, ratio="turn", turn_ratio=turn_ratio, **kw
+            )[0],
+            new,
         )
         assert torch.equal(turn_loss, token_loss)  # bitwise, clipped tokens included
         assert torch.equal(turn_grad, token_grad)
@@ -158,9 +162,9 @@ def test_without_stop_gradient_the_centred_credit_cancels_within_a_turn():
 
     grads = {}
     for name, adv in (("turn only", turn_adv), ("with credit", turn_adv + credit)):
-        grads["naive", name] = grad_of(lambda lp: naive_loss(lp, adv), new)[1]
+        grads["naive", name] = grad_of(lambda lp, adv=adv: naive_loss(lp, adv), new)[1]
         grads["sg", name] = grad_of(
-            lambda lp: losses.policy_loss(lp, old, adv, mask, clip_low=0.9, clip_high=10.0)[0], new
+            lambda lp, adv=adv: losses.policy_loss(lp, old, adv, mask, clip_low=0.9, clip_high=10.0)[0], new
         )[1]
     # Naive: the credit changes nothing, and tokens of a turn share one gradient.
     torch.testing.assert_close(grads["naive", "with credit"], grads["naive", "turn only"], rtol=1e-12, atol=1e-15)
@@ -207,9 +211,9 @@ def test_padded_equals_flat(batch, data):
     for ratio in ("turn", "token", "sequence"):
         for agg in losses.AGGREGATIONS:
             kw = dict(ratio=ratio, agg=agg, clip_low=0.02, clip_high=0.03, dual_clip=1.5)
-            loss_p, grad_p = grad_of(lambda lp: losses.policy_loss(lp, old, adv, padded_mask, **kw)[0], new)
+            loss_p, grad_p = grad_of(lambda lp, kw=kw: losses.policy_loss(lp, old, adv, padded_mask, **kw)[0], new)
             loss_f, grad_f = grad_of(
-                lambda lp: losses.policy_loss(
+                lambda lp, kw=kw: losses.policy_loss(
                     lp, flat_old, flat_adv, flat_mask, token_turn=turns.token_turn, offsets=offsets, **kw
                 )[0],
                 flat_new,
@@ -342,7 +346,9 @@ def test_padding_garbage_never_leaks():
     adv = torch.tensor([[float("nan"), 1.0, -1.0, float("inf"), float("nan")]])
     for ratio in losses.RATIO_MODES:
         for agg in losses.AGGREGATIONS:
-            loss, grad = grad_of(lambda lp: losses.policy_loss(lp, old, adv, mask, ratio=ratio, agg=agg)[0], new)
+            loss, grad = grad_of(
+                lambda lp, ratio=ratio, agg=agg: losses.policy_loss(lp, old, adv, mask, ratio=ratio, agg=agg)[0], new
+            )
             assert torch.isfinite(loss) and torch.all(torch.isfinite(grad)), (ratio, agg)
             assert torch.all(grad[~mask] == 0)
 
@@ -448,51 +454,51 @@ def test_value_loss_flat_and_seq_aggregation():
 def test_errors_name_the_problem():
     x = torch.zeros(2, 3)
     mask = torch.ones(2, 3, dtype=torch.bool)
-    with pytest.raises(ValueError, match="ratio='bogus'"):
+    with pytest.raises(InvalidOptionError, match="ratio='bogus'"):
         losses.policy_loss(x, x, x, mask, ratio="bogus")
-    with pytest.raises(ValueError, match="turn_ratio"):
+    with pytest.raises(InvalidOptionError, match="turn_ratio"):
         losses.policy_loss(x, x, x, mask, turn_ratio="mean")
-    with pytest.raises(ValueError, match="agg"):
+    with pytest.raises(InvalidOptionError, match="agg"):
         losses.policy_loss(x, x, x, mask, agg="sum")
-    with pytest.raises(ValueError, match="`advantages` has shape"):
+    with pytest.raises(InvalidRolloutError, match="`advantages` has shape"):
         losses.policy_loss(x, x, torch.zeros(2, 4), mask)
-    with pytest.raises(ValueError, match="`mask` has shape"):
+    with pytest.raises(InvalidRolloutError, match="`mask` has shape"):
         losses.policy_loss(x, x, x, mask[:, :2])
-    with pytest.raises(ValueError, match="padded"):
+    with pytest.raises(InvalidRolloutError, match="padded"):
         losses.policy_loss(torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.ones(1, 2, 3))
     with pytest.raises(TypeError, match="log_prob"):
         losses.policy_loss(np.zeros((2, 3)), x, x, mask)
     with pytest.raises(TypeError, match="floating"):
         losses.policy_loss(torch.zeros(2, 3, dtype=torch.long), x, x, mask)
-    with pytest.raises(ValueError, match="dual_clip"):
+    with pytest.raises(InvalidOptionError, match="dual_clip"):
         losses.policy_loss(x, x, x, mask, dual_clip=1.0)
-    with pytest.raises(ValueError, match="clip_low"):
+    with pytest.raises(InvalidOptionError, match="clip_low"):
         losses.policy_loss(x, x, x, mask, clip_low=1.0)
-    with pytest.raises(ValueError, match="token_turn` is for flat"):
+    with pytest.raises(InvalidRolloutError, match="token_turn` is for flat"):
         losses.policy_loss(x, x, x, mask, token_turn=np.zeros(6, np.int32))
     flat = torch.zeros(6)
     fmask = torch.tensor([0, 1, 1, 0, 1, 1], dtype=torch.bool)
-    with pytest.raises(ValueError, match="need `token_turn`"):
+    with pytest.raises(InvalidRolloutError, match="need `token_turn`"):
         losses.policy_loss(flat, flat, flat, fmask)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(InvalidRolloutError, match="shape"):
         losses.policy_loss(flat, flat, flat, fmask, token_turn=np.array([-1, 0, 0, -1, 1], np.int32))
-    with pytest.raises(ValueError, match="below the token count"):
+    with pytest.raises(InvalidRolloutError, match="below the token count"):
         losses.policy_loss(flat, flat, flat, fmask, token_turn=np.array([-1, 0, 0, -1, 7, 7], np.int32))
-    with pytest.raises(ValueError, match="disagree at token 3"):
+    with pytest.raises(InvalidRolloutError, match="disagree at token 3"):
         losses.policy_loss(flat, flat, flat, fmask, token_turn=np.array([-1, 0, 0, 0, 1, 1], np.int32))
     with pytest.raises(TypeError, match="integer"):
         losses.policy_loss(flat, flat, flat, fmask, token_turn=np.zeros(6))
-    with pytest.raises(ValueError, match="offsets="):
+    with pytest.raises(InvalidRolloutError, match="offsets="):
         losses.policy_loss(flat, flat, flat, fmask, ratio="sequence")
-    with pytest.raises(ValueError, match="offsets="):
+    with pytest.raises(InvalidRolloutError, match="offsets="):
         losses.policy_loss(flat, flat, flat, fmask, ratio="token", agg="seq-mean-token-sum")
-    with pytest.raises(ValueError, match="offsets"):
+    with pytest.raises(InvalidRolloutError, match="offsets"):
         losses.policy_loss(flat, flat, flat, fmask, ratio="sequence", offsets=np.array([0, 3, 5]))
-    with pytest.raises(ValueError, match="offsets` is for flat"):
+    with pytest.raises(InvalidRolloutError, match="offsets` is for flat"):
         losses.policy_loss(x, x, x, mask, offsets=np.array([0, 3, 6]))
     with pytest.raises(TypeError, match="values"):
         losses.value_loss(np.zeros(3), x, x, mask)
-    with pytest.raises(ValueError, match="clip"):
+    with pytest.raises(InvalidOptionError, match="clip"):
         losses.value_loss(x, x, x, mask, clip=0.0)
 
 
@@ -517,15 +523,15 @@ def test_gpu_matches_cpu_without_host_sync():
     adv = torch.randn(8, 512)
     for ratio in losses.RATIO_MODES:
         cpu_loss, cpu_grad = grad_of(
-            lambda lp: losses.policy_loss(lp, old, adv, mask, ratio=ratio, dual_clip=3.0)[0], new
+            lambda lp, ratio=ratio: losses.policy_loss(lp, old, adv, mask, ratio=ratio, dual_clip=3.0)[0], new
         )
         dev = [t.cuda() for t in (new, old, adv, mask)]
         log_prob = dev[0].clone().requires_grad_()
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")  # any host sync inside the loss raises
         try:
-            loss, metrics = losses.policy_loss(log_prob, dev[1], dev[2], dev[3], ratio=ratio, dual_clip=3.0,
-                                               agg="seq-mean-token-mean")  # fmt: skip
+            _, metrics = losses.policy_loss(log_prob, dev[1], dev[2], dev[3], ratio=ratio, dual_clip=3.0,
+                                            agg="seq-mean-token-mean")  # fmt: skip
             loss_tm, _ = losses.policy_loss(log_prob, dev[1], dev[2], dev[3], ratio=ratio, dual_clip=3.0)
             loss_tm.backward()
         finally:

@@ -8,10 +8,11 @@ import copy
 import itertools
 import pickle
 
-import mpo_rs
 import numpy as np
 import pytest
-from mpo_rs import Estimator, InvalidOptionError, MpoError, cli
+
+import mpo_rs
+from mpo_rs import Estimator, InvalidOptionError, MpoError, cli, options
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -63,6 +64,19 @@ def test_defaults_come_from_the_table():
     for row in TABLE:
         for name, default in row["defaults"].items():
             assert Estimator(name).options[row["name"]] == default
+
+
+def test_default_and_family_estimators_read_the_table():
+    for row in TABLE:
+        for name, value in row["defaults"].items():
+            assert options.default(name, row["name"]) == value
+    with pytest.raises(KeyError):
+        options.default("grpo", "lam")
+    with pytest.raises(InvalidOptionError):
+        options.default("vapo", "lam")
+    families = options.family_estimators()
+    assert families == ("mae", "gae", "grpo")
+    assert [Estimator(name).family for name in families] == ["mae", "gae", "group"]
 
 
 def test_overrides_replace_repr_eq_hash():

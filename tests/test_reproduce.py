@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, QUICK
 from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID
 from mpo_rs.reproduce.stats import (

@@ -207,7 +207,7 @@ def test_a_pool_of_one_thread_serves_calls_from_other_threads(how, env):
 
 
 def test_contiguous_inputs_of_the_right_dtype_are_not_copied():
-    values, mask, offsets, scores = synthetic(10)
+    values, mask, offsets, _ = synthetic(10)
     assert _arrays.float32(values, "values") is values
     assert _arrays.int64(offsets, "offsets") is offsets
     assert np.shares_memory(_arrays.mask_u8(mask), mask)

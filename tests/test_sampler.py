@@ -12,12 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch import nn  # noqa: E402
+
 from mpo_rs import estimators  # noqa: E402
 from mpo_rs.learner import Learner, LearnerConfig, token_log_probs, token_values  # noqa: E402
 from mpo_rs.torch.critic import value_head_critic  # noqa: E402
 from mpo_rs.torch.models import TinyCausalLM, tiny_hf_model  # noqa: E402
 from mpo_rs.torch.sampler import sample  # noqa: E402
-from torch import nn  # noqa: E402
 
 VOCAB, BOS, SEP, STOP = 12, 0, 1, 2  # keys are 5..11; 3 and 4 are free for the toy LMs
 

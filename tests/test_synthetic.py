@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from mpo_rs import synthetic
 from mpo_rs.synthetic import FlatBatch, flat_batch
 

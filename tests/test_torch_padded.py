@@ -10,7 +10,6 @@ torch = pytest.importorskip("torch")
 import mpo_rs  # noqa: E402
 import mpo_rs.torch as mt  # noqa: E402
 from mpo_rs import estimators  # noqa: E402
-from mpo_rs.torch import padded  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 
@@ -76,7 +75,7 @@ def test_options_are_forwarded_unchanged_to_the_numpy_functions(monkeypatch):
     with pytest.raises(mpo_rs.InvalidOptionError, match="`lam_intr` is not an option of the mae estimator"):
         mt.mae_advantages(values, mask, rewards, lam_intr=0.9)
     # Ranges are the estimator's.
-    with pytest.raises(mpo_rs.InvalidOptionError, match="`lam` = 1.5 is out of range"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`lam` = 1\.5 is out of range"):
         mt.mae_advantages(values, mask, rewards, lam=1.5)
 
 
@@ -146,7 +145,7 @@ def test_bad_inputs_name_the_argument():
     values, mask, rewards, scores, _ = padded_batch(7)
     with pytest.raises(ValueError, match="`values` has shape"):
         mt.mae_advantages(values[:, :-1], mask, rewards)
-    with pytest.raises(TypeError, match="`response_mask` must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"`response_mask` must be a torch\.Tensor"):
         mt.gae_advantages(values, mask.numpy(), rewards)
     with pytest.raises(ValueError, match="`response_mask` must be padded"):
         mt.gae_advantages(values, mask.reshape(-1), rewards)
@@ -228,7 +227,7 @@ def test_the_learners_whitening_is_verls():
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
 def test_cuda_tensors_give_results_on_their_device_equal_to_the_cpu_ones():
-    values, mask, rewards, scores, groups = padded_batch(11)
+    values, mask, rewards, _, groups = padded_batch(11)
     cpu = mt.mae_advantages(values, mask, rewards, whiten=True)
     gpu = mt.mae_advantages(values.cuda(), mask.cuda(), rewards.cuda(), whiten=True)
     for c, g in zip(cpu, gpu, strict=True):

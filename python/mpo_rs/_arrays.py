@@ -28,9 +28,10 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
                 )
             )
         x = x.detach()
-        if not x.dtype.is_floating_point or x.dtype.itemsize >= 4:
-            return x.numpy()
-        return x.float().numpy()  # float16 / bfloat16 have no numpy view
+        if x.dtype.is_floating_point and x.dtype.itemsize < 4:
+            x = x.float()  # float16 / bfloat16 have no numpy view
+        view: np.ndarray = x.numpy()
+        return view
     try:
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError) as e:

@@ -1,4 +1,9 @@
 # Hand-written stubs of the Rust extension module (checked by mypy.stubtest).
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, final
+
 import numpy as np
 import numpy.typing as npt
 
@@ -16,8 +21,6 @@ __all__ = [
     "set_num_threads",
     "value_structure",
 ]
-
-from typing import Any, final
 
 class MpoError(ValueError): ...
 class InvalidBatchError(MpoError): ...
@@ -88,10 +91,6 @@ def set_num_threads(threads: int) -> None: ...
 def get_num_threads() -> int: ...
 
 # --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, parquet.rs) ---
-import os
-from collections.abc import Callable
-from typing import Protocol
-
 __all__ += ["advantages_parquet", "arrow_advantages"]
 
 class _ArrowStream(Protocol):
@@ -121,8 +120,6 @@ def advantages_parquet(
 ) -> dict[str, int | float]: ...
 
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).
-from pathlib import Path
-
 __all__ += ["diagnose_batch", "list_parquet_inputs"]
 
 def list_parquet_inputs(input: str | os.PathLike[str]) -> list[Path]: ...

@@ -85,7 +85,7 @@ def with_advantages(
     if isinstance(table, pa.Table):
         _refuse_existing_outputs(table.column_names)
         out = _compute(table.select([n for n in names if n in table.column_names]), est, columns)
-        for field, column in zip(out.schema, out.columns):
+        for field, column in zip(out.schema, out.columns, strict=True):
             table = table.append_column(field, column)
         return table
     if isinstance(table, pa.RecordBatch):

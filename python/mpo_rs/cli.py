@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TextIO
 
 from . import diagnose
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         default="mae",
         help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
     )
-    _add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
+    add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
     cols = adv.add_argument_group("columns")
     cols.add_argument(
         "--mask-col", default="loss_mask", metavar="NAME", help="policy-token mask, list<bool|int> (loss_mask)"
@@ -94,10 +94,17 @@ def _flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
 
-def _add_option_flags(group: argparse._ArgumentGroup) -> None:
+def _option_rows(names: Collection[str] | None) -> list[dict[str, Any]]:
+    return [row for row in Estimator.option_table() if names is None or row["name"] in names]
+
+
+def add_option_flags(
+    group: argparse.ArgumentParser | argparse._ArgumentGroup, names: Collection[str] | None = None
+) -> None:
     """One flag per row of the options table (``lam_intra`` -> ``--lam-intra``), so an
-    option added in Rust is a flag here too. Unset flags stay None: the estimator's default."""
-    for row in Estimator.option_table():
+    option added in Rust is a flag here too; ``names`` keeps only those options (for a tool
+    that takes some of them). Unset flags stay None: the estimator's default."""
+    for row in _option_rows(names):
         defaults = ", ".join(f"{name} {_shown(value)}" for name, value in row["defaults"].items())
         help = f"{row['doc']}; in {row['domain']}; default: {defaults}".replace("%", "%%")
         if row["kind"] == "bool":
@@ -110,9 +117,10 @@ def _shown(value: object) -> str:
     return "unset" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}"
 
 
-def _option_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The options given on the command line, by their table names."""
-    given = {row["name"]: getattr(args, row["name"]) for row in Estimator.option_table()}
+def option_args(args: argparse.Namespace, names: Collection[str] | None = None) -> dict[str, Any]:
+    """The options given on the command line (flags of :func:`add_option_flags` with the
+    same ``names``), by their table names."""
+    given = {row["name"]: getattr(args, row["name"]) for row in _option_rows(names)}
     return {name: value for name, value in given.items() if value is not None}
 
 
@@ -197,7 +205,7 @@ def _advantages(args: argparse.Namespace) -> int:
                 score_col=args.score_col,
                 group_col=args.group_col,
                 progress=progress.update if progress.enabled else None,
-                **_option_args(args),
+                **option_args(args),
             )
         finally:
             # Before any message, and before SIGTERM's exception leaves for the console script.
@@ -209,9 +217,14 @@ def _advantages(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _note(line: str) -> None:
+    """A progress line on stderr, prefixed with the program's name."""
+    sys.stderr.write(f"{PROG}: {line}\n")
+
+
 def _diagnose(args: argparse.Namespace) -> int:
     try:
-        table, written = diagnose.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
+        table, written = diagnose.run(args, note=_note)
     except _EXPECTED as e:
         return _failed(e)
     print(table)
@@ -222,7 +235,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 def _reproduce(args: argparse.Namespace) -> int:
     try:
-        out = reproduce.run(args, note=lambda line: sys.stderr.write(f"{PROG}: {line}\n"))
+        out = reproduce.run(args, note=_note)
     except InvalidOptionError as e:
         return _fail(str(e), EXIT_USAGE)
     except (MissingDependencyError, OSError) as e:

@@ -47,7 +47,7 @@ def _readable(path: Path) -> bool:
     try:
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(path).metadata.num_rows > 0
+        return bool(pq.ParquetFile(path).metadata.num_rows > 0)
     except Exception:
         return False
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsAbs, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -26,14 +26,14 @@ from .exceptions import InvalidBatchError
 from .options import Estimator, resolve
 
 __all__ = [
-    "Turns",
-    "MAEResult",
     "GAEResult",
-    "segment_turns",
-    "mae_advantages",
+    "MAEResult",
+    "Turns",
+    "broadcast_to_tokens",
     "gae_advantages",
     "group_advantages",
-    "broadcast_to_tokens",
+    "mae_advantages",
+    "segment_turns",
 ]
 
 
@@ -229,7 +229,8 @@ def _group_key(x: Any) -> Any:
         return ("bytes", x)
     if isinstance(x, (numbers.Number, np.bool_)):
         try:
-            missing = bool(x != x) or abs(x) == math.inf  # NaN, then ±inf
+            # numbers.Number declares no __abs__, though every registered number type has one.
+            missing = bool(x != x) or abs(cast(SupportsAbs[object], x)) == math.inf  # NaN, then ±inf
         except (TypeError, ValueError, ArithmeticError):
             missing = False
         return None if missing else ("number", x)

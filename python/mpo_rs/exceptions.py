@@ -6,8 +6,10 @@
         │                            (including bad or corrupt Parquet / Arrow data)
         ├── InvalidOptionError       an estimator or option name, an option that does not
         │                            apply, a value outside its domain, an unusable path or flag
-        ├── InvalidRolloutError      rollouts the torch learner and losses cannot use
-        ├── InvalidConfigError       an integration's configuration (verl's ``algorithm.mpo``)
+        ├── InvalidRolloutError      rollouts the torch learner and losses cannot use, an
+        │                            action or call an environment (mpo_rs.envs) refuses
+        ├── InvalidConfigError       an integration's configuration (verl's ``algorithm.mpo``),
+        │                            an environment's parameter or seed
         └── MissingCriticValuesError a critic estimator called without critic values
     ImportError
     └── MissingDependencyError       an optional dependency is not installed
@@ -34,12 +36,13 @@ __all__ = [
 
 
 class InvalidRolloutError(MpoError):
-    """Rollouts (tensors, lengths, masks) the torch learner or losses cannot use; the
-    message names the argument and where."""
+    """Rollouts (tensors, lengths, masks) the torch learner or losses cannot use, or an
+    action an environment refuses; the message names the argument and where."""
 
 
 class InvalidConfigError(MpoError):
-    """An integration option is unknown or out of range, or a configuration is missing."""
+    """An integration option or an environment parameter is unknown or out of range, or a
+    configuration is missing."""
 
 
 class MissingCriticValuesError(MpoError):

@@ -17,7 +17,7 @@ from typing import Any
 
 from ._native import Estimator
 
-__all__ = ["ESTIMATORS", "Estimator", "option_names", "resolve"]
+__all__ = ["ESTIMATORS", "Estimator", "default", "family_estimators", "option_names", "resolve"]
 
 ESTIMATORS: tuple[str, ...] = Estimator.names()
 """The estimator names (the table's)."""
@@ -47,3 +47,20 @@ def resolve(estimator: str | Estimator | None, overrides: dict[str, Any], defaul
 def option_names(estimator: str | None = None) -> tuple[str, ...]:
     """The option names of the table, or those ``estimator`` takes."""
     return tuple(row["name"] for row in Estimator.option_table() if estimator is None or estimator in row["estimators"])
+
+
+def default(estimator: str, option: str) -> Any:
+    """The table's default of ``option`` for ``estimator``, for adapters that show the
+    options as fields of their own (the learner's config, verl's ``algorithm.mpo``).
+    Raises :class:`mpo_rs.InvalidOptionError` for an unknown estimator, ``KeyError`` for an
+    option it does not take."""
+    return Estimator(estimator).options[option]
+
+
+def family_estimators() -> tuple[str, ...]:
+    """One estimator per family, the first of the table's names in each (``mae``, ``gae``,
+    ``grpo``): the ones whose options cover the family; the others are presets of them."""
+    first: dict[str, str] = {}
+    for name in ESTIMATORS:
+        first.setdefault(Estimator(name).family, name)
+    return tuple(first.values())

@@ -349,7 +349,10 @@ def to_arrow(batch: FlatBatch, *, large: bool = False, chunks: int = 1, string_g
 
     list_type = pa.LargeListArray if large else pa.ListArray
     offsets = pa.array(batch.offsets, pa.int64() if large else pa.int32())
-    lists = lambda a: list_type.from_arrays(offsets, pa.array(a))  # noqa: E731
+
+    def lists(tokens: np.ndarray) -> Any:
+        return list_type.from_arrays(offsets, pa.array(tokens))
+
     ids = batch.trajectory_ids if batch.trajectory_ids is not None else np.arange(batch.n_trajectories)
     columns: dict[str, Any] = {
         "trajectory_id": pa.array(ids, pa.int64()),
@@ -454,13 +457,16 @@ def _even_split(n: int, files: int) -> list[int]:
     if files < 1:
         raise ValueError("synthetic.write_parquet: files must be at least 1")
     cuts = np.linspace(0, n, files + 1).astype(int)
-    return np.diff(cuts).tolist()
+    return [int(size) for size in np.diff(cuts)]
 
 
 def _rows(batch: FlatBatch, lo: int, hi: int) -> FlatBatch:
     """Trajectories lo..hi of a batch, offsets rebased to 0."""
     t0, t1 = int(batch.offsets[lo]), int(batch.offsets[hi])
-    tokens = lambda a: None if a is None else a[t0:t1]  # noqa: E731
+
+    def tokens(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[t0:t1]
+
     return FlatBatch(
         batch.values[t0:t1],
         batch.mask[t0:t1],

@@ -41,7 +41,7 @@ def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: b
     usable = (diag.n_turns >= 2) & (diag.total > 0)
     fig, ax = plt.subplots(figsize=(6, 4))
     share = diag.between_share[usable]
-    ax.hist(share, bins=np.linspace(0, 1, 41), color="#3b75af")
+    ax.hist(share, bins=np.linspace(0, 1, 41).tolist(), color="#3b75af")
     if share.size:
         ax.axvline(np.median(share), color="k", ls="--", label=f"median {np.median(share):.1%}")
         ax.legend()
@@ -58,7 +58,7 @@ def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: b
     fig, ax = plt.subplots(figsize=(6, 4))
     succ = diag.outcome[diag.jump_row] > 0 if diag.jumps.size else np.zeros(0, bool)
     lim = float(np.quantile(np.abs(diag.jumps), 0.995)) if diag.jumps.size else 1.0
-    bins = np.linspace(-lim, lim, 61) if lim > 0 else 10
+    bins = np.linspace(-lim, lim, 61).tolist() if lim > 0 else 10
     ax.hist(
         [diag.jumps[succ], diag.jumps[~succ]],
         bins=bins,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,8 @@ from .._native import InvalidBatchError, InvalidOptionError
 from .summary import between_share, summarize
 
 __all__ = ["Diagnosis", "TrajectoryTrace", "diagnose_logs", "require_pyarrow"]
+
+_Scalar = TypeVar("_Scalar", bound=np.generic)
 
 
 @dataclass
@@ -255,19 +257,23 @@ def diagnose_logs(
                 raise _corrupt(
                     file, g, ValueError(f"decoded {file_row - group_start} rows, the footer says {expected}")
                 )
-    cat = lambda k, dt: np.concatenate(parts[k]).astype(dt) if parts[k] else np.zeros(0, dt)  # noqa: E731
     return Diagnosis(
-        total=cat("total", np.float64),
-        between=cat("between", np.float64),
-        within=cat("within", np.float64),
-        n_turns=cat("n_turns", np.int64),
-        outcome=cat("outcome", np.float64),
-        step=cat("step", np.int64) if cols.step else None,
-        jumps=cat("jumps", np.float32),
-        jump_row=cat("jump_row", np.int64),
+        total=_concat(parts["total"], np.float64),
+        between=_concat(parts["between"], np.float64),
+        within=_concat(parts["within"], np.float64),
+        n_turns=_concat(parts["n_turns"], np.int64),
+        outcome=_concat(parts["outcome"], np.float64),
+        step=_concat(parts["step"], np.int64) if cols.step else None,
+        jumps=_concat(parts["jumps"], np.float32),
+        jump_row=_concat(parts["jump_row"], np.int64),
         traces=traces,
         batches=batches,
     )
+
+
+def _concat(parts: list[np.ndarray], dtype: type[_Scalar]) -> npt.NDArray[_Scalar]:
+    """The batches' arrays end to end as ``dtype`` (an empty array when there are none)."""
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
 
 
 def require_pyarrow() -> None:

@@ -141,7 +141,10 @@ def format_table(summary: dict[str, Any]) -> str:
     """The aggregates as a plain-text table."""
     rows = [("all", summary["all"]), *summary.get("by_outcome", {}).items()]
     rows += [(f"step {k}", v) for k, v in summary.get("by_step", {}).items()]
-    fmt = lambda x, pct=True: "-" if x is None else (f"{100 * x:.1f}%" if pct else f"{x:.3f}")  # noqa: E731
+
+    def fmt(x: float | None, pct: bool = True) -> str:
+        return "-" if x is None else (f"{100 * x:.1f}%" if pct else f"{x:.3f}")
+
     lines = [
         f"{'subset':<24} {'trajectories':>12} {'median share':>13} {'between>within':>15} {'median |jump|':>14}",
     ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from ..exceptions import InvalidConfigError
 from .guess_number import GuessNumber
 from .key_door import KeyDoor
 from .protocol import Episode, MultiTurnEnv, Policy, render_episode, run_episode
@@ -50,16 +51,17 @@ ENVIRONMENTS: dict[str, type] = {
 def make(name: str, **params: Any) -> Any:
     """The environment registered as ``name``, built with ``params``.
 
-    Raises ValueError for an unknown name or parameter, or a parameter out of its domain.
+    Raises InvalidConfigError (a ValueError) for an unknown name or parameter, or a
+    parameter out of its domain.
     """
     try:
         cls = ENVIRONMENTS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))}") from None
+        raise InvalidConfigError(f"unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))}") from None
     accepted = list(inspect.signature(cls).parameters)
     unknown = sorted(set(params) - set(accepted))
     if unknown:
-        raise ValueError(f"{name}: unknown parameter(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}")
+        raise InvalidConfigError(f"{name}: unknown parameter(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}")
     return cls(**params)
 
 

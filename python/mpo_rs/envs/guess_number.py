@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..exceptions import InvalidRolloutError
 from .protocol import SeedStream, check_action, check_param, check_seed
 
 __all__ = ["GuessNumber"]
@@ -55,7 +56,7 @@ class GuessNumber:
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
         if self._done:
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"GuessNumber turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
             )
         guess = check_action("GuessNumber", self._turn, action, self.action_tokens, self.vocab_size)[0]
@@ -85,7 +86,7 @@ class GuessNumber:
         far, starting with the first), replaying the oracle's own earlier guesses. It
         succeeds on every seed when ``max_turns >= oracle_turns()``."""
         if not 1 <= len(observations) <= self.max_turns:
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"GuessNumber.oracle_action: {len(observations)} observations, expected 1..{self.max_turns}"
             )
         low, high = 0, self.num_values - 1
@@ -96,5 +97,5 @@ class GuessNumber:
             elif list(observation) == [self.higher]:
                 low = guess + 1
             else:
-                raise ValueError(f"GuessNumber.oracle_action: unexpected observation {list(observation)}")
+                raise InvalidRolloutError(f"GuessNumber.oracle_action: unexpected observation {list(observation)}")
         return [(low + high) // 2] + [self.start] * (self.action_tokens - 1)

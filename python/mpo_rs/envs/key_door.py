@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..exceptions import InvalidConfigError, InvalidRolloutError
 from .protocol import SeedStream, check_action, check_param, check_seed
 
 __all__ = ["KeyDoor"]
@@ -55,7 +56,9 @@ class KeyDoor:
         self.open_position = check_param("KeyDoor", "open_position", open_position, 0)
         for name, position in (("key_position", self.key_position), ("open_position", self.open_position)):
             if position >= self.action_tokens:
-                raise ValueError(f"KeyDoor: {name} must be < action_tokens = {self.action_tokens}, got {position}")
+                raise InvalidConfigError(
+                    f"KeyDoor: {name} must be < action_tokens = {self.action_tokens}, got {position}"
+                )
         self.first_noise = FIRST_KEY + self.num_keys
         self.token_names = (
             ["start", "corridor", "door", "open"]
@@ -98,7 +101,7 @@ class KeyDoor:
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
         if self._done:
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"KeyDoor turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
             )
         tokens = check_action("KeyDoor", self._turn, action, self.action_tokens, self.vocab_size)
@@ -122,7 +125,9 @@ class KeyDoor:
         starting with the first one). Irrelevant positions get the first noise id."""
         turn = len(observations) - 1
         if not 0 <= turn < self.max_turns:
-            raise ValueError(f"KeyDoor.oracle_action: {len(observations)} observations, expected 1..{self.max_turns}")
+            raise InvalidRolloutError(
+                f"KeyDoor.oracle_action: {len(observations)} observations, expected 1..{self.max_turns}"
+            )
         action = [self.first_noise] * self.action_tokens
         if turn == 0:
             action[self.key_position] = observations[0][1]

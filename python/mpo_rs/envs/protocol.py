@@ -10,11 +10,13 @@ empty. Given the seed, an episode depends only on the actions.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from ..exceptions import InvalidConfigError, InvalidRolloutError
 
 __all__ = [
     "Episode",
@@ -77,54 +79,60 @@ class SeedStream:
 
 
 def check_param(env_name: str, name: str, value: object, minimum: int) -> int:
-    """A constructor parameter as an int >= ``minimum``, or a ValueError naming it."""
+    """A constructor parameter as an int >= ``minimum``, or an InvalidConfigError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{env_name}: {name} must be an int >= {minimum}, got {value!r}")
+        raise InvalidConfigError(f"{env_name}: {name} must be an int >= {minimum}, got {value!r}")
     return int(value)
 
 
 def check_seed(env_name: str, seed: object) -> int:
-    """The seed as a non-negative int, or a ValueError naming the env."""
+    """The seed as a non-negative int, or an InvalidConfigError naming the env."""
     try:
         value = operator.index(seed)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"{env_name}.reset: seed must be a non-negative int, got {seed!r}") from None
+        raise InvalidConfigError(f"{env_name}.reset: seed must be a non-negative int, got {seed!r}") from None
     if value < 0:
-        raise ValueError(f"{env_name}.reset: seed must be a non-negative int, got {value}")
+        raise InvalidConfigError(f"{env_name}.reset: seed must be a non-negative int, got {value}")
     return value
 
 
 def check_action(env_name: str, turn: int, action: object, action_tokens: int, vocab_size: int) -> list[int]:
     """The action as a list of ``action_tokens`` ints in ``[0, vocab_size)``.
 
-    Raises ValueError naming the env and the (0-based) turn on a wrong length, a non-integer
+    Raises InvalidRolloutError naming the env and the (0-based) turn on a wrong length, a non-integer
     token or an id out of range. Accepts lists, tuples, numpy arrays and 1-D integer tensors.
     """
     where = f"{env_name} turn {turn}"
     if isinstance(action, (str, bytes)) or not hasattr(action, "__len__"):
-        raise ValueError(
+        raise InvalidRolloutError(
             f"{where}: action must be a sequence of {action_tokens} token ids, got {type(action).__name__}"
         )
     if isinstance(action, np.ndarray):
         if action.ndim != 1:
-            raise ValueError(f"{where}: action must be 1-D, got shape {action.shape}")
+            raise InvalidRolloutError(f"{where}: action must be 1-D, got shape {action.shape}")
         if action.dtype.kind not in "iu":
-            raise ValueError(f"{where}: action token ids must be integers, got dtype {action.dtype}")
-        tokens = action.tolist()
+            raise InvalidRolloutError(f"{where}: action token ids must be integers, got dtype {action.dtype}")
+        tokens: list[int] = action.tolist()
     elif type(action) is list and all(type(token) is int for token in action):
         tokens = action  # the common case, checked without a per-token call
+    elif not isinstance(action, Iterable):
+        raise InvalidRolloutError(
+            f"{where}: action must be an iterable of {action_tokens} token ids, got {type(action).__name__}"
+        )
     else:
         tokens = []
-        for position, token in enumerate(action):  # type: ignore[attr-defined]
+        for position, token in enumerate(action):
             try:
                 tokens.append(operator.index(token))
             except TypeError:
-                raise ValueError(f"{where}: action position {position} is not an integer token id: {token!r}") from None
+                raise InvalidRolloutError(
+                    f"{where}: action position {position} is not an integer token id: {token!r}"
+                ) from None
     if len(tokens) != action_tokens:
-        raise ValueError(f"{where}: action has {len(tokens)} tokens, expected exactly {action_tokens}")
+        raise InvalidRolloutError(f"{where}: action has {len(tokens)} tokens, expected exactly {action_tokens}")
     if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):
         position, token = next((p, t) for p, t in enumerate(tokens) if not 0 <= t < vocab_size)
-        raise ValueError(f"{where}: token id {token} at position {position} is outside [0, {vocab_size})")
+        raise InvalidRolloutError(f"{where}: token id {token} at position {position} is outside [0, {vocab_size})")
     return list(tokens)
 
 

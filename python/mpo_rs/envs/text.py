@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from ..exceptions import InvalidConfigError, InvalidRolloutError
 from .protocol import check_action, check_param, check_seed
 
 __all__ = ["TextEnv", "TokenizedTextEnv"]
@@ -39,7 +40,7 @@ class TokenizedTextEnv:
         max_turns: int,
     ) -> None:
         if not isinstance(text_env, TextEnv):
-            raise ValueError(f"TokenizedTextEnv: {type(text_env).__name__} has no reset(seed) / step(reply)")
+            raise InvalidConfigError(f"TokenizedTextEnv: {type(text_env).__name__} has no reset(seed) / step(reply)")
         self.text_env = text_env
         self.encode = encode
         self.decode = decode
@@ -54,7 +55,7 @@ class TokenizedTextEnv:
         tokens = [int(t) for t in self.encode(text)]
         bad = [t for t in tokens if not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(
+            raise InvalidConfigError(
                 f"{self.name} turn {self._turn}: the tokenizer produced ids {bad[:5]} outside [0, {self.vocab_size})"
             )
         return tokens
@@ -67,7 +68,7 @@ class TokenizedTextEnv:
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
         if self._done:
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"{self.name} turn {self._turn}: step() called with no episode running "
                 "(it ended, or reset(seed) was never called)"
             )

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from ..exceptions import InvalidConfigError, InvalidRolloutError, MpoError
 from .protocol import MultiTurnEnv, check_action
 
 __all__ = ["VectorEnv"]
@@ -23,26 +24,28 @@ class VectorEnv:
     def __init__(self, make_env: Callable[[], MultiTurnEnv] | Sequence[MultiTurnEnv], n: int | None = None) -> None:
         if callable(make_env):
             if n is None or isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"VectorEnv: n must be an int >= 1, got {n!r}")
+                raise InvalidConfigError(f"VectorEnv: n must be an int >= 1, got {n!r}")
             envs = [make_env() for _ in range(n)]
         else:
             if n is not None and n != len(make_env):
-                raise ValueError(f"VectorEnv: n = {n} but {len(make_env)} environments were given")
+                raise InvalidConfigError(f"VectorEnv: n = {n} but {len(make_env)} environments were given")
             envs = list(make_env)
             if not envs:
-                raise ValueError("VectorEnv: no environments given")
+                raise InvalidConfigError("VectorEnv: no environments given")
         if len({id(env) for env in envs}) != len(envs):
-            raise ValueError("VectorEnv: the environments must be distinct objects (make_env returned one twice)")
+            raise InvalidConfigError(
+                "VectorEnv: the environments must be distinct objects (make_env returned one twice)"
+            )
         for i, env in enumerate(envs):
             if not isinstance(env, MultiTurnEnv):
-                raise ValueError(
+                raise InvalidConfigError(
                     f"VectorEnv: env {i} ({type(env).__name__}) lacks the MultiTurnEnv protocol "
                     "(vocab_size, action_tokens, max_turns, reset, step)"
                 )
             shape = (env.vocab_size, env.action_tokens, env.max_turns)
             first = (envs[0].vocab_size, envs[0].action_tokens, envs[0].max_turns)
             if shape != first:
-                raise ValueError(
+                raise InvalidConfigError(
                     f"VectorEnv: env {i} has (vocab_size, action_tokens, max_turns) = {shape}, env 0 has {first}"
                 )
         self.envs = envs
@@ -68,13 +71,15 @@ class VectorEnv:
     def reset(self, seeds: Sequence[int]) -> list[list[int]]:
         """Reset env i with ``seeds[i]``; return the n first observations."""
         if len(seeds) != len(self.envs):
-            raise ValueError(f"VectorEnv.reset: {len(seeds)} seeds for {len(self.envs)} environments")
+            raise InvalidConfigError(f"VectorEnv.reset: {len(seeds)} seeds for {len(self.envs)} environments")
         observations = []
         for i, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
             try:
                 observations.append(list(env.reset(seed)))
             except ValueError as error:
-                raise ValueError(f"VectorEnv env {i}: {error}") from error
+                # Keep mpo_rs's type (InvalidConfigError for a bad seed); an env's own ValueError stays one.
+                wrapped = type(error) if isinstance(error, MpoError) else ValueError
+                raise wrapped(f"VectorEnv env {i}: {error}") from error
         self._done[:] = False
         self._turns[:] = 0
         return observations
@@ -93,25 +98,35 @@ class VectorEnv:
         """
         n = len(self.envs)
         lockstep = isinstance(actions, np.ndarray)
-        if lockstep and (actions.ndim != 2 or actions.shape[0] != n):  # type: ignore[union-attr]
-            raise ValueError(f"VectorEnv.step: an action array must have shape ({n}, K), got {actions.shape}")  # type: ignore[union-attr]
-        if len(actions) != n:
-            raise ValueError(f"VectorEnv.step: {len(actions)} actions for {n} environments")
-        if lockstep:
-            # One conversion for the batch; each row is then checked as a plain list.
-            if actions.dtype.kind not in "iu":  # type: ignore[union-attr]
-                raise ValueError(f"VectorEnv.step: action token ids must be integers, got dtype {actions.dtype}")  # type: ignore[union-attr]
-            actions = actions.tolist()  # type: ignore[union-attr]
+        rows: Sequence[Sequence[int] | None]
+        if isinstance(actions, np.ndarray):
+            if actions.ndim != 2 or actions.shape[0] != n:
+                raise InvalidRolloutError(
+                    f"VectorEnv.step: an action array must have shape ({n}, K), got {actions.shape}"
+                )
+            if actions.dtype.kind not in "iu":
+                raise InvalidRolloutError(
+                    f"VectorEnv.step: action token ids must be integers, got dtype {actions.dtype}"
+                )
+            rows = actions.tolist()  # one conversion for the batch; each row is then checked as a list
+        else:
+            rows = actions
+        if len(rows) != n:
+            raise InvalidRolloutError(f"VectorEnv.step: {len(rows)} actions for {n} environments")
         # Check every action before stepping any env, so a bad batch changes nothing.
         checked: list[list[int] | None] = []
-        for i, action in enumerate(actions):
+        for i, action in enumerate(rows):
             if self._done[i]:
                 if action is not None and not lockstep:
-                    raise ValueError(f"VectorEnv.step: env {i} has no episode running; its action must be None")
+                    raise InvalidRolloutError(
+                        f"VectorEnv.step: env {i} has no episode running; its action must be None"
+                    )
                 checked.append(None)
                 continue
             if action is None:
-                raise ValueError(f"VectorEnv.step: env {i} is running (turn {self._turns[i]}); its action is None")
+                raise InvalidRolloutError(
+                    f"VectorEnv.step: env {i} is running (turn {self._turns[i]}); its action is None"
+                )
             name = f"VectorEnv env {i} ({type(self.envs[i]).__name__})"
             checked.append(check_action(name, int(self._turns[i]), action, self.action_tokens, self.vocab_size))
         observations: list[list[int]] = []
@@ -123,7 +138,7 @@ class VectorEnv:
             observation, reward, done = env.step(action)
             self._turns[i] += 1
             if self._turns[i] >= self.max_turns and not done:
-                raise ValueError(f"VectorEnv env {i}: not done after max_turns = {self.max_turns} turns")
+                raise InvalidRolloutError(f"VectorEnv env {i}: not done after max_turns = {self.max_turns} turns")
             observations.append(list(observation))
             rewards[i] = reward
             self._done[i] = bool(done)

@@ -10,20 +10,10 @@ only), :mod:`.stats` (confidence intervals and the verdict rule, numpy only), :m
 from __future__ import annotations
 
 # The command's run() is mpo_rs.reproduce.command.run: `run` here is the submodule.
+from . import config
 from .command import add_parser
-from .config import ARMS, CONFIGS, FULL, GPU, QUICK, Arm, Budget, ModelSpec, ReproduceConfig, TaskSpec, get_config
 
-__all__ = [
-    "ARMS",
-    "CONFIGS",
-    "FULL",
-    "GPU",
-    "QUICK",
-    "Arm",
-    "Budget",
-    "ModelSpec",
-    "ReproduceConfig",
-    "TaskSpec",
-    "add_parser",
-    "get_config",
-]
+# The configurations and their types, as config exports them (its __all__ lists them once).
+from .config import *  # noqa: F403
+
+__all__ = [*config.__all__, "add_parser"]

@@ -17,6 +17,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.batch", "torch", _e) from None
 
+from ..exceptions import InvalidRolloutError
+
 __all__ = ["RolloutBatch"]
 
 
@@ -61,13 +63,13 @@ class RolloutBatch:
         self.offsets = np.ascontiguousarray(_host(self.offsets, "offsets"), dtype=np.int64)
         n_tokens = self.token_ids.shape[0]
         if self.token_ids.ndim != 1 or self.mask.shape != (n_tokens,):
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"`token_ids` and `mask` must be flat and of one length, got shapes "
                 f"{self.token_ids.shape} and {self.mask.shape}"
             )
         o = self.offsets
         if o.ndim != 1 or o.shape[0] < 1 or o[0] != 0 or o[-1] != n_tokens or np.any(np.diff(o) < 0):
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"`offsets` must be int64[N+1], start at 0, never decrease and end at the "
                 f"token count {n_tokens}; got {o[:8]}{'...' if o.shape[0] > 8 else ''}"
             )
@@ -76,23 +78,25 @@ class RolloutBatch:
             if arr is not None:
                 arr = np.ascontiguousarray(_host(arr, name), dtype=np.float32)
                 if arr.shape != (n_tokens,):
-                    raise ValueError(f"`{name}` has shape {arr.shape}, expected ({n_tokens},)")
+                    raise InvalidRolloutError(f"`{name}` has shape {arr.shape}, expected ({n_tokens},)")
                 setattr(self, name, arr)
         if self.scores is not None:
             self.scores = np.ascontiguousarray(_host(self.scores, "scores"), dtype=np.float32)
             if self.scores.shape != (self.n_trajectories,):
-                raise ValueError(f"`scores` has shape {self.scores.shape}, expected ({self.n_trajectories},)")
+                raise InvalidRolloutError(f"`scores` has shape {self.scores.shape}, expected ({self.n_trajectories},)")
         if (self.rewards is None) == (self.scores is None):
-            raise ValueError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
+            raise InvalidRolloutError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
         if self.group_ids is not None:
             self.group_ids = _host(self.group_ids, "group_ids")
             if self.group_ids.shape != (self.n_trajectories,):
-                raise ValueError(f"`group_ids` has shape {self.group_ids.shape}, expected ({self.n_trajectories},)")
+                raise InvalidRolloutError(
+                    f"`group_ids` has shape {self.group_ids.shape}, expected ({self.n_trajectories},)"
+                )
         lengths = np.diff(o)
         first_is_policy = self.mask[o[:-1][lengths > 0]]
         if first_is_policy.any():
             j = int(np.flatnonzero(lengths > 0)[np.argmax(first_is_policy)])
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"trajectory {j} starts with a policy token; the first token has no context "
                 "to be scored from (prepend the prompt)"
             )
@@ -130,17 +134,17 @@ class RolloutBatch:
         those with ``attention_mask`` set (left or right padding), in row order."""
         ids = _host(input_ids, "input_ids")
         if ids.ndim != 2:
-            raise ValueError(f"`input_ids` must be (B, L), got shape {ids.shape}")
+            raise InvalidRolloutError(f"`input_ids` must be (B, L), got shape {ids.shape}")
         keep = _host(attention_mask, "attention_mask").astype(bool)
         if keep.shape != ids.shape:
-            raise ValueError(f"`attention_mask` has shape {keep.shape}, expected {ids.shape}")
+            raise InvalidRolloutError(f"`attention_mask` has shape {keep.shape}, expected {ids.shape}")
 
         def flat(x: Any, name: str) -> np.ndarray | None:
             if x is None:
                 return None
             arr = _host(x, name)
             if arr.shape != ids.shape:
-                raise ValueError(f"`{name}` has shape {arr.shape}, expected {ids.shape}")
+                raise InvalidRolloutError(f"`{name}` has shape {arr.shape}, expected {ids.shape}")
             kept: np.ndarray = arr[keep]
             return kept
 

@@ -44,6 +44,8 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.learner", "torch", _e) from None
 
 from .. import estimators
+from ..exceptions import InvalidOptionError, InvalidRolloutError
+from ..options import Estimator, default, family_estimators
 from .batch import RolloutBatch
 from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, aggregate, check_clip_range, policy_loss, value_loss
 from .padded import whiten
@@ -60,9 +62,10 @@ __all__ = [
     "token_values",
 ]
 
-ESTIMATORS = ("mae", "gae", "grpo")
+# One per family of the options table (mae, gae, grpo); Dr. GRPO and RLOO are grpo with
+# grpo_norm_std=False / grpo_leave_one_out=True.
+ESTIMATORS = family_estimators()
 ADVANTAGE_SCALES = ("none", "whiten")
-_DEFAULT_LAM = {"mae": 0.8, "gae": 0.95}
 # Below this variance of the returns the explained variance is reported as NaN.
 _EV_MIN_RETURN_VAR = 1e-8
 # MPO updates with the turn ratio; PPO and GRPO mean token ratios unless asked.
@@ -74,17 +77,19 @@ class LearnerConfig:
     # Advantage estimation (Rust core).
     estimator: str = "mae"
     """``"mae"`` (MPO), ``"gae"`` (token GAE, PPO) or ``"grpo"`` (critic-free group baseline)."""
+    # The estimator options' defaults are the Rust options table's (mpo_rs.Estimator).
     lam: float | None = None
-    """MAE's turn-level lambda (default 0.8) or GAE's lambda (default 0.95)."""
-    lam_intra: float = 0.95
-    beta: float = 1.0
-    gamma: float = 1.0
-    lam_critic: float = 1.0
-    gae_length_adaptive_alpha: float | None = None
-    grpo_norm_std: bool = True
+    """MAE's turn-level lambda or GAE's lambda; None = the chosen estimator's default
+    (0.8 for mae, 0.95 for gae)."""
+    lam_intra: float = default("mae", "lam_intra")
+    beta: float = default("mae", "beta")
+    gamma: float = default("mae", "gamma")
+    lam_critic: float = default("mae", "lam_critic")
+    gae_length_adaptive_alpha: float | None = default("gae", "length_adaptive_alpha")
+    grpo_norm_std: bool = default("grpo", "norm_std")
     """GRPO's own scale: divide by the group's std (Dr. GRPO: False)."""
-    grpo_leave_one_out: bool = False
-    grpo_eps: float = 1e-6
+    grpo_leave_one_out: bool = default("grpo", "leave_one_out")
+    grpo_eps: float = default("grpo", "eps")
     """GRPO's ``std + eps`` denominator."""
     advantage_scale: str = "none"
     """``"none"`` or ``"whiten"``: whiten the advantages over the batch's policy tokens
@@ -135,21 +140,21 @@ class LearnerConfig:
             ("advantage_scale", self.advantage_scale, ADVANTAGE_SCALES),
         ):
             if value not in allowed:
-                raise ValueError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
+                raise InvalidOptionError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
         if self.normalize_advantages:
             self.advantage_scale = "whiten"
         if self.ppo_epochs < 1 or self.minibatch_size < 1:
-            raise ValueError("ppo_epochs and minibatch_size must be at least 1")
+            raise InvalidOptionError("ppo_epochs and minibatch_size must be at least 1")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ValueError("micro_batch_size must be at least 1 (or None)")
+            raise InvalidOptionError("micro_batch_size must be at least 1 (or None)")
         if not self.temperature > 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}")
+            raise InvalidOptionError(f"temperature must be positive, got {self.temperature}")
         if not math.isfinite(self.entropy_coef):
-            raise ValueError(f"entropy_coef must be finite, got {self.entropy_coef}")
+            raise InvalidOptionError(f"entropy_coef must be finite, got {self.entropy_coef}")
         if self.value_clip is not None and not self.value_clip > 0:
-            raise ValueError(f"value_clip must be positive (or None), got {self.value_clip}")
+            raise InvalidOptionError(f"value_clip must be positive (or None), got {self.value_clip}")
         if not self.log_ratio_clamp > 0:
-            raise ValueError(f"log_ratio_clamp must be positive, got {self.log_ratio_clamp}")
+            raise InvalidOptionError(f"log_ratio_clamp must be positive, got {self.log_ratio_clamp}")
         check_clip_range(self.clip_low, self.clip_high, self.dual_clip)
         self._check_estimator_options()
 
@@ -199,9 +204,12 @@ class LearnerConfig:
 
     @property
     def estimator_lam(self) -> float:
+        """``lam``, or the chosen estimator's default from the options table (1.0 for one
+        without a lambda: grpo's critic targets are Monte-Carlo returns)."""
         if self.lam is not None:
             return self.lam
-        return _DEFAULT_LAM.get(self.estimator, 1.0)
+        lam: float = Estimator(self.estimator).options.get("lam", 1.0)
+        return lam
 
     @property
     def policy_ratio(self) -> str:
@@ -234,7 +242,7 @@ def _scaled_logits(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor,
     """The fp32 logits at positions 0..L-2 (each scores the next token), over ``temperature``."""
     logits = _model_output(policy, input_ids, attention_mask)
     if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
-        raise ValueError(f"policy logits have shape {tuple(logits.shape)}, expected (B, L, vocab)")
+        raise InvalidRolloutError(f"policy logits have shape {tuple(logits.shape)}, expected (B, L, vocab)")
     logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -278,7 +286,7 @@ def token_values(critic: nn.Module, input_ids: Tensor, attention_mask: Tensor) -
     if out.dim() == 3 and out.shape[-1] == 1:
         out = out.squeeze(-1)
     if out.shape != input_ids.shape:
-        raise ValueError(f"critic output has shape {tuple(out.shape)}, expected (B, L) or (B, L, 1)")
+        raise InvalidRolloutError(f"critic output has shape {tuple(out.shape)}, expected (B, L) or (B, L, 1)")
     return nn.functional.pad(out[:, :-1].float(), (1, 0))
 
 
@@ -343,7 +351,7 @@ class _Averages:
         keys = list(self.acc)
         host = torch.stack([self.acc[k] for k in keys]).cpu().tolist()  # the one sync
         out = {}
-        for key, value in zip(keys, host):
+        for key, value in zip(keys, host, strict=True):
             weight = self.weights.get(key)
             out[key] = value if weight is None else (value / weight if weight else math.nan)
         return out
@@ -387,7 +395,7 @@ class Learner:
     ) -> None:
         self.config = config or LearnerConfig()
         if (critic is None) != (critic_optimizer is None):
-            raise ValueError("pass `critic` and `critic_optimizer` together")
+            raise InvalidOptionError("pass `critic` and `critic_optimizer` together")
         self.policy = policy
         self.critic = critic
         self.policy_optimizer = policy_optimizer
@@ -462,13 +470,13 @@ class Learner:
         returns: np.ndarray | None
         if cfg.estimator == "grpo":
             if batch.group_ids is None:
-                raise ValueError("estimator='grpo' needs `group_ids` in the batch")
+                raise InvalidRolloutError("estimator='grpo' needs `group_ids` in the batch")
             per_traj = cfg._group(batch.trajectory_scores(), batch.group_ids)
             advantages = estimators.broadcast_to_tokens(per_traj, batch.mask, batch.offsets)
             returns = None if values is None else cfg._monte_carlo_returns(values, batch.mask, batch.offsets, rewards)
         else:
             if values is None:
-                raise ValueError(
+                raise InvalidRolloutError(
                     f"estimator={cfg.estimator!r} needs values: give the learner a critic or the batch `values`"
                 )
             estimate = (cfg._mae if cfg.estimator == "mae" else cfg._gae)(values, batch.mask, batch.offsets, rewards)
@@ -507,7 +515,7 @@ class Learner:
         ``advantages/*``, ``batch/*`` and ``timing/*``."""
         cfg = self.config
         if cfg.estimator != "grpo" and self.critic is None and batch.values is None:
-            raise ValueError(f"estimator={cfg.estimator!r} needs a critic or the batch `values`")
+            raise InvalidRolloutError(f"estimator={cfg.estimator!r} needs a critic or the batch `values`")
         clock = _Clock(self.device)
         step_start = clock.now()
         with clock.measure("forward"):
@@ -542,7 +550,7 @@ class Learner:
                     if train_critic:
                         assert self.critic_optimizer is not None
                         self.critic_optimizer.zero_grad(set_to_none=True)
-                for part, policy_weight, critic_weight in zip(parts, policy_weights, critic_weights):
+                for part, policy_weight, critic_weight in zip(parts, policy_weights, critic_weights, strict=True):
                     if critic_weight == 0.0:  # no policy token in this micro-batch
                         continue
                     weights = (policy_weight, critic_weight if train_critic else None)
@@ -581,7 +589,7 @@ class Learner:
             mean_entropy = aggregate(entropy, dev["mask"], cfg.agg)
             loss = pg_loss - cfg.entropy_coef * mean_entropy if cfg.entropy_coef != 0.0 else pg_loss
         with clock.measure("backward"):
-            (loss * weight).backward()
+            (loss * weight).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         metrics = {k: v for k, v in metrics.items() if not k.startswith("num_")}
         metrics["loss"] = loss.detach()
         metrics["pg_loss"] = pg_loss.detach()
@@ -594,7 +602,7 @@ class Learner:
                     v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
                 vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
             with clock.measure("backward"):
-                (vloss * critic_weight).backward()
+                (vloss * critic_weight).backward()  # type: ignore[no-untyped-call]  # as above
             # The step reports the explained variance of the whole batch (_batch_metrics).
             vmetrics.pop("explained_variance", None)
             vmetrics["loss"] = vloss.detach()

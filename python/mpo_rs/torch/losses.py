@@ -33,6 +33,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.losses", "torch", _e) from None
 
+from ..exceptions import InvalidOptionError, InvalidRolloutError
+
 __all__ = [
     "AGGREGATIONS",
     "RATIO_MODES",
@@ -77,7 +79,7 @@ class _Layout:
             cols = self.padded_shape[1]
             return torch.arange(self.mask.shape[0], device=self.mask.device) // cols
         if self.offsets is None:
-            raise ValueError(
+            raise InvalidRolloutError(
                 "flat inputs need `offsets=` (int64[N+1], trajectory j is tokens "
                 "offsets[j]:offsets[j+1]) for ratio='sequence' and the seq-mean aggregations"
             )
@@ -112,14 +114,14 @@ def _float(x: Any, like: Tensor, dtype: torch.dtype, name: str) -> Tensor:
     if not (t.dtype.is_floating_point or t.dtype in (torch.int32, torch.int64)):
         raise TypeError(f"`{name}` must be a real-valued tensor, got dtype {t.dtype}")
     if t.shape != like.shape:
-        raise ValueError(f"`{name}` has shape {tuple(t.shape)}, expected {tuple(like.shape)}")
+        raise InvalidRolloutError(f"`{name}` has shape {tuple(t.shape)}, expected {tuple(like.shape)}")
     return t.to(dtype)
 
 
 def _bool_mask(mask: Any, like: Tensor) -> Tensor:
     m = _to_device(mask, like.device, "mask")
     if m.shape != like.shape:
-        raise ValueError(f"`mask` has shape {tuple(m.shape)}, expected {tuple(like.shape)}")
+        raise InvalidRolloutError(f"`mask` has shape {tuple(m.shape)}, expected {tuple(like.shape)}")
     if m.dtype == torch.bool:
         return m
     if m.dtype.is_complex:
@@ -134,7 +136,7 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
 
 def _check_choice(value: str, allowed: tuple[str, ...], name: str) -> None:
     if value not in allowed:
-        raise ValueError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
+        raise InvalidOptionError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
 
 
 def _is_host(x: Any) -> bool:
@@ -148,7 +150,7 @@ def _host_numpy(x: Any) -> np.ndarray:
 def _make_layout(mask: Tensor, offsets: Any, padded: bool) -> _Layout:
     if padded:
         if offsets is not None:
-            raise ValueError("`offsets` is for flat 1-D inputs; padded rows are the sequences")
+            raise InvalidRolloutError("`offsets` is for flat 1-D inputs; padded rows are the sequences")
         rows, cols = mask.shape
         return _Layout(mask.reshape(-1), (rows, cols), None)
     offs = None
@@ -156,9 +158,11 @@ def _make_layout(mask: Tensor, offsets: Any, padded: bool) -> _Layout:
         if _is_host(offsets):  # validate what is free to validate
             o = _host_numpy(offsets)
             if o.ndim != 1 or o.shape[0] < 1 or o.dtype.kind not in "iu":
-                raise ValueError(f"`offsets` must be a 1-D integer array of N+1 entries, got {o.dtype} {o.shape}")
+                raise InvalidRolloutError(
+                    f"`offsets` must be a 1-D integer array of N+1 entries, got {o.dtype} {o.shape}"
+                )
             if o[0] != 0 or o[-1] != mask.shape[0] or np.any(np.diff(o) < 0):
-                raise ValueError(
+                raise InvalidRolloutError(
                     f"`offsets` must start at 0, be non-decreasing and end at the token count "
                     f"{mask.shape[0]}; got offsets[0]={o[0]}, offsets[-1]={o[-1]}"
                 )
@@ -195,10 +199,10 @@ def _flat_turn_index(token_turn: Any, mask: Tensor) -> tuple[Tensor, Tensor]:
         if tt.dtype.kind not in "iu":
             raise TypeError(f"`token_turn` must hold integer turn ids, got dtype {tt.dtype}")
         if tt.shape != (n,):
-            raise ValueError(f"`token_turn` has shape {tt.shape}, expected ({n},) like the log-probs")
+            raise InvalidRolloutError(f"`token_turn` has shape {tt.shape}, expected ({n},) like the log-probs")
         if n and (tt.min() < -1 or tt.max() >= n):
             bad = int(np.flatnonzero((tt < -1) | (tt >= n))[0])
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"`token_turn` must hold -1 (off-policy) or a turn id below the token count {n}; "
                 f"found {tt[bad]} at token {bad}. Use mpo_rs.segment_turns(mask, offsets).token_turn "
                 "of exactly these tokens"
@@ -207,13 +211,13 @@ def _flat_turn_index(token_turn: Any, mask: Tensor) -> tuple[Tensor, Tensor]:
             disagree = np.flatnonzero((tt >= 0) != mask.numpy())
             if disagree.size:
                 i = int(disagree[0])
-                raise ValueError(
+                raise InvalidRolloutError(
                     f"`token_turn` and `mask` disagree at token {i}: token_turn={tt[i]}, "
                     f"mask={bool(mask[i])} (turn ids are -1 exactly off-policy)"
                 )
     turn = _to_device(token_turn, mask.device, "token_turn")
     if turn.dtype.is_floating_point or turn.dtype == torch.bool or turn.shape != (n,):
-        raise ValueError(f"`token_turn` must be an integer tensor of shape ({n},)")
+        raise InvalidRolloutError(f"`token_turn` must be an integer tensor of shape ({n},)")
     turn = turn.to(torch.int64)
     # A turn starts where the id changes to a non-negative one.
     previous = torch.cat([turn.new_full((1,), -1), turn[:-1]])
@@ -290,7 +294,7 @@ def aggregate(per_token: Tensor, mask: Any, agg: str = "token-mean", *, offsets:
     """
     _check_choice(agg, AGGREGATIONS, "agg")
     if per_token.dim() not in (1, 2):
-        raise ValueError(f"expected (B, L) or flat inputs, got shape {tuple(per_token.shape)}")
+        raise InvalidRolloutError(f"expected (B, L) or flat inputs, got shape {tuple(per_token.shape)}")
     m = _bool_mask(mask, per_token)
     layout = _make_layout(m, offsets, per_token.dim() == 2)
     dtype = _compute_dtype(per_token)
@@ -319,7 +323,7 @@ def _check_log_prob(log_prob: Any) -> None:
     if not log_prob.dtype.is_floating_point:
         raise TypeError(f"`log_prob` must be floating point, got {log_prob.dtype}")
     if log_prob.dim() not in (1, 2):
-        raise ValueError(f"`log_prob` must be padded (B, L) or flat (T,), got shape {tuple(log_prob.shape)}")
+        raise InvalidRolloutError(f"`log_prob` must be padded (B, L) or flat (T,), got shape {tuple(log_prob.shape)}")
 
 
 def _importance_ratio(
@@ -336,14 +340,14 @@ def _importance_ratio(
     _check_choice(ratio, RATIO_MODES, "ratio")
     _check_choice(turn_ratio, TURN_RATIOS, "turn_ratio")
     if not log_ratio_clamp > 0.0:
-        raise ValueError(f"`log_ratio_clamp` must be positive, got {log_ratio_clamp}")
+        raise InvalidOptionError(f"`log_ratio_clamp` must be positive, got {log_ratio_clamp}")
     padded = log_prob.dim() == 2
     if padded and token_turn is not None:
-        raise ValueError(
+        raise InvalidRolloutError(
             "`token_turn` is for flat 1-D inputs; with padded (B, L) inputs the turns are derived from the mask rows"
         )
     if not padded and ratio == "turn" and token_turn is None:
-        raise ValueError(
+        raise InvalidRolloutError(
             "flat 1-D inputs with ratio='turn' need `token_turn` "
             "(mpo_rs.segment_turns(mask, offsets).token_turn), or pass padded (B, L) tensors"
         )
@@ -408,13 +412,13 @@ def check_clip_range(
     dual_clip: float | None,
     names: tuple[str, str, str] = ("clip_low", "clip_high", "dual_clip"),
 ) -> None:
-    """Raises ValueError unless ``0 <= clip_low < 1``, ``clip_high >= 0`` and ``dual_clip``
+    """Raises InvalidOptionError unless ``0 <= clip_low < 1``, ``clip_high >= 0`` and ``dual_clip``
     is None or greater than 1; ``names`` are the caller's names of the three settings."""
     low_name, high_name, dual_name = names
     if not 0.0 <= clip_low < 1.0 or not clip_high >= 0.0:
-        raise ValueError(f"need 0 <= {low_name} < 1 and {high_name} >= 0, got {clip_low}, {clip_high}")
+        raise InvalidOptionError(f"need 0 <= {low_name} < 1 and {high_name} >= 0, got {clip_low}, {clip_high}")
     if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"`{dual_name}` must be greater than 1 (or None), got {dual_clip}")
+        raise InvalidOptionError(f"`{dual_name}` must be greater than 1 (or None), got {dual_clip}")
 
 
 @dataclass(frozen=True)
@@ -560,10 +564,10 @@ def value_loss(
     if not values.dtype.is_floating_point:
         raise TypeError(f"`values` must be floating point, got {values.dtype}")
     if values.dim() not in (1, 2):
-        raise ValueError(f"`values` must be padded (B, L) or flat (T,), got shape {tuple(values.shape)}")
+        raise InvalidRolloutError(f"`values` must be padded (B, L) or flat (T,), got shape {tuple(values.shape)}")
     _check_choice(agg, AGGREGATIONS, "agg")
     if clip is not None and not clip > 0.0:
-        raise ValueError(f"`clip` must be positive (or None), got {clip}")
+        raise InvalidOptionError(f"`clip` must be positive (or None), got {clip}")
     dtype = _compute_dtype(values)
     layout = _make_layout(_bool_mask(mask, values), offsets, values.dim() == 2)
     m = layout.mask

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ...exceptions import InvalidConfigError, MissingCriticValuesError
+from ...options import default
 
 __all__ = [
     "CRITIC_ESTIMATORS",
@@ -32,23 +33,23 @@ LOSS_MODES = ("mpo", "mpo_geo_mean")
 SESSION_GROUPED_ESTIMATORS = {"mpo_grpo": "grpo"}
 
 
-# These two belong in mpo_rs.exceptions (as subclasses of its MpoError) once it exists.
 @dataclass(frozen=True)
 class MPOOptions:
     """Options read from ``algorithm.mpo`` (all optional). ``algorithm.gamma`` is the
     discount of every estimator; ``algorithm.lam`` is ``mpo_gae``'s token lambda, as for
-    verl's ``gae``. Ranges are checked by the estimator that uses an option (an
-    out-of-range value raises ``mpo_rs.InvalidOptionError`` naming it)."""
+    verl's ``gae``. Defaults are those of the Rust options table (``mpo_rs.Estimator``);
+    ranges are checked by the estimator that uses an option (an out-of-range value raises
+    ``mpo_rs.InvalidOptionError`` naming it)."""
 
-    lam: float = 0.8
+    lam: float = default("mae", "lam")
     """MAE: turn-scale lambda (credit decays once per interaction)."""
-    lam_intra: float = 0.95
+    lam_intra: float = default("mae", "lam_intra")
     """MAE: token lambda inside a turn."""
-    beta: float = 1.0
+    beta: float = default("mae", "beta")
     """MAE: weight of the centred intra-turn refinement (0 = one advantage per turn)."""
-    lam_critic: float = 1.0
+    lam_critic: float = default("mae", "lam_critic")
     """MAE: lambda of the critic's value targets (1 = discounted Monte-Carlo return)."""
-    eps: float = 1e-6
+    eps: float = default("grpo", "eps")
     """Group estimators: added to the group std before dividing."""
     whiten: bool | None = None
     """Whiten advantages over the batch's LLM tokens (verl's ``masked_whiten`` formula).
@@ -72,7 +73,7 @@ class MPOOptions:
                 f"unknown `algorithm.mpo` option(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
             )
         options = cls(**given)
-        for name in ("lam", "lam_intra", "beta", "lam_critic", "eps"):
+        for name in (f.name for f in fields(cls) if f.type == "float"):
             value = getattr(options, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InvalidConfigError(f"`algorithm.mpo.{name}` must be a number, got {value!r}")

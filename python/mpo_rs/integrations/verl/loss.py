@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,6 +13,9 @@ from verl.utils import torch_functional as verl_F
 
 from ...torch import losses
 from .config import InvalidConfigError, config_get
+
+# verl leaves masked_mean(values, mask) unannotated; bound once with its types so the calls are checked.
+_masked_mean: Callable[[Tensor, Tensor], Tensor] = verl_F.masked_mean
 
 __all__ = ["compute_policy_loss_mpo", "compute_policy_loss_mpo_geo_mean"]
 
@@ -68,10 +72,10 @@ def _turn_ratio_loss(
         has_tokens = bool(policy.sum() > 0)
         assert surrogate.dual_active is not None  # verl's loss always has the dual clip
         metrics: dict[str, Any] = {
-            "actor/pg_clipfrac": verl_F.masked_mean((surrogate.clipped > surrogate.unclipped).float(), policy).item(),
-            "actor/ppo_kl": verl_F.masked_mean(-log_ratio.clamp(-20.0, 20.0), policy).item(),
-            "actor/pg_clipfrac_lower": verl_F.masked_mean(surrogate.dual_active.float(), policy).item(),
-            "actor/mpo_turn_ratio_mean": verl_F.masked_mean(rho_d, policy).item() if has_tokens else float("nan"),
+            "actor/pg_clipfrac": _masked_mean((surrogate.clipped > surrogate.unclipped).float(), policy).item(),
+            "actor/ppo_kl": _masked_mean(-log_ratio.clamp(-20.0, 20.0), policy).item(),
+            "actor/pg_clipfrac_lower": _masked_mean(surrogate.dual_active.float(), policy).item(),
+            "actor/mpo_turn_ratio_mean": _masked_mean(rho_d, policy).item() if has_tokens else float("nan"),
             "actor/mpo_turn_ratio_max": rho_d[mask].max().item() if has_tokens else float("nan"),
         }
     return loss, metrics

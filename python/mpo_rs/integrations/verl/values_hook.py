@@ -162,7 +162,7 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, patch: Callable[[ModuleType], None]) -> None:
+    def __init__(self, loader: importlib.abc.Loader, patch: Callable[[ModuleType], None]) -> None:
         self.loader = loader
         self.patch = patch
 
