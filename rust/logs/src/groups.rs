@@ -169,7 +169,8 @@ impl GroupStats {
     }
 
     /// The statistics as a table, one row per group sorted by id: `group` (int64, float64
-    /// or large_string, as the ids came), `count` int64, `sum`, `mean`, `m2` float64.
+    /// or large_string, as the ids came), `count` int64, `sum`, `mean`, `m2` float64 (fields
+    /// nullable, as pyarrow builds them; no value is null).
     pub fn to_table(&self) -> Result<RecordBatch, DataError> {
         let mut order: Vec<usize> = (0..self.count.len()).collect();
         let group: ArrayRef = match self.key_type {
@@ -209,11 +210,11 @@ impl GroupStats {
         };
         let floats = |v: &[f64]| -> ArrayRef { Arc::new(Float64Array::from_iter_values(order.iter().map(|&g| v[g]))) };
         let schema = Schema::new(vec![
-            Field::new(STATISTICS_COLUMNS[0], group.data_type().clone(), false),
-            Field::new(STATISTICS_COLUMNS[1], DataType::Int64, false),
-            Field::new(STATISTICS_COLUMNS[2], DataType::Float64, false),
-            Field::new(STATISTICS_COLUMNS[3], DataType::Float64, false),
-            Field::new(STATISTICS_COLUMNS[4], DataType::Float64, false),
+            Field::new(STATISTICS_COLUMNS[0], group.data_type().clone(), true),
+            Field::new(STATISTICS_COLUMNS[1], DataType::Int64, true),
+            Field::new(STATISTICS_COLUMNS[2], DataType::Float64, true),
+            Field::new(STATISTICS_COLUMNS[3], DataType::Float64, true),
+            Field::new(STATISTICS_COLUMNS[4], DataType::Float64, true),
         ]);
         let count: ArrayRef = Arc::new(Int64Array::from_iter_values(order.iter().map(|&g| self.count[g] as i64)));
         RecordBatch::try_new(

@@ -17,6 +17,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(group_baselines, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(value_structure, m)?)
 }
@@ -137,6 +138,27 @@ fn group_advantages<'py>(
     let (s, g) = (slice(&scores, "scores")?, slice(&group_index, "group_ids")?);
     let out = run(py, || mpo_core::group_advantages(s, g, n_groups, &params))?;
     Ok(PyArray1::from_vec(py, out))
+}
+
+type Baselines<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<bool>>);
+
+/// (baseline, scale, alone): each trajectory's group baseline, 1 / (std + eps) or 1, and
+/// whether it is alone in its group; from dense group codes in `0..n_groups`.
+#[pyfunction]
+fn group_baselines<'py>(
+    py: Python<'py>,
+    scores: PyReadonlyArray1<'py, f32>,
+    group_index: PyReadonlyArray1<'py, i64>,
+    n_groups: usize,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<Baselines<'py>> {
+    let estimator = estimator.get();
+    let Core::Group(params) = estimator.core else {
+        return Err(wrong_family("group_baselines", "group (grpo, drgrpo, rloo)", estimator));
+    };
+    let (s, g) = (slice(&scores, "scores")?, slice(&group_index, "group_ids")?);
+    let out = run(py, || mpo_core::group_baselines(s, g, n_groups, &params))?;
+    Ok((PyArray1::from_vec(py, out.baseline), PyArray1::from_vec(py, out.scale), PyArray1::from_vec(py, out.alone)))
 }
 
 /// Per-trajectory values written on each trajectory's policy tokens.
