@@ -142,7 +142,8 @@ impl GroupStats {
             out.key_type = out.key_type.and(KeyType::of(column(table, STATISTICS_COLUMNS[0])?.data_type()));
             for_each_key(table, STATISTICS_COLUMNS[0], |row, key| {
                 let n = count[row];
-                if !(n >= 1.0 && n.fract() == 0.0) || !sum[row].is_finite() || !(m2[row] >= 0.0) {
+                let usable = n >= 1.0 && n.fract() == 0.0 && sum[row].is_finite() && m2[row] >= 0.0;
+                if !usable {
                     return Err(DataError::Capacity(format!(
                         "row {row} of a group statistics table: count {n}, sum {}, m2 {} are not statistics",
                         sum[row], m2[row]
@@ -614,7 +615,10 @@ mod tests {
         want_keys.dedup();
         assert_eq!(keys, want_keys, "one row per group, sorted");
         // Merging the merged table alone gives it back.
-        assert_eq!(GroupStats::merge(GroupParams::default(), &[table.clone()]).unwrap().to_table().unwrap(), table);
+        assert_eq!(
+            GroupStats::merge(GroupParams::default(), std::slice::from_ref(&table)).unwrap().to_table().unwrap(),
+            table
+        );
         let count = table.column(1).as_primitive::<dt::Int64Type>().values();
         let m2 = table.column(4).as_primitive::<dt::Float64Type>().values();
         for (i, &k) in keys.iter().enumerate() {

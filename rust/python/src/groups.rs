@@ -123,7 +123,6 @@ impl GroupStatistics {
 /// without groups).
 #[pyfunction]
 #[pyo3(signature = (schema, estimator, *, mask_col, values_col, rewards_col, score_col, group_col))]
-#[allow(clippy::too_many_arguments)]
 fn resolve_log_columns(
     schema: PySchema,
     estimator: &Bound<'_, Estimator>,
@@ -151,7 +150,7 @@ fn resolve_log_columns(
 /// others need none. Errors name the row within ``data``.
 #[pyfunction]
 #[pyo3(signature = (data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col))]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // one per keyword of the Python call
 fn annotate_batch(
     py: Python<'_>,
     data: AnyRecordBatch,
