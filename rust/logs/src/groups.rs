@@ -6,6 +6,11 @@
 //! the advantages follow mpo-core's formulas. Because the sums run in the same order as
 //! `mpo_core::group_advantages` over the concatenated rows, the results are bitwise equal
 //! to it. Memory is one entry per distinct group, not per row.
+//!
+//! For a log spread over workers (the Ray adapter), each worker reduces its rows to
+//! partial statistics ([`GroupStats::of_batches`]), shipped as Arrow tables
+//! ([`GroupStats::to_table`]), and [`GroupStats::merge`] combines them with the
+//! parallel-variance formula; those agree with one machine up to float64 rounding.
 
 use std::collections::HashMap;
 
