@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mpo_rs
-from mpo_rs import InvalidBatchError
+from mpo_rs import InvalidBatchError, _native
 
 SCORES = np.array([0.0, 5.0, 1.0, 9.0], np.float32)
 
@@ -161,21 +161,27 @@ def test_verl_plugin_follows_the_rule():
 
 
 def test_ray_group_keys_follow_the_rule():
-    pytest.importorskip("ray")
-    from mpo_rs.integrations import ray as mpo_ray
-
-    keys = mpo_ray._group_keys(pa.array([1.0, -0.0, 2.5, 0.0]), "g")
-    assert keys.dtype == np.float64 and list(np.unique(keys)) == [0.0, 1.0, 2.5]
-    stats = mpo_ray._merge_group_statistics(
-        mpo_ray._partial_group_statistics(
-            pa.table({"g": pa.array([1.0, 2.5, 1.0]), "score": pa.array([1.0, 2.0, 3.0], pa.float32())}),
-            mpo_ray._Columns("loss_mask", "values", "g", "score", token_rewards=False),
-        )
+    # The statistics the Ray adapter ships (mpo_rs._native.GroupStatistics): float ids by
+    # value (-0.0 and 0.0 one group), NaN and inf missing ids refused naming row and column.
+    stats = _native.GroupStatistics.scan(
+        pa.table(
+            {"g": pa.array([1.0, -0.0, 2.5, 0.0, 1.0]), "score": pa.array([1.0, 2.0, 3.0, 4.0, 5.0], pa.float32())}
+        ),
+        group_col="g",
+        mask_col="loss_mask",
+        score_col="score",
     )
-    assert stats["group"].to_pylist() == [1.0, 2.5] and stats["count"].to_pylist() == [2, 1]
+    table = pa.table(_native.GroupStatistics.merge([pa.table(stats.to_arrow())]).to_arrow())
+    assert table["group"].type == pa.float64()
+    assert table["group"].to_pylist() == [0.0, 1.0, 2.5] and table["count"].to_pylist() == [2, 2, 1]
     for bad in (float("nan"), float("inf")):
-        with pytest.raises(InvalidBatchError, match=r"row 1 of a batch, column `g`: group id .* is missing"):
-            mpo_ray._group_keys(pa.array([1.0, bad]), "g")
+        with pytest.raises(InvalidBatchError, match=r"row 1, column `g`: .* is not finite"):
+            _native.GroupStatistics.scan(
+                pa.table({"g": pa.array([1.0, bad]), "score": pa.array([1.0, 2.0])}),
+                group_col="g",
+                mask_col="loss_mask",
+                score_col="score",
+            )
 
 
 # --------------------------------------------------------------------------- 7. finite output

@@ -2,7 +2,7 @@
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, final
+from typing import Any, ClassVar, Protocol, final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,7 @@ __all__ = [
     "gae_advantages",
     "get_num_threads",
     "group_advantages",
+    "group_baselines",
     "mae_advantages",
     "segment_turns",
     "set_num_threads",
@@ -71,6 +72,12 @@ def group_advantages(
     n_groups: int,
     estimator: Estimator,
 ) -> npt.NDArray[np.float32]: ...
+def group_baselines(
+    scores: npt.NDArray[np.float32],
+    group_index: npt.NDArray[np.int64],
+    n_groups: int,
+    estimator: Estimator,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]: ...
 def broadcast_to_tokens(
     per_trajectory: npt.NDArray[np.float32],
     mask: npt.NDArray[np.uint8],
@@ -144,3 +151,40 @@ def diagnose_batch(
     npt.NDArray[np.float32],
     npt.NDArray[np.int64],
 ]: ...
+
+# Group statistics and annotation for logs split over workers (rust/python/src/groups.rs).
+__all__ += ["GroupStatistics", "annotate_batch", "resolve_log_columns"]
+
+@final
+class GroupStatistics:
+    columns: ClassVar[list[str]]
+    @staticmethod
+    def scan(
+        data: object, *, group_col: str, mask_col: str, rewards_col: str | None = None, score_col: str | None = None
+    ) -> GroupStatistics: ...
+    @staticmethod
+    def merge(tables: list[object]) -> GroupStatistics: ...
+    def to_arrow(self) -> _ArrowStream: ...
+    def __len__(self) -> int: ...
+
+def resolve_log_columns(
+    schema: object,
+    estimator: Estimator,
+    *,
+    mask_col: str,
+    values_col: str,
+    rewards_col: str | None,
+    score_col: str | None,
+    group_col: str,
+) -> tuple[str | None, str | None, list[str]]: ...
+def annotate_batch(
+    data: object,
+    estimator: Estimator,
+    statistics: GroupStatistics | None,
+    *,
+    mask_col: str,
+    values_col: str,
+    rewards_col: str | None,
+    score_col: str | None,
+    group_col: str,
+) -> _ArrowStream: ...

@@ -21,43 +21,23 @@ pub fn group_advantages(
     n_groups: usize,
     params: &GroupParams,
 ) -> Result<Vec<f32>> {
-    params.validate()?;
-    expect_len("group_index", group_index.len(), scores.len(), "one per score")?;
-    let mut count = vec![0u64; n_groups];
-    let mut sum = vec![0f64; n_groups];
-    for (j, (&s, &g)) in scores.iter().zip(group_index).enumerate() {
-        if !s.is_finite() {
-            return Err(MpoError::NonFiniteTrajectory { arg: "scores", value: s, trajectory: j });
-        }
-        if g < 0 || g as u64 >= n_groups as u64 {
-            return Err(MpoError::GroupIndex { value: g, trajectory: j, n_groups });
-        }
-        count[g as usize] += 1;
-        sum[g as usize] += s as f64;
-    }
-    let mean: Vec<f64> = sum.iter().zip(&count).map(|(&s, &n)| s / n.max(1) as f64).collect();
-    // Two-pass variance: exact enough for scores of any offset.
-    let mut sq_dev = vec![0f64; n_groups];
-    for (&s, &g) in scores.iter().zip(group_index) {
-        let d = s as f64 - mean[g as usize];
-        sq_dev[g as usize] += d * d;
-    }
+    let sums = GroupSums::of(scores, group_index, n_groups, params)?;
     let out: Vec<f32> = scores
         .iter()
         .zip(group_index)
         .map(|(&s, &g)| {
             let g = g as usize;
-            let n = count[g];
+            let n = sums.count[g];
             if n < 2 {
                 return 0.0;
             }
             let s = s as f64;
             let a = if params.leave_one_out {
-                s - (sum[g] - s) / (n - 1) as f64
+                s - (sums.sum[g] - s) / (n - 1) as f64
             } else if params.norm_std {
-                (s - mean[g]) / ((sq_dev[g] / (n - 1) as f64).sqrt() + params.eps)
+                (s - sums.mean[g]) / ((sums.sq_dev[g] / (n - 1) as f64).sqrt() + params.eps)
             } else {
-                s - mean[g]
+                s - sums.mean[g]
             };
             a as f32
         })
@@ -66,6 +46,84 @@ pub fn group_advantages(
         return Err(MpoError::NonFiniteTrajectoryOutput { output: "advantages", value: out[j], trajectory: j });
     }
     Ok(out)
+}
+
+/// Each trajectory's group baseline, in f64, for estimators that put the baseline in place
+/// of a critic (verl's `mpo_mae_grpo` / `mpo_mae_rloo`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupBaselines {
+    /// The group mean, or with `leave_one_out` the mean of the other members
+    /// ((sum − s) / max(n − 1, 1)).
+    pub baseline: Vec<f64>,
+    /// 1 / (unbiased std + eps) with `norm_std` (and not `leave_one_out`), else 1.
+    pub scale: Vec<f64>,
+    /// The trajectory is alone in its group (it has no baseline; its advantage is 0).
+    pub alone: Vec<bool>,
+}
+
+/// The baselines of [`group_advantages`] per trajectory, before they are applied: the same
+/// sums in trajectory order, so `scale * (s − baseline)` rounded to f32 is its result.
+pub fn group_baselines(
+    scores: &[f32],
+    group_index: &[i64],
+    n_groups: usize,
+    params: &GroupParams,
+) -> Result<GroupBaselines> {
+    let sums = GroupSums::of(scores, group_index, n_groups, params)?;
+    let rows = scores.len();
+    let mut out =
+        GroupBaselines { baseline: Vec::with_capacity(rows), scale: vec![1.0; rows], alone: Vec::with_capacity(rows) };
+    for (j, (&s, &g)) in scores.iter().zip(group_index).enumerate() {
+        let g = g as usize;
+        let n = sums.count[g];
+        let others = n.saturating_sub(1).max(1) as f64;
+        out.alone.push(n < 2);
+        if params.leave_one_out {
+            out.baseline.push((sums.sum[g] - s as f64) / others);
+        } else {
+            out.baseline.push(sums.mean[g]);
+            if params.norm_std {
+                out.scale[j] = 1.0 / ((sums.sq_dev[g] / others).sqrt() + params.eps);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Per-group count, sum, mean and squared deviation from the mean, summed in trajectory
+/// order; the scores, group codes and parameters checked.
+struct GroupSums {
+    count: Vec<u64>,
+    sum: Vec<f64>,
+    mean: Vec<f64>,
+    sq_dev: Vec<f64>,
+}
+
+impl GroupSums {
+    fn of(scores: &[f32], group_index: &[i64], n_groups: usize, params: &GroupParams) -> Result<Self> {
+        params.validate()?;
+        expect_len("group_index", group_index.len(), scores.len(), "one per score")?;
+        let mut count = vec![0u64; n_groups];
+        let mut sum = vec![0f64; n_groups];
+        for (j, (&s, &g)) in scores.iter().zip(group_index).enumerate() {
+            if !s.is_finite() {
+                return Err(MpoError::NonFiniteTrajectory { arg: "scores", value: s, trajectory: j });
+            }
+            if g < 0 || g as u64 >= n_groups as u64 {
+                return Err(MpoError::GroupIndex { value: g, trajectory: j, n_groups });
+            }
+            count[g as usize] += 1;
+            sum[g as usize] += s as f64;
+        }
+        let mean: Vec<f64> = sum.iter().zip(&count).map(|(&s, &n)| s / n.max(1) as f64).collect();
+        // Two-pass variance: exact enough for scores of any offset.
+        let mut sq_dev = vec![0f64; n_groups];
+        for (&s, &g) in scores.iter().zip(group_index) {
+            let d = s as f64 - mean[g as usize];
+            sq_dev[g as usize] += d * d;
+        }
+        Ok(Self { count, sum, mean, sq_dev })
+    }
 }
 
 /// Writes `per_trajectory[j]` on every policy token of trajectory `j`, 0 elsewhere. A
@@ -108,6 +166,69 @@ mod tests {
             group_advantages(&scores, &groups, 2, &GroupParams { leave_one_out: true, ..Default::default() }).unwrap();
         assert!((rloo[0] as f64 - (1.0 - 1.0 / 3.0)).abs() < 1e-6);
         assert!((rloo[1] as f64 - (0.0 - 2.0 / 3.0)).abs() < 1e-6);
+    }
+
+    /// The baselines as a slow reference computes them: each group's members gathered, then
+    /// summed in trajectory order.
+    fn reference(scores: &[f32], groups: &[i64], p: &GroupParams) -> GroupBaselines {
+        let mut out = GroupBaselines { baseline: vec![], scale: vec![], alone: vec![] };
+        for (j, &g) in groups.iter().enumerate() {
+            let members: Vec<f64> = (0..scores.len()).filter(|&k| groups[k] == g).map(|k| scores[k] as f64).collect();
+            let n = members.len() as f64;
+            let total = members.iter().fold(0.0, |a, &x| a + x);
+            let mean = total / n;
+            let others = (n - 1.0).max(1.0);
+            let sq = members.iter().fold(0.0, |a, &x| a + (x - mean) * (x - mean));
+            out.alone.push(members.len() < 2);
+            if p.leave_one_out {
+                out.baseline.push((total - scores[j] as f64) / others);
+                out.scale.push(1.0);
+            } else {
+                out.baseline.push(mean);
+                out.scale.push(if p.norm_std { 1.0 / ((sq / others).sqrt() + p.eps) } else { 1.0 });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn baselines_match_a_slow_reference_and_the_advantages() {
+        let mut seed = 11u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let n = 300;
+        // Groups 0..41 shared, and every 50th trajectory alone in a group of its own.
+        let groups: Vec<i64> =
+            (0..n).map(|j| if j % 50 == 0 { 41 + j as i64 / 50 } else { (next() % 41) as i64 }).collect();
+        let scores: Vec<f32> = (0..n).map(|_| (next() % 1000) as f32 / 7.0 - 30.0).collect();
+        for p in [
+            GroupParams::default(),
+            GroupParams { norm_std: false, ..Default::default() },
+            GroupParams { leave_one_out: true, ..Default::default() },
+            GroupParams { eps: 0.5, ..Default::default() },
+        ] {
+            let got = group_baselines(&scores, &groups, 47, &p).unwrap();
+            assert_eq!(got, reference(&scores, &groups, &p), "{p:?}");
+            assert!(got.alone.iter().any(|&a| a) && got.alone.iter().any(|&a| !a));
+            // scale * (s - baseline) is the advantage of group_advantages, bitwise.
+            let adv = group_advantages(&scores, &groups, 47, &p).unwrap();
+            for j in 0..n {
+                let want =
+                    if got.alone[j] { 0.0 } else { ((scores[j] as f64 - got.baseline[j]) * got.scale[j]) as f32 };
+                if p.norm_std && !p.leave_one_out {
+                    // GRPO divides by (std + eps) where this multiplies by its inverse.
+                    assert!((adv[j] - want).abs() <= 1e-5 * want.abs().max(1.0), "{j}");
+                } else {
+                    assert_eq!(adv[j], want, "{p:?} {j}");
+                }
+            }
+        }
+        let e = group_baselines(&[1.0, f32::NAN], &[0, 0], 1, &GroupParams::default()).unwrap_err();
+        assert!(e.to_string().contains("trajectory 1"), "{e}");
+        let e = group_baselines(&[1.0], &[0], 1, &GroupParams { eps: 0.0, ..Default::default() }).unwrap_err();
+        assert!(matches!(e, MpoError::Parameter { name: "eps", .. }), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!
 //! The lists take the mask column's width (list or large_list) and its offsets.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, ArrowPrimitiveType, LargeListArray, ListArray, PrimitiveArray, RecordBatch};
@@ -109,15 +110,12 @@ pub fn annotate(
             let turn_adv = turn_means(&out.advantages, &turns);
             (out.advantages, out.returns, turns, turn_adv)
         }
-        Estimator::Group(_) => {
+        Estimator::Group(params) => {
             let (Some(stats), Some(group_col)) = (groups, columns.group.as_deref()) else {
                 return Err(DataError::Capacity("group estimators need the statistics pass first".into()));
             };
-            let scores = read_row_scores(batch, &columns.reward)?;
-            if let (RewardData::Token(t), RewardColumn::Token(name)) = (&r.rewards, &columns.reward) {
-                check_observation_rewards(t, &r.mask, &r.offsets, name)?;
-            }
-            let per_row = stats.advantages(group_col, batch, &scores)?;
+            let scores = group_scores(batch, columns, &r)?;
+            let per_row = stats.advantages_for(params, group_col, batch, &scores)?;
             let adv = mpo_core::broadcast_to_tokens(&per_row, &r.mask, &r.offsets).map_err(core_err)?;
             let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
             let turn_adv =
@@ -142,6 +140,38 @@ pub fn annotate(
         ],
         counts,
     })
+}
+
+/// The score of each row for the group baselines: the score column, or the sum of the
+/// row's token rewards (which must then be 0 on observation tokens).
+fn group_scores<'a>(batch: &'a RecordBatch, columns: &Columns, r: &Rollouts<'_>) -> Result<Cow<'a, [f32]>, DataError> {
+    let scores = read_row_scores(batch, &columns.reward)?;
+    if let (RewardData::Token(t), RewardColumn::Token(name)) = (&r.rewards, &columns.reward) {
+        check_observation_rewards(t, &r.mask, &r.offsets, name)?;
+    }
+    Ok(scores)
+}
+
+/// The group statistics of `batches` alone (one partial of a distributed run, see
+/// [`GroupStats::of_batches`]), the rows read and checked as [`annotate`] reads them.
+/// `columns.group` must be set; with a score column the mask is not read.
+pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> Result<GroupStats, DataError> {
+    let group_col = columns.group.as_deref().unwrap_or_default();
+    let mut scores = Vec::with_capacity(batches.len());
+    let mut base = 0u64;
+    for batch in batches {
+        let shifted = |e: DataError| e.shift_rows(base);
+        scores.push(match &columns.reward {
+            RewardColumn::Score(_) => read_row_scores(batch, &columns.reward).map_err(shifted)?,
+            RewardColumn::Token(_) => {
+                let r = Rollouts::read(batch, columns).map_err(shifted)?;
+                group_scores(batch, columns, &r).map_err(shifted)?
+            }
+        });
+        base += batch.num_rows() as u64;
+    }
+    let inputs: Vec<(&RecordBatch, &[f32])> = batches.iter().zip(&scores).map(|(b, s)| (b, &**s)).collect();
+    GroupStats::of_batches(group_col, &inputs)
 }
 
 /// Names the column and row of a core error (the core names arguments and trajectories).

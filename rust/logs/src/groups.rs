@@ -6,12 +6,19 @@
 //! the advantages follow mpo-core's formulas. Because the sums run in the same order as
 //! `mpo_core::group_advantages` over the concatenated rows, the results are bitwise equal
 //! to it. Memory is one entry per distinct group, not per row.
+//!
+//! For a log spread over workers (the Ray adapter), each worker reduces its rows to
+//! partial statistics ([`GroupStats::of_batches`]), shipped as Arrow tables
+//! ([`GroupStats::to_table`]), and [`GroupStats::merge`] combines them with the
+//! parallel-variance formula; those agree with one machine up to float64 rounding.
 
 use std::collections::HashMap;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch};
 use arrow::compute::cast;
-use arrow::datatypes::{self as dt, DataType};
+use arrow::datatypes::{self as dt, DataType, Field, Schema};
 use mpo_core::GroupParams;
 
 use crate::error::DataError;
@@ -55,7 +62,44 @@ pub struct GroupStats {
     mean: Vec<f64>,
     sq_dev: Vec<f64>,
     phase: Phase,
+    /// `sq_dev` is known (GRPO's std can be computed).
+    deviations: bool,
+    /// The type the group ids came in, for [`GroupStats::to_table`].
+    key_type: KeyType,
 }
+
+/// The kind of the group column(s) seen, after expanding dictionaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyType {
+    None,
+    Int,
+    Float,
+    Str,
+    Mixed,
+}
+
+impl KeyType {
+    fn of(ty: &DataType) -> Self {
+        match ty {
+            DataType::Dictionary(_, v) => Self::of(v),
+            t if t.is_integer() => KeyType::Int,
+            t if t.is_floating() => KeyType::Float,
+            _ => KeyType::Str,
+        }
+    }
+
+    fn and(self, other: Self) -> Self {
+        match (self, other) {
+            (KeyType::None, t) | (t, KeyType::None) => t,
+            (a, b) if a == b => a,
+            (KeyType::Int, KeyType::Float) | (KeyType::Float, KeyType::Int) => KeyType::Float,
+            _ => KeyType::Mixed,
+        }
+    }
+}
+
+/// The columns of a statistics table ([`GroupStats::to_table`]).
+pub const STATISTICS_COLUMNS: [&str; 5] = ["group", "count", "sum", "mean", "m2"];
 
 impl GroupStats {
     pub fn new(params: GroupParams) -> Self {
@@ -69,7 +113,121 @@ impl GroupStats {
             mean: Vec::new(),
             sq_dev: Vec::new(),
             phase: Phase::Sums,
+            deviations: false,
+            key_type: KeyType::None,
         }
+    }
+
+    /// The statistics of `batches` alone (each with its row scores): count, sum, mean and
+    /// the squared deviations from that mean, whatever the estimator. One partial of a
+    /// distributed run; [`GroupStats::merge`] combines them.
+    pub fn of_batches(group_col: &str, batches: &[(&RecordBatch, &[f32])]) -> Result<Self, DataError> {
+        let mut stats = GroupStats::new(GroupParams { norm_std: true, leave_one_out: false, ..Default::default() });
+        while stats.wants_scan() {
+            let mut base = 0u64;
+            for (batch, scores) in batches {
+                stats.scan(group_col, batch, scores).map_err(|e| e.shift_rows(base))?;
+                base += batch.num_rows() as u64;
+            }
+            stats.finish_scan();
+        }
+        Ok(stats)
+    }
+
+    /// Merges statistics tables (from [`GroupStats::to_table`], in the order given):
+    /// n = Σ n_i, sum = Σ sum_i, mean = sum / n, and
+    /// m2 = Σ (m2_i + n_i (sum_i / n_i − mean)²) (Chan et al.'s parallel variance).
+    /// One table merged alone gives back its own statistics.
+    pub fn merge(params: GroupParams, tables: &[RecordBatch]) -> Result<Self, DataError> {
+        let mut out = GroupStats::new(params);
+        let mut members = Vec::with_capacity(tables.len());
+        for table in tables {
+            let (count, sum, m2) = (numbers_of(table, 1)?, numbers_of(table, 2)?, numbers_of(table, 4)?);
+            let mut groups = Vec::with_capacity(table.num_rows());
+            out.key_type = out.key_type.and(KeyType::of(column(table, STATISTICS_COLUMNS[0])?.data_type()));
+            for_each_key(table, STATISTICS_COLUMNS[0], |row, key| {
+                let n = count[row];
+                let usable = n >= 1.0 && n.fract() == 0.0 && sum[row].is_finite() && m2[row] >= 0.0;
+                if !usable {
+                    return Err(DataError::Capacity(format!(
+                        "row {row} of a group statistics table: count {n}, sum {}, m2 {} are not statistics",
+                        sum[row], m2[row]
+                    )));
+                }
+                let g = out.intern(key);
+                out.count[g] += n as u64;
+                out.sum[g] += sum[row];
+                groups.push(g);
+                Ok(())
+            })?;
+            members.push((groups, count, sum, m2));
+        }
+        out.mean = out.sum.iter().zip(&out.count).map(|(&s, &n)| s / n.max(1) as f64).collect();
+        for (groups, count, sum, m2) in &members {
+            for (row, &g) in groups.iter().enumerate() {
+                let d = sum[row] / count[row] - out.mean[g];
+                out.sq_dev[g] += m2[row] + count[row] * (d * d);
+            }
+        }
+        out.phase = Phase::Ready;
+        out.deviations = true;
+        Ok(out)
+    }
+
+    /// The statistics as a table, one row per group sorted by id: `group` (int64, float64
+    /// or large_string, as the ids came), `count` int64, `sum`, `mean`, `m2` float64 (fields
+    /// nullable, as pyarrow builds them; no value is null).
+    pub fn to_table(&self) -> Result<RecordBatch, DataError> {
+        let mut order: Vec<usize> = (0..self.count.len()).collect();
+        let group: ArrayRef = match self.key_type {
+            KeyType::None | KeyType::Int => {
+                let mut keys = vec![0i64; self.count.len()];
+                for (&k, &g) in &self.ints {
+                    keys[g] = i64::try_from(k)
+                        .map_err(|_| DataError::Capacity(format!("group id {k} does not fit in int64")))?;
+                }
+                order.sort_by_key(|&g| keys[g]);
+                Arc::new(Int64Array::from_iter_values(order.iter().map(|&g| keys[g])))
+            }
+            KeyType::Float => {
+                let mut keys = vec![0f64; self.count.len()];
+                for (&k, &g) in &self.ints {
+                    keys[g] = k as f64;
+                }
+                for (&bits, &g) in &self.floats {
+                    keys[g] = f64::from_bits(bits);
+                }
+                order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
+                Arc::new(Float64Array::from_iter_values(order.iter().map(|&g| keys[g])))
+            }
+            KeyType::Str => {
+                let mut keys = vec![""; self.count.len()];
+                for (k, &g) in &self.strings {
+                    keys[g] = k;
+                }
+                order.sort_by_key(|&g| keys[g]);
+                Arc::new(LargeStringArray::from_iter_values(order.iter().map(|&g| keys[g])))
+            }
+            KeyType::Mixed => {
+                return Err(DataError::Capacity(
+                    "group ids of both string and number types cannot share one table".into(),
+                ))
+            }
+        };
+        let floats = |v: &[f64]| -> ArrayRef { Arc::new(Float64Array::from_iter_values(order.iter().map(|&g| v[g]))) };
+        let schema = Schema::new(vec![
+            Field::new(STATISTICS_COLUMNS[0], group.data_type().clone(), true),
+            Field::new(STATISTICS_COLUMNS[1], DataType::Int64, true),
+            Field::new(STATISTICS_COLUMNS[2], DataType::Float64, true),
+            Field::new(STATISTICS_COLUMNS[3], DataType::Float64, true),
+            Field::new(STATISTICS_COLUMNS[4], DataType::Float64, true),
+        ]);
+        let count: ArrayRef = Arc::new(Int64Array::from_iter_values(order.iter().map(|&g| self.count[g] as i64)));
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![group, count, floats(&self.sum), floats(&self.mean), floats(&self.sq_dev)],
+        )
+        .map_err(|e| DataError::Capacity(format!("cannot build the statistics table: {e}")))
     }
 
     /// True while another scan of the scores is needed: first the sums, then (for GRPO's
@@ -80,6 +238,9 @@ impl GroupStats {
 
     /// Feeds one batch of the current scan, rows in file order.
     pub fn scan(&mut self, group_col: &str, batch: &RecordBatch, scores: &[f32]) -> Result<(), DataError> {
+        if let Some(array) = batch.column_by_name(group_col) {
+            self.key_type = self.key_type.and(KeyType::of(array.data_type()));
+        }
         match self.phase {
             Phase::Sums => for_each_key(batch, group_col, |row, key| {
                 let g = self.intern(key);
@@ -108,7 +269,11 @@ impl GroupStats {
                     Phase::Ready
                 }
             }
-            _ => Phase::Ready,
+            Phase::Deviations => {
+                self.deviations = true;
+                Phase::Ready
+            }
+            Phase::Ready => Phase::Ready,
         };
     }
 
@@ -118,11 +283,25 @@ impl GroupStats {
 
     /// The advantage of each row of `batch` (mpo-core's group-baseline formulas).
     pub fn advantages(&self, group_col: &str, batch: &RecordBatch, scores: &[f32]) -> Result<Vec<f32>, DataError> {
-        debug_assert_eq!(self.phase, Phase::Ready, "advantages need finished statistics");
+        self.advantages_for(&self.params, group_col, batch, scores)
+    }
+
+    /// [`GroupStats::advantages`] by the formula of `params` (statistics from
+    /// [`GroupStats::merge`] serve every group estimator).
+    pub fn advantages_for(
+        &self,
+        params: &GroupParams,
+        group_col: &str,
+        batch: &RecordBatch,
+        scores: &[f32],
+    ) -> Result<Vec<f32>, DataError> {
+        if self.phase != Phase::Ready || (params.norm_std && !params.leave_one_out && !self.deviations) {
+            return Err(DataError::Capacity("the group statistics are not finished for this estimator".into()));
+        }
         let mut out = vec![0f32; batch.num_rows()];
         for_each_key(batch, group_col, |row, key| {
             let g = self.find(key).ok_or_else(|| unknown(group_col, row))?;
-            out[row] = self.advantage(g, scores[row]);
+            out[row] = self.advantage(params, g, scores[row]);
             // Finite scores near ±3.4e38 can overflow float32 (RLOO, Dr. GRPO).
             if !out[row].is_finite() {
                 return Err(DataError::NonFiniteRow { column: "advantages".into(), row: row as u64, value: out[row] });
@@ -132,16 +311,16 @@ impl GroupStats {
         Ok(out)
     }
 
-    fn advantage(&self, g: usize, score: f32) -> f32 {
+    fn advantage(&self, params: &GroupParams, g: usize, score: f32) -> f32 {
         let n = self.count[g];
         if n < 2 {
             return 0.0;
         }
         let s = score as f64;
-        let a = if self.params.leave_one_out {
+        let a = if params.leave_one_out {
             s - (self.sum[g] - s) / (n - 1) as f64
-        } else if self.params.norm_std {
-            (s - self.mean[g]) / ((self.sq_dev[g] / (n - 1) as f64).sqrt() + self.params.eps)
+        } else if params.norm_std {
+            (s - self.mean[g]) / ((self.sq_dev[g] / (n - 1) as f64).sqrt() + params.eps)
         } else {
             s - self.mean[g]
         };
@@ -171,6 +350,25 @@ impl GroupStats {
         self.sq_dev.push(0.0);
         g
     }
+}
+
+/// Column `index` of a statistics table as f64 (count is int64, the others float64).
+fn numbers_of(table: &RecordBatch, index: usize) -> Result<Vec<f64>, DataError> {
+    let name = STATISTICS_COLUMNS[index];
+    let array = column(table, name)?;
+    if array.null_count() > 0 {
+        let row = (0..array.len()).find(|&i| array.is_null(i)).unwrap_or_default();
+        return Err(DataError::NullValue { column: name.into(), row: row as u64 });
+    }
+    let as_f64 = cast(array, &DataType::Float64).ok().filter(|_| array.data_type().is_numeric());
+    let Some(values) = as_f64 else {
+        return Err(DataError::ColumnType {
+            column: name.into(),
+            found: array.data_type().to_string(),
+            expected: "a number (a group statistics table)",
+        });
+    };
+    Ok(values.as_primitive::<dt::Float64Type>().values().to_vec())
 }
 
 fn unknown(column: &str, row: usize) -> DataError {
@@ -339,7 +537,7 @@ mod tests {
         // The group-id rule of mpo_rs.group_advantages (issue 11 item 6): numbers by value,
         // so 1.0 in a float column (or file) is the group 1 of an integer one, -0.0 is 0,
         // 2.5 a group of its own; NaN and ±inf are missing ids, refused like nulls.
-        let floats: ArrayRef = Arc::new(arrow::array::Float64Array::from(vec![1.0, 2.5, -0.0, 2.5]));
+        let floats: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 2.5, -0.0, 2.5]));
         let ints: ArrayRef = Arc::new(Int64Array::from(vec![1, 0]));
         let batches = vec![
             (RecordBatch::try_from_iter([("g", floats)]).unwrap(), vec![1.0, 5.0, 3.0, 7.0]),
@@ -397,5 +595,79 @@ mod tests {
         let b = RecordBatch::try_from_iter([("g", with_null)]).unwrap();
         let e = GroupStats::new(params).scan("g", &b, &[0.0, 0.0]).unwrap_err();
         assert_eq!(e, DataError::NullValue { column: "g".into(), row: 1 });
+    }
+    #[test]
+    fn merged_partials_serve_every_group_estimator() {
+        let mut seed = 3u64;
+        let n = 400;
+        let ids: Vec<i64> = (0..n).map(|_| (lcg(&mut seed) % 23) as i64 - 5).collect();
+        let scores: Vec<f32> = (0..n).map(|_| (lcg(&mut seed) % 1000) as f32 / 9.0 - 20.0).collect();
+        let cuts = [0usize, 3, 150, 151, 320, n];
+        let batches: Vec<(RecordBatch, Vec<f32>)> = cuts
+            .windows(2)
+            .map(|w| {
+                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
+                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
+            })
+            .collect();
+        let partials: Vec<RecordBatch> =
+            batches.iter().map(|(b, s)| GroupStats::of_batches("g", &[(b, s)]).unwrap().to_table().unwrap()).collect();
+        let merged = GroupStats::merge(GroupParams::default(), &partials).unwrap();
+        let table = merged.to_table().unwrap();
+        let keys = table.column(0).as_primitive::<dt::Int64Type>().values().to_vec();
+        let mut want_keys = ids.clone();
+        want_keys.sort();
+        want_keys.dedup();
+        assert_eq!(keys, want_keys, "one row per group, sorted");
+        // Merging the merged table alone gives it back.
+        assert_eq!(
+            GroupStats::merge(GroupParams::default(), std::slice::from_ref(&table)).unwrap().to_table().unwrap(),
+            table
+        );
+        let count = table.column(1).as_primitive::<dt::Int64Type>().values();
+        let m2 = table.column(4).as_primitive::<dt::Float64Type>().values();
+        for (i, &k) in keys.iter().enumerate() {
+            let member: Vec<f64> = (0..n).filter(|&j| ids[j] == k).map(|j| scores[j] as f64).collect();
+            let mean = member.iter().sum::<f64>() / member.len() as f64;
+            assert_eq!(count[i], member.len() as i64);
+            let want: f64 = member.iter().map(|x| (x - mean) * (x - mean)).sum();
+            assert!((m2[i] - want).abs() <= 1e-9 * want.max(1.0), "{k}: {} vs {want}", m2[i]);
+        }
+        let codes: Vec<i64> = ids.iter().map(|i| want_keys.binary_search(i).unwrap() as i64).collect();
+        for params in [
+            GroupParams::default(),
+            GroupParams { norm_std: false, ..Default::default() },
+            GroupParams { leave_one_out: true, ..Default::default() },
+        ] {
+            let want = mpo_core::group_advantages(&scores, &codes, want_keys.len(), &params).unwrap();
+            let got: Vec<f32> =
+                batches.iter().flat_map(|(b, s)| merged.advantages_for(&params, "g", b, s).unwrap()).collect();
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{params:?}: {a} vs {b}");
+            }
+        }
+        // Statistics without deviations refuse GRPO instead of dividing by a zero std.
+        let dr = stats_over(GroupParams { norm_std: false, ..Default::default() }, &batches);
+        assert!(dr.advantages_for(&GroupParams::default(), "g", &batches[0].0, &batches[0].1).is_err());
+    }
+
+    #[test]
+    fn statistics_tables_keep_the_id_type() {
+        let floats: ArrayRef = Arc::new(Float64Array::from(vec![2.5, 1.0, -0.0]));
+        let b = RecordBatch::try_from_iter([("g", floats)]).unwrap();
+        let t = GroupStats::of_batches("g", &[(&b, &[1.0, 2.0, 3.0])]).unwrap().to_table().unwrap();
+        assert_eq!(t.column(0).as_primitive::<dt::Float64Type>().values().to_vec(), vec![0.0, 1.0, 2.5]);
+        let strings: ArrayRef = Arc::new(StringArray::from(vec!["b", "a", "b"]));
+        let b = RecordBatch::try_from_iter([("g", strings)]).unwrap();
+        let t = GroupStats::of_batches("g", &[(&b, &[1.0, 2.0, 3.0])]).unwrap().to_table().unwrap();
+        assert_eq!(t.column(0).as_string::<i64>().iter().flatten().collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(t.column(2).as_primitive::<dt::Float64Type>().values().to_vec(), vec![2.0, 4.0]);
+        assert_eq!(t.column(4).as_primitive::<dt::Float64Type>().values().to_vec(), vec![0.0, 2.0]);
+        let f = |x: f64| -> ArrayRef { Arc::new(Float64Array::from(vec![x])) };
+        let g: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let bad = RecordBatch::try_from_iter(STATISTICS_COLUMNS.into_iter().zip([g, f(1.5), f(0.0), f(0.0), f(0.0)]))
+            .unwrap();
+        let e = GroupStats::merge(GroupParams::default(), &[bad]).unwrap_err();
+        assert!(e.to_string().contains("count 1.5"), "{e}");
     }
 }

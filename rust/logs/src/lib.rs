@@ -22,14 +22,14 @@ pub mod pipeline;
 pub mod schema;
 pub mod table;
 
-pub use annotate::{annotate, append, output_fields, output_schema, Annotation, BatchCounts};
+pub use annotate::{annotate, append, output_fields, output_schema, partial_group_statistics, Annotation, BatchCounts};
 pub use decode::{read_numbers, read_row_scores, ListOffsets, RewardData, Rollouts};
 pub use error::{DataError, FileAt, LogError};
 pub use estimator::{Estimator, EstimatorColumns, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
-pub use groups::GroupStats;
+pub use groups::{GroupStats, STATISTICS_COLUMNS};
 pub use pipeline::{run, Job, Phase, Progress, Summary, Tuning};
 pub use schema::{ColumnSpec, Columns, ListKind, Needs, RewardColumn, OUTPUT_COLUMNS};
-pub use table::annotate_table;
+pub use table::{annotate_batches, annotate_table};
 
 #[cfg(test)]
 pub(crate) mod test_util {

@@ -140,6 +140,17 @@ impl Columns {
         }
     }
 
+    /// Names of the columns [`crate::partial_group_statistics`] reads: the score or
+    /// rewards, the group, and with token rewards the mask (rewards on observation tokens
+    /// are refused).
+    pub fn partial_statistics_columns(&self) -> Vec<&str> {
+        let mut cols = self.score_pass_columns();
+        if matches!(self.reward, RewardColumn::Token(_)) {
+            cols.push(&self.mask);
+        }
+        cols
+    }
+
     /// Names of the columns read in the group-statistics pass (rewards or score, group).
     pub fn score_pass_columns(&self) -> Vec<&str> {
         let mut cols = vec![self.reward.name()];

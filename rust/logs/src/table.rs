@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 
-use crate::annotate::{annotate, output_fields};
+use crate::annotate::{annotate, output_fields, output_schema};
 use crate::decode::read_row_scores;
 use crate::error::{DataError, LogError};
 use crate::estimator::Estimator;
@@ -23,19 +23,39 @@ pub fn annotate_table(
     columns: &Columns,
     estimator: &Estimator,
 ) -> Result<(Vec<RecordBatch>, Arc<Schema>), LogError> {
-    let out_schema = Arc::new(Schema::new(output_fields(columns.list_kind(schema)).to_vec()));
     let groups = match estimator {
         Estimator::Group(params) => Some(group_statistics(batches, columns, GroupStats::new(*params))?),
         _ => None,
     };
+    annotate_batches(batches, schema, columns, estimator, groups.as_ref(), false).map_err(LogError::Batch)
+}
+
+/// The output columns of every batch with statistics gathered elsewhere (`groups`, needed
+/// by the group estimators: see [`GroupStats::merge`]), one output batch per input batch;
+/// with `keep_input`, each output batch is its input batch with the columns appended.
+/// Errors name the row in the whole of `batches`.
+pub fn annotate_batches(
+    batches: &[RecordBatch],
+    schema: &Schema,
+    columns: &Columns,
+    estimator: &Estimator,
+    groups: Option<&GroupStats>,
+    keep_input: bool,
+) -> Result<(Vec<RecordBatch>, Arc<Schema>), DataError> {
+    let out_schema = if keep_input {
+        output_schema(schema, columns)
+    } else {
+        Arc::new(Schema::new(output_fields(columns.list_kind(schema)).to_vec()))
+    };
     let mut out = Vec::with_capacity(batches.len());
     let mut base = 0u64;
     for batch in batches {
-        let a =
-            annotate(batch, columns, estimator, groups.as_ref()).map_err(|e| LogError::Batch(e.shift_rows(base)))?;
+        let a = annotate(batch, columns, estimator, groups).map_err(|e| e.shift_rows(base))?;
+        let mut arrays = if keep_input { batch.columns().to_vec() } else { Vec::new() };
+        arrays.extend(a.columns);
         out.push(
-            RecordBatch::try_new(out_schema.clone(), a.columns.to_vec())
-                .map_err(|e| LogError::Batch(DataError::Capacity(format!("cannot assemble the output: {e}"))))?,
+            RecordBatch::try_new(out_schema.clone(), arrays)
+                .map_err(|e| DataError::Capacity(format!("cannot assemble the output: {e}")))?,
         );
         base += batch.num_rows() as u64;
     }

@@ -32,6 +32,7 @@ pub(crate) fn column_spec(
 /// of `data`, as a table with one batch per input batch.
 #[pyfunction]
 #[pyo3(signature = (data, estimator, mask_col, values_col, rewards_col, score_col, group_col))]
+#[allow(clippy::too_many_arguments)] // one per keyword of `mpo_rs.arrow.with_advantages`
 fn arrow_advantages(
     py: Python<'_>,
     data: AnyRecordBatch,

@@ -4,6 +4,7 @@
 mod allocator;
 mod arrow;
 mod errors;
+mod groups;
 mod numpy;
 mod options;
 mod parquet;
@@ -37,5 +38,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     numpy::register(m)?;
     arrow::register(m)?;
+    groups::register(m)?;
     parquet::register(m)
 }

@@ -17,6 +17,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(group_baselines, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(value_structure, m)?)
 }
@@ -49,6 +50,9 @@ fn wrong_family(function: &str, wants: &str, e: &Estimator) -> PyErr {
     ))
 }
 
+type Floats<'py> = Bound<'py, PyArray1<f32>>;
+type Doubles<'py> = Bound<'py, PyArray1<f64>>;
+
 type TurnArrays<'py> =
     (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i32>>);
 
@@ -75,7 +79,6 @@ fn segment_turns<'py>(
 
 /// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
 #[pyfunction]
-#[allow(clippy::type_complexity)]
 fn mae_advantages<'py>(
     py: Python<'py>,
     values: PyReadonlyArray1<'py, f32>,
@@ -84,7 +87,7 @@ fn mae_advantages<'py>(
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
     estimator: &Bound<'py, Estimator>,
-) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>, TurnArrays<'py>)> {
+) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
     let estimator = estimator.get();
     let Core::Mae(params) = estimator.core else { return Err(wrong_family("mae_advantages", "mae", estimator)) };
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
@@ -110,7 +113,7 @@ fn gae_advantages<'py>(
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
     estimator: &Bound<'py, Estimator>,
-) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<f32>>)> {
+) -> PyResult<(Floats<'py>, Floats<'py>)> {
     let estimator = estimator.get();
     let Core::Gae(params) = estimator.core else { return Err(wrong_family("gae_advantages", "gae", estimator)) };
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
@@ -139,6 +142,27 @@ fn group_advantages<'py>(
     Ok(PyArray1::from_vec(py, out))
 }
 
+type Baselines<'py> = (Doubles<'py>, Doubles<'py>, Bound<'py, PyArray1<bool>>);
+
+/// (baseline, scale, alone): each trajectory's group baseline, 1 / (std + eps) or 1, and
+/// whether it is alone in its group; from dense group codes in `0..n_groups`.
+#[pyfunction]
+fn group_baselines<'py>(
+    py: Python<'py>,
+    scores: PyReadonlyArray1<'py, f32>,
+    group_index: PyReadonlyArray1<'py, i64>,
+    n_groups: usize,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<Baselines<'py>> {
+    let estimator = estimator.get();
+    let Core::Group(params) = estimator.core else {
+        return Err(wrong_family("group_baselines", "group (grpo, drgrpo, rloo)", estimator));
+    };
+    let (s, g) = (slice(&scores, "scores")?, slice(&group_index, "group_ids")?);
+    let out = run(py, || mpo_core::group_baselines(s, g, n_groups, &params))?;
+    Ok((PyArray1::from_vec(py, out.baseline), PyArray1::from_vec(py, out.scale), PyArray1::from_vec(py, out.alone)))
+}
+
 /// Per-trajectory values written on each trajectory's policy tokens.
 #[pyfunction]
 fn broadcast_to_tokens<'py>(
@@ -154,19 +178,12 @@ fn broadcast_to_tokens<'py>(
 
 /// (total, between, within, jumps, (starts, ends, traj_offsets, token_turn))
 #[pyfunction]
-#[allow(clippy::type_complexity)]
 fn value_structure<'py>(
     py: Python<'py>,
     values: PyReadonlyArray1<'py, f32>,
     mask: PyReadonlyArray1<'py, u8>,
     offsets: PyReadonlyArray1<'py, i64>,
-) -> PyResult<(
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<f32>>,
-    TurnArrays<'py>,
-)> {
+) -> PyResult<(Doubles<'py>, Doubles<'py>, Doubles<'py>, Floats<'py>, TurnArrays<'py>)> {
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let out = run(py, || mpo_core::value_structure(v, m, o))?;
     Ok((

@@ -25,7 +25,9 @@ impl Estimator {
     /// Builds `name` with the keyword `overrides` (None values skipped).
     pub fn build(name: &str, overrides: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let Some(name) = ESTIMATORS.iter().copied().find(|&n| n == name) else {
-            return Err(core_error(Core::named(name).unwrap_err()));
+            // The core's error names the estimators to choose from.
+            let unknown = || InvalidOptionError::new_err(format!("unknown estimator `{name}`"));
+            return Err(Core::named(name).err().map_or_else(unknown, core_error));
         };
         let mut given: Vec<(String, OptionValue)> = Vec::new();
         if let Some(overrides) = overrides {

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ... import estimators
-from ..._native import InvalidBatchError
+from ... import _native, estimators
+from ...exceptions import InvalidBatchError
+from ...options import Estimator
 from ...torch import padded
 from .config import MPOOptions, config_get, discount
 from .values_hook import critic_values
@@ -150,35 +151,15 @@ def compute_mpo_rloo_advantage(
 
 
 def _group_baselines(
-    scores: np.ndarray, ids: np.ndarray, leave_one_out: bool, norm_std: bool, eps: float
+    scores: np.ndarray, ids: np.ndarray, estimator: Estimator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: the value baseline, the advantage scale, and whether the row is alone in
-    its group (then it has no baseline and gets advantage 0).
-
-    The group statistics of ``estimators.group_advantages`` (mean, leave-one-out mean,
-    unbiased std, sums in row order in float64), which the Rust core computes but does not
-    return per row; this goes once the core exposes them.
-    """
-    _, inverse = np.unique(ids, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    s = scores.astype(np.float64)
-    count = np.bincount(inverse)
-    total = np.bincount(inverse, weights=s)
-    n = count[inverse].astype(np.float64)
-    alone = n < 2
-    others = np.maximum(n - 1, 1)
-    if leave_one_out:
-        baseline = (total[inverse] - s) / others
-        scale = np.ones_like(s)
-    else:
-        mean = total / count
-        baseline = mean[inverse]
-        scale = np.ones_like(s)
-        if norm_std:
-            sq_dev = np.bincount(inverse, weights=(s - baseline) ** 2)
-            std = np.sqrt(sq_dev[inverse] / others)
-            scale = 1.0 / (std + eps)
-    return baseline, scale, alone
+    """Per row: the value baseline (group mean, or leave-one-out mean), the advantage
+    scale (1 / (std + eps), or 1) and whether the row is alone in its group (then it has no
+    baseline and gets advantage 0): the statistics of ``estimators.group_advantages``, in
+    float64, from the Rust core. ``ids`` are dense group codes."""
+    n_groups = int(ids.max()) + 1 if ids.shape[0] else 0
+    s = np.ascontiguousarray(scores, dtype=np.float32)
+    return _native.group_baselines(s, np.ascontiguousarray(ids, dtype=np.int64), n_groups, estimator)
 
 
 def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
@@ -195,9 +176,10 @@ def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tu
         ids = _group_ids(index, rows, name)
         norm_std = bool(config_get(config, "norm_adv_by_std_in_grpo", True)) and not leave_one_out
         scores = batch.row_scores(token_level_rewards)
-        # The Rust group estimator checks the scores and `eps` (its domain) for the statistics below.
-        estimators.group_advantages(scores, ids, norm_std=norm_std, eps=float(options.eps), leave_one_out=leave_one_out)
-        baseline, scale, alone = _group_baselines(scores, ids, leave_one_out, norm_std, float(options.eps))
+        group = Estimator("grpo", norm_std=norm_std, eps=float(options.eps), leave_one_out=leave_one_out)
+        # The group estimator refuses scores whose advantages overflow float32.
+        estimators.group_advantages(scores, ids, estimator=group)
+        baseline, scale, alone = _group_baselines(scores, ids, group)
         # MAE is linear in (rewards, values): a constant value b per row makes the last
         # turn's residual R_T - b, so with lam=1, beta=0 every token gets score - b (GRPO /
         # RLOO), and lam < 1 decays the credit once per interaction back from the end.

@@ -1,0 +1,177 @@
+//! Group statistics and annotation for logs split over many workers (the Ray adapter,
+//! `mpo_rs.integrations.ray`): each worker reduces its batches to partial per-group
+//! statistics, shipped as Arrow tables; the driver merges them; each worker then annotates
+//! its batches with the merged statistics. The work is mpo-logs' (`GroupStats`,
+//! `partial_group_statistics`, `annotate_batches`); this module converts and releases the
+//! GIL.
+
+use ::arrow::array::RecordBatch;
+use ::arrow::datatypes::SchemaRef;
+use mpo_core::GroupParams;
+use mpo_logs::{
+    annotate_batches, partial_group_statistics, Columns, DataError, EstimatorColumns, GroupStats, LogError,
+};
+use mpo_logs::{RewardColumn, STATISTICS_COLUMNS};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3_arrow::input::AnyRecordBatch;
+use pyo3_arrow::{PySchema, PyTable};
+
+use crate::arrow::column_spec;
+use crate::errors::{internal_error, log_error, InvalidOptionError};
+use crate::options::Estimator;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<GroupStatistics>()?;
+    m.add_function(wrap_pyfunction!(resolve_log_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(annotate_batch, m)?)
+}
+
+/// Runs `f` on the extension's pool with the GIL released; a panic becomes a RuntimeError.
+fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, DataError> + Send) -> PyResult<T> {
+    let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;
+    py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(f))))
+        .map_err(|_| internal_error())?
+        .map_err(|e| log_error(LogError::Batch(e)))
+}
+
+fn read_all(data: AnyRecordBatch) -> PyResult<(Vec<RecordBatch>, SchemaRef)> {
+    let reader = data.into_reader()?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<Result<Vec<RecordBatch>, _>>()
+        .map_err(|e| crate::errors::InvalidBatchError::new_err(format!("cannot read the Arrow input: {e}")))?;
+    Ok((batches, schema))
+}
+
+fn reward_column(rewards_col: Option<String>, score_col: Option<String>) -> PyResult<RewardColumn> {
+    match (rewards_col, score_col) {
+        (Some(r), None) => Ok(RewardColumn::Token(r)),
+        (None, Some(s)) => Ok(RewardColumn::Score(s)),
+        _ => Err(InvalidOptionError::new_err("give exactly one of `rewards_col` and `score_col`")),
+    }
+}
+
+/// Per-group ``count``, ``sum``, ``mean`` and ``m2`` (squared deviations from the mean)
+/// of the row scores: a row's score is its score column, or the sum of its token rewards.
+#[pyclass(frozen, module = "mpo_rs._native", name = "GroupStatistics")]
+#[derive(Debug)]
+pub struct GroupStatistics {
+    stats: GroupStats,
+}
+
+#[pymethods]
+impl GroupStatistics {
+    /// The statistics of the rows of ``data`` alone (one partial of a distributed pass),
+    /// the rows read and checked as the annotation reads them (with token rewards, the mask
+    /// too). Errors name the row within ``data``.
+    #[staticmethod]
+    #[pyo3(signature = (data, *, group_col, mask_col, rewards_col=None, score_col=None))]
+    fn scan(
+        py: Python<'_>,
+        data: AnyRecordBatch,
+        group_col: String,
+        mask_col: String,
+        rewards_col: Option<String>,
+        score_col: Option<String>,
+    ) -> PyResult<Self> {
+        let reward = reward_column(rewards_col, score_col)?;
+        let columns = Columns { mask: mask_col, values: None, reward, group: Some(group_col) };
+        let (batches, _) = read_all(data)?;
+        let stats = run(py, || partial_group_statistics(&batches, &columns))?;
+        Ok(Self { stats })
+    }
+
+    /// Merges statistics tables (``to_arrow()`` of partials), in the order given: counts
+    /// and sums add up, and m2 by the parallel-variance formula
+    /// ``m2 = Σ (m2_i + n_i (sum_i / n_i − mean)²)``.
+    #[staticmethod]
+    fn merge(py: Python<'_>, tables: Vec<AnyRecordBatch>) -> PyResult<Self> {
+        let mut batches = Vec::new();
+        for table in tables {
+            batches.extend(read_all(table)?.0);
+        }
+        let stats = run(py, || GroupStats::merge(GroupParams::default(), &batches))?;
+        Ok(Self { stats })
+    }
+
+    /// The statistics as an Arrow table, one row per group sorted by id: ``group`` (int64,
+    /// float64 or large_string, as the ids came), ``count`` int64, ``sum``, ``mean``,
+    /// ``m2`` float64.
+    fn to_arrow(&self, py: Python<'_>) -> PyResult<PyTable> {
+        let table = run(py, || self.stats.to_table())?;
+        let schema = table.schema();
+        PyTable::try_new(vec![table], schema)
+    }
+
+    /// The number of groups.
+    fn __len__(&self) -> usize {
+        self.stats.n_groups()
+    }
+
+    /// The names of the columns of a statistics table.
+    #[classattr]
+    fn columns() -> [&'static str; 5] {
+        STATISTICS_COLUMNS
+    }
+}
+
+/// Checks an estimator's columns against ``schema`` (names, types, no output column yet)
+/// and picks the reward column by the default rule (a ``rewards`` column if present, else
+/// ``score``). Returns ``(rewards_col, score_col, statistics_columns)``: exactly one of the
+/// first two set, and the columns ``GroupStatistics.scan`` reads (empty for estimators
+/// without groups).
+#[pyfunction]
+#[pyo3(signature = (schema, estimator, *, mask_col, values_col, rewards_col, score_col, group_col))]
+fn resolve_log_columns(
+    schema: PySchema,
+    estimator: &Bound<'_, Estimator>,
+    mask_col: String,
+    values_col: String,
+    rewards_col: Option<String>,
+    score_col: Option<String>,
+    group_col: String,
+) -> PyResult<(Option<String>, Option<String>, Vec<String>)> {
+    let estimator = estimator.get().core;
+    let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
+    let columns = spec.resolve(&schema.into_inner(), estimator.needs()).map_err(log_error)?;
+    let statistics = match columns.group {
+        Some(_) => columns.partial_statistics_columns().into_iter().map(String::from).collect(),
+        None => Vec::new(),
+    };
+    Ok(match columns.reward {
+        RewardColumn::Token(r) => (Some(r), None, statistics),
+        RewardColumn::Score(s) => (None, Some(s), statistics),
+    })
+}
+
+/// ``data`` with the advantage columns appended, one batch per input batch. The group
+/// estimators take their baselines from ``statistics`` (merged over the whole log); the
+/// others need none. Errors name the row within ``data``.
+#[pyfunction]
+#[pyo3(signature = (data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col))]
+#[allow(clippy::too_many_arguments)] // one per keyword of the Python call
+fn annotate_batch(
+    py: Python<'_>,
+    data: AnyRecordBatch,
+    estimator: &Bound<'_, Estimator>,
+    statistics: Option<&Bound<'_, GroupStatistics>>,
+    mask_col: String,
+    values_col: String,
+    rewards_col: Option<String>,
+    score_col: Option<String>,
+    group_col: String,
+) -> PyResult<PyTable> {
+    let estimator = estimator.get().core;
+    let (batches, schema) = read_all(data)?;
+    let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
+    let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
+    let groups = statistics.map(|s| &s.get().stats);
+    if columns.group.is_some() && groups.is_none() {
+        return Err(InvalidOptionError::new_err(
+            "the group estimators need the merged GroupStatistics of the whole log",
+        ));
+    }
+    let (out, out_schema) = run(py, || annotate_batches(&batches, &schema, &columns, &estimator, groups, true))?;
+    PyTable::try_new(out, out_schema)
+}

@@ -1,0 +1,108 @@
+"""The Rust group statistics behind the Ray adapter (mpo_rs._native.GroupStatistics,
+annotate_batch, resolve_log_columns) and verl's critic-free MAE (group_baselines)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpo_rs import InvalidBatchError, InvalidOptionError, _native, synthetic
+from mpo_rs.options import Estimator
+
+pa = pytest.importorskip("pyarrow")
+
+
+def numpy_baselines(
+    scores: np.ndarray, ids: np.ndarray, leave_one_out: bool, norm_std: bool, eps: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The numpy code verl's mpo_mae_grpo / mpo_mae_rloo used before the Rust core."""
+    _, inverse = np.unique(ids, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    s = scores.astype(np.float64)
+    count = np.bincount(inverse)
+    total = np.bincount(inverse, weights=s)
+    n = count[inverse].astype(np.float64)
+    others = np.maximum(n - 1, 1)
+    scale = np.ones_like(s)
+    if leave_one_out:
+        baseline = (total[inverse] - s) / others
+    else:
+        baseline = (total / count)[inverse]
+        if norm_std:
+            sq_dev = np.bincount(inverse, weights=(s - baseline) ** 2)
+            scale = 1.0 / (np.sqrt(sq_dev[inverse] / others) + eps)
+    return baseline, scale, n < 2
+
+
+@pytest.mark.parametrize(
+    ("leave_one_out", "norm_std", "eps"),
+    [(False, True, 1e-6), (False, False, 1e-6), (True, False, 1e-6), (False, True, 0.3)],
+)
+def test_group_baselines_are_the_numpy_statistics_bitwise(leave_one_out, norm_std, eps):
+    rng = np.random.default_rng(5)
+    ids = np.concatenate([rng.integers(0, 9, 200), np.arange(9, 14)])  # five groups of one
+    scores = (rng.normal(size=ids.size) * 10 + 1e3).astype(np.float32)
+    est = Estimator("grpo", norm_std=norm_std, eps=eps, leave_one_out=leave_one_out)
+    got = _native.group_baselines(scores, ids.astype(np.int64), 14, est)
+    want = numpy_baselines(scores, ids, leave_one_out, norm_std, eps)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+    assert got[2].sum() == 5
+    with pytest.raises(InvalidBatchError, match="trajectory 3"):
+        _native.group_baselines(np.array([0, 1, 2, np.nan], np.float32), np.zeros(4, np.int64), 1, est)
+
+
+def log_table(rows: int = 60) -> pa.Table:
+    batch = synthetic.flat_batch(rows, seed=3, groups="interleaved", n_groups=5, score_levels=3, tokens=True)
+    return synthetic.to_arrow(batch)
+
+
+def test_partials_merge_to_the_statistics_of_the_whole():
+    table = log_table()
+    names = {"group_col": "group_id", "mask_col": "loss_mask", "rewards_col": "rewards"}
+    parts = [table.slice(0, 7), table.slice(7, 30), table.slice(37)]
+    partials = [pa.table(_native.GroupStatistics.scan(p, **names).to_arrow()) for p in parts]
+    merged = _native.GroupStatistics.merge(partials)
+    whole = pa.table(_native.GroupStatistics.scan(table, **names).to_arrow())
+    got = pa.table(merged.to_arrow())
+    assert len(merged) == 5 and got.column_names == list(_native.GroupStatistics.columns)
+    assert got["group"].equals(whole["group"]) and got["count"].equals(whole["count"])
+    for name in ("sum", "mean", "m2"):
+        np.testing.assert_allclose(got[name].to_numpy(), whole[name].to_numpy(), rtol=1e-12, atol=1e-12)
+
+    # Annotating each part with the merged statistics is annotating the whole table.
+    from mpo_rs.arrow import with_advantages
+
+    est = Estimator("rloo")
+    columns = {"mask_col": "loss_mask", "values_col": "values", "rewards_col": "rewards", "score_col": None}
+    annotated = pa.concat_tables(
+        [pa.table(_native.annotate_batch(p, est, merged, group_col="group_id", **columns)) for p in parts]
+    )
+    want = with_advantages(table, estimator=est, rewards_col="rewards")
+    assert annotated.column_names == want.column_names
+    np.testing.assert_allclose(
+        annotated["advantages"].combine_chunks().flatten().to_numpy(),
+        want["advantages"].combine_chunks().flatten().to_numpy(),
+        rtol=1e-6,
+        atol=1e-7,
+    )
+
+    with pytest.raises(InvalidOptionError, match="need the merged GroupStatistics"):
+        _native.annotate_batch(table, est, None, group_col="group_id", **columns)
+    stranger = table.slice(0, 2).set_column(table.column_names.index("group_id"), "group_id", pa.array([0, 99]))
+    with pytest.raises(InvalidBatchError, match=r"row 1, column `group_id`: group id not seen"):
+        _native.annotate_batch(stranger, est, merged, group_col="group_id", **columns)
+
+
+def test_resolve_log_columns_picks_the_reward_column_and_checks_types():
+    table = log_table(4)
+    names = {"mask_col": "loss_mask", "values_col": "values", "group_col": "group_id"}
+    got = _native.resolve_log_columns(table.schema, Estimator("grpo"), rewards_col=None, score_col=None, **names)
+    assert got == ("rewards", None, ["rewards", "group_id", "loss_mask"])
+    got = _native.resolve_log_columns(table.schema, Estimator("mae"), rewards_col=None, score_col="score", **names)
+    assert got == (None, "score", [])
+    with pytest.raises(InvalidBatchError, match="missing column `critic`"):
+        _native.resolve_log_columns(
+            table.schema, Estimator("gae"), rewards_col=None, score_col=None, **{**names, "values_col": "critic"}
+        )
+    with pytest.raises(InvalidOptionError, match="not both"):
+        _native.resolve_log_columns(table.schema, Estimator("mae"), rewards_col="rewards", score_col="score", **names)
