@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from mpo_rs import InvalidBatchError, InvalidOptionError, _native, synthetic
 from mpo_rs.options import Estimator
 
