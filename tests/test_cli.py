@@ -299,6 +299,14 @@ def test_sigkill_of_the_command_itself(big_log_file, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["big.parquet", "out.parquet"]
 
 
+def _default_signals() -> None:
+    """In the child before exec: the default action for the signals the tests send. A
+    program started with a signal ignored keeps ignoring it (nohup relies on that), so a
+    test run under nohup or as a background job would otherwise see no effect."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
     out = tmp_path / "out.parquet"
     out.write_bytes(b"an earlier output")
@@ -306,8 +314,8 @@ def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
         [sys.executable, "-m", "mpo_rs.cli", "advantages", str(big_log_file), "-o", str(out)],
         stderr=subprocess.PIPE,
         text=True,
-        # A parent that ignores SIGINT (a background job) would pass that on; undo it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # A parent that ignores SIGINT (a background job) or SIGHUP (nohup) passes that on; undo it.
+        preexec_fn=_default_signals,
     )
     deadline = time.monotonic() + 60
     while not any(".mpo-rs-" in p.name for p in tmp_path.iterdir()):
@@ -332,8 +340,8 @@ def _console_script(*args: object, **kw) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A parent that ignores SIGINT (a background job) would pass that on; undo it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # A parent that ignores SIGINT (a background job) or SIGHUP (nohup) passes that on; undo it.
+        preexec_fn=_default_signals,
         **kw,
     )
 
@@ -402,7 +410,7 @@ def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=_default_signals,
     )
     assert proc.stdout is not None and proc.stdout.readline() == "importing numpy\n"
     proc.send_signal(sig)
