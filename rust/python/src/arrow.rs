@@ -5,6 +5,7 @@
 //! one batch per input batch; `mpo_rs.arrow` appends them to the caller's own object.
 
 use ::arrow::array::RecordBatch;
+use ::arrow::datatypes::SchemaRef;
 use mpo_logs::{annotate_table, ColumnSpec, EstimatorColumns};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -16,6 +17,16 @@ use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow_advantages, m)?)
+}
+
+/// Every batch of an Arrow input (a table, a batch or a stream) with its schema.
+pub(crate) fn read_all(data: AnyRecordBatch) -> PyResult<(Vec<RecordBatch>, SchemaRef)> {
+    let reader = data.into_reader()?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<Result<Vec<RecordBatch>, _>>()
+        .map_err(|e| InvalidBatchError::new_err(format!("cannot read the Arrow input: {e}")))?;
+    Ok((batches, schema))
 }
 
 pub(crate) fn column_spec(
@@ -44,11 +55,7 @@ fn arrow_advantages(
     group_col: String,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
-    let reader = data.into_reader()?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<Result<Vec<RecordBatch>, _>>()
-        .map_err(|e| InvalidBatchError::new_err(format!("cannot read the Arrow input: {e}")))?;
+    let (batches, schema) = read_all(data)?;
     let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;

@@ -5,8 +5,6 @@
 //! `partial_group_statistics`, `annotate_batches`); this module converts and releases the
 //! GIL.
 
-use ::arrow::array::RecordBatch;
-use ::arrow::datatypes::SchemaRef;
 use mpo_core::GroupParams;
 use mpo_logs::{
     annotate_batches, partial_group_statistics, Columns, DataError, EstimatorColumns, GroupStats, LogError,
@@ -17,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::{PySchema, PyTable};
 
-use crate::arrow::column_spec;
+use crate::arrow::{column_spec, read_all};
 use crate::errors::{internal_error, log_error, InvalidOptionError};
 use crate::options::Estimator;
 
@@ -33,15 +31,6 @@ fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, DataError> + Send)
     py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(f))))
         .map_err(|_| internal_error())?
         .map_err(|e| log_error(LogError::Batch(e)))
-}
-
-fn read_all(data: AnyRecordBatch) -> PyResult<(Vec<RecordBatch>, SchemaRef)> {
-    let reader = data.into_reader()?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<Result<Vec<RecordBatch>, _>>()
-        .map_err(|e| crate::errors::InvalidBatchError::new_err(format!("cannot read the Arrow input: {e}")))?;
-    Ok((batches, schema))
 }
 
 fn reward_column(rewards_col: Option<String>, score_col: Option<String>) -> PyResult<RewardColumn> {
