@@ -9,11 +9,18 @@ import dataclasses
 import itertools
 import json
 import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mpo_rs.exceptions import InvalidOptionError
 from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, QUICK
 from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID
 from mpo_rs.reproduce.stats import (
@@ -128,7 +135,7 @@ def test_pass_at_k_brute_force():
             [np.mean([row[list(c)].any() for c in itertools.combinations(range(4), k)]) for row in successes]
         )
         assert pass_at_k(successes, k) == pytest.approx(expected)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidOptionError):
         pass_at_k(successes, 5)
 
 
@@ -272,3 +279,109 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     assert "| # | the paper |" in page and "img/final_success.png" in page
     for arm in QUICK.arms:
         assert arm.label in page
+
+
+# --------------------------------------------------------------------------- output and stops
+
+
+def test_out_that_is_not_an_earlier_output_is_refused(tmp_path: Path, capsys):
+    """`reproduce --quick --out docs` replaced the committed page: a non-empty --out that
+    `reproduce` did not write is refused, and nothing in it changes."""
+    from mpo_rs.cli import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "reproduction.md").write_text("the committed page")
+    assert main(["reproduce", "--quick", "--out", str(docs)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "--overwrite" in err, err
+    assert [p.name for p in docs.iterdir()] == ["reproduction.md"]
+    assert (docs / "reproduction.md").read_text() == "the committed page"
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["reproduce", "--quick", "--out", str(a_file)]) == 2
+    assert a_file.read_text() == "x"
+
+
+def test_out_of_another_configuration_is_refused(tmp_path: Path, capsys):
+    from mpo_rs.cli import main
+    from mpo_rs.reproduce.command import claim_output_dir
+
+    out = tmp_path / "out"
+    claim_output_dir(out, "0123456789ab", overwrite=False)
+    (out / "results.json").write_text("{}")
+    assert main(["reproduce", "--quick", "--out", str(out)]) == 2
+    assert "configuration" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == "{}"
+
+
+def _console_reproduce(out: Path, *extra: str) -> subprocess.Popen[str]:
+    def default_signals() -> None:  # a background job's parent ignores SIGINT; undo it
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+
+    script = "import sys\nfrom _mpo_rs_cli import main\nsys.exit(main())"
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "reproduce",
+            "--quick",
+            "--seeds",
+            "6",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=default_signals,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize("how", ["ctrl-c to the process group", "SIGTERM to the process"])
+def test_a_stop_is_prompt_keeps_finished_runs_and_resumes(tmp_path: Path, how: str):
+    """`reproduce --workers 2` ignored SIGTERM/SIGINT and ran every queued run to the end,
+    then wrote nothing. A stop ends it within seconds with one line (no worker
+    traceback), keeps the finished runs, and the same command resumes from them."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    proc = _console_reproduce(out)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("mpo-rs: run 3/"):
+            break
+    assert proc.poll() is None, "".join(lines)
+    started = time.monotonic()
+    if how.startswith("ctrl-c"):
+        os.killpg(proc.pid, signal.SIGINT)
+        code = 128 + signal.SIGINT
+    else:
+        proc.send_signal(signal.SIGTERM)
+        code = 128 + signal.SIGTERM
+    rest = proc.stderr.read()
+    proc.stderr.close()
+    proc.wait(timeout=30)
+    assert time.monotonic() - started < 5.0
+    assert proc.returncode == code, rest
+    assert "Traceback" not in rest
+    last = [line for line in rest.splitlines() if not line.startswith("mpo-rs: run ")]
+    assert len(last) == 1 and last[0].startswith("mpo-rs: error: stopped: "), rest
+    kept = int(re.search(r"stopped: (\d+) of (\d+) runs", last[0]).group(1))  # type: ignore[union-attr]
+    saved = sorted((out / "runs").glob("*.json"))
+    assert len(saved) == kept >= 3
+    assert not (out / "reproduction.md").exists()
+
+    proc = _console_reproduce(out)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert f"resuming: {kept} of {6 * len(QUICK.arms)} runs already finished" in err
+    assert len(list((out / "runs").glob("*.json"))) == 6 * len(QUICK.arms)
+    assert (out / "reproduction.md").is_file()

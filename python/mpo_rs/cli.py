@@ -240,8 +240,9 @@ def _reproduce(args: argparse.Namespace) -> int:
         return _fail(str(e), EXIT_USAGE)
     except (MissingDependencyError, OSError) as e:
         return _fail(str(e), EXIT_FAILED)
-    except KeyboardInterrupt:
-        return _fail("interrupted", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as e:
+        # A stop of the runs (reproduce.run.RunsStopped) says what was kept, and its signal.
+        return _fail(str(e) or "interrupted", getattr(e, "exit_code", EXIT_INTERRUPTED))
     print(f"wrote {out / 'reproduction.md'}")
     return EXIT_OK
 

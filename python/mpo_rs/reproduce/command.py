@@ -32,7 +32,17 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--quick", action="store_true", help="the smoke-test configuration (one seed, a few updates)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda runs the larger GPU configuration")
     p.add_argument(
-        "--out", metavar="DIR", help="output directory (default: reproduce-out, or a new temporary one with --quick)"
+        "--out",
+        metavar="DIR",
+        help=(
+            "output directory (default: reproduce-out, or a new temporary one with --quick); an existing one must be "
+            "empty or an earlier output of reproduce (a run of the same configuration resumes from its finished runs)"
+        ),
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty --out that is not an earlier output of this configuration",
     )
     p.add_argument("--workers", type=int, metavar="N", help="parallel runs (CPU; default: the configuration's)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per arm (default: the configuration's)")
@@ -41,6 +51,26 @@ def add_parser(commands: Any) -> None:
         metavar="DOCS_DIR",
         help="also write DOCS_DIR/reproduction.md and DOCS_DIR/img/reproduction/ (not with --quick)",
     )
+
+
+def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
+    """TEMPORARY (replaced by the rust/logs output rule)."""
+    marker = out / ".mpo-rs-output"
+    if out.exists() and not out.is_dir():
+        raise InvalidOptionError(f"--out {out} is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        try:
+            owner = marker.read_text().split()
+        except OSError:
+            owner = []
+        if owner[:1] != ["reproduce"]:
+            raise InvalidOptionError(
+                f"--out {out} is not empty and not an output of `mpo-rs reproduce`; choose a new directory or pass --overwrite"
+            )
+        if owner[1:2] != [config_hash]:
+            raise InvalidOptionError(f"--out {out} holds a run of configuration {owner[1:2]}; pass --overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"reproduce {config_hash}\n")
 
 
 def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> Path:
@@ -60,8 +90,6 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     config = config.with_overrides(seeds=args.seeds, workers=args.workers)
     if args.out:
         out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            raise InvalidOptionError(f"--out {out} is a file; give a directory")
     elif args.quick:
         out = Path(tempfile.mkdtemp(prefix="mpo-reproduce-quick-"))
     else:
@@ -79,7 +107,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     from .report import write_report
     from .run import run_all
 
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_dir(out, config.config_hash(), overwrite=args.overwrite)
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.perf_counter()
     note(

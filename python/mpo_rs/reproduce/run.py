@@ -18,13 +18,19 @@ differences of luck in the draw of tasks. Held-out tasks are seeds from
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from _mpo_rs_cli import Terminated
 
 from .._deps import missing
 
@@ -34,13 +40,25 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.run", "torch", _e) from None
 
 from ..envs import make
+from ..exceptions import InvalidOptionError
 from ..torch.critic import value_head_critic
 from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
 from ..torch.models import TinyCausalLM
 from ..torch.sampler import sample
 from .config import Arm, ReproduceConfig
 
-__all__ = ["EVAL_SEED_BASE", "explained_variance", "learner_config", "pass_at_k", "run_one"]
+__all__ = [
+    "EVAL_SEED_BASE",
+    "RUNS_DIR",
+    "RunsStopped",
+    "explained_variance",
+    "finished_runs",
+    "learner_config",
+    "pass_at_k",
+    "run_all",
+    "run_file",
+    "run_one",
+]
 
 EVAL_SEED_BASE = 1 << 40
 """Held-out task seeds start here; training seeds stay below it."""
@@ -96,7 +114,7 @@ def pass_at_k(successes: np.ndarray, k: int) -> float:
     ``(tasks, n)`` booleans with n >= k."""
     n = successes.shape[1]
     if not 1 <= k <= n:
-        raise ValueError(f"pass@{k} needs 1 <= k <= n = {n}")
+        raise InvalidOptionError(f"pass@{k} needs 1 <= k <= n = {n}")
     c = successes.sum(axis=1)
     # 1 - C(n - c, k) / C(n, k), as a product to stay exact in floating point.
     fail = np.array([math.prod((n - ci - j) / (n - j) for j in range(k)) if n - ci >= k else 0.0 for ci in c])
@@ -312,14 +330,79 @@ def _write_rollout_log(
     return str(path)
 
 
+RUNS_DIR = "runs"
+"""Every finished run is saved at once as ``OUT/runs/<arm>-seed<seed>.json``; a later
+``run_all`` with the same configuration hash takes them instead of training again."""
+
+
+class RunsStopped(KeyboardInterrupt):
+    """A stop request (Ctrl-C, SIGTERM, SIGHUP) ended :func:`run_all`; every run that had
+    finished is saved under ``OUT/runs``. ``exit_code`` is 128 + the signal."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def run_file(out_dir: str | Path, arm_key: str, seed: int) -> Path:
+    return Path(out_dir) / RUNS_DIR / f"{arm_key}-seed{seed}.json"
+
+
+def _save_run(out_dir: str | Path, config_hash: str, result: dict[str, Any]) -> None:
+    """Writes one finished run whole or not at all (a temporary beside it, then a rename)."""
+    path = run_file(out_dir, result["arm"], result["seed"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps({"config_hash": config_hash, **result}, allow_nan=True))
+    os.replace(temp, path)
+
+
+def finished_runs(config: ReproduceConfig, out_dir: str | Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The runs of ``config`` already saved under ``out_dir`` (same configuration hash;
+    a file that does not parse, or is of another configuration, is not used)."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    digest = config.config_hash()
+    for arm in config.arms:
+        for seed in config.seed_list:
+            path = run_file(out_dir, arm.key, seed)
+            try:
+                saved = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if saved.pop("config_hash", None) == digest and (saved.get("arm"), saved.get("seed")) == (arm.key, seed):
+                found[arm.key, seed] = saved
+    return found
+
+
 def _worker_init() -> None:
     # One thread per worker: the runs are small and the processes share the cores.
     torch.set_num_threads(1)
+    # A stop is the main process's to handle: Ctrl-C reaches the whole process group, and
+    # a worker must not print a traceback of its own; the main process kills the workers.
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _job(args: tuple[ReproduceConfig, str, int, str]) -> dict[str, Any]:
     config, arm_key, seed, out_dir = args
     return run_one(config, arm_key, seed, out_dir)
+
+
+def _stop_code(stop: BaseException) -> int:
+    """128 + the signal of a stop request (SIGINT for Ctrl-C)."""
+    return 128 + (stop.signum if isinstance(stop, Terminated) else signal.SIGINT)
+
+
+def _kill_pool(pool: Any) -> None:
+    """Ends a process pool now: queued runs cancelled, running ones killed (a run holds
+    nothing that a kill could corrupt: its result is saved by this process)."""
+    # (The executor keeps its workers in a private dict, which shutdown() clears: read it first.)
+    processes = list(getattr(pool, "_processes", None) or {})
+    for pid in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def run_all(
@@ -330,33 +413,71 @@ def run_all(
     note: Any = lambda _: None,
 ) -> list[dict[str, Any]]:
     """Every (arm, seed) of ``config``, in ``workers`` processes (1: in this process);
-    results in arm order, then seed order. The costliest task's runs are started first."""
+    results in arm order, then seed order. The costliest task's runs are started first.
+
+    Each run is saved under ``out_dir/runs`` as it finishes, and runs already saved there
+    for the same configuration are taken as they are (a stopped run resumes). A stop
+    request raises :class:`RunsStopped` within about a second: queued runs are cancelled,
+    running ones killed, finished ones kept."""
     workers = config.workers if workers is None else workers
     if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
+        raise InvalidOptionError(f"workers must be at least 1, got {workers}")
     jobs = [(config, arm.key, seed, str(out_dir)) for arm in config.arms for seed in config.seed_list]
+    digest = config.config_hash()
+    done_before = finished_runs(config, out_dir)
+    results: dict[int, dict[str, Any]] = {
+        i: done_before[job[1], job[2]] for i, job in enumerate(jobs) if (job[1], job[2]) in done_before
+    }
+    if results:
+        note(f"resuming: {len(results)} of {len(jobs)} runs already finished in {Path(out_dir) / RUNS_DIR}")
     cost = {spec.name: i for i, spec in enumerate(config.tasks)}  # config.tasks lists the costliest first
-    order = sorted(range(len(jobs)), key=lambda i: cost[config.arm(jobs[i][1]).task])
-    results: dict[int, dict[str, Any]] = {}
-    if workers == 1 or config.device != "cpu":
-        previous = torch.get_num_threads()
-        if config.device == "cpu":
-            _worker_init()
-        try:
-            for done, i in enumerate(order, 1):
-                results[i] = _job(jobs[i])
-                note(f"run {done}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({results[i]['wall_s']:.0f} s)")
-        finally:
-            torch.set_num_threads(previous)
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+    order = sorted((i for i in range(len(jobs)) if i not in results), key=lambda i: cost[config.arm(jobs[i][1]).task])
 
-        context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init) as pool:
-            futures = {pool.submit(_job, jobs[i]): i for i in order}
-            for done, future in enumerate(as_completed(futures), 1):
-                i = futures[future]
-                results[i] = future.result()
-                note(f"run {done}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({results[i]['wall_s']:.0f} s)")
+    def finished(i: int, result: dict[str, Any]) -> None:
+        _save_run(out_dir, digest, result)
+        results[i] = result
+        note(f"run {len(results)}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({result['wall_s']:.0f} s)")
+
+    try:
+        if workers == 1 or config.device != "cpu" or len(order) <= 1:
+            _run_here(config, jobs, order, finished)
+        else:
+            _run_in_pool(workers, jobs, order, finished)
+    except (KeyboardInterrupt, Terminated) as stop:
+        raise RunsStopped(
+            f"stopped: {len(results)} of {len(jobs)} runs finished and are kept in {Path(out_dir) / RUNS_DIR}; "
+            "the same command resumes from them",
+            _stop_code(stop),
+        ) from None
     return [results[i] for i in range(len(jobs))]
+
+
+def _run_here(config: ReproduceConfig, jobs: list[Any], order: list[int], finished: Any) -> None:
+    previous = torch.get_num_threads()
+    if config.device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        for i in order:
+            finished(i, _job(jobs[i]))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_in_pool(workers: int, jobs: list[Any], order: list[int], finished: Any) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
+    try:
+        futures = {pool.submit(_job, jobs[i]): i for i in order}
+        pending = set(futures)
+        while pending:
+            # A bounded wait, so a signal's handler runs promptly in this thread.
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in done:
+                finished(futures[future], future.result())
+    except BaseException:
+        _kill_pool(pool)
+        raise
+    pool.shutdown(wait=True)
