@@ -7,7 +7,7 @@ float32, other dtypes (float64, float16, int, bool, object, str, complex), strid
 broken offsets, empty batches, 2-D arrays, out-of-domain parameters, group ids of every
 kind (ints, strings, objects, NaN, mixed). Whatever the input:
 
-- the call returns, or raises ``ValueError`` (``InvalidBatchError``) / ``TypeError`` with a
+- the call returns, or raises one of ``mpo_rs.exceptions`` (``InvalidBatchError``, ...) with a
   one-line message -- never another exception, never a panic;
 - no input array is modified;
 - a result has float32 outputs of the right length, equal to the reference when the input
@@ -45,7 +45,7 @@ fuzz_settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 TOL = dict(rtol=1e-5, atol=1e-4)
-TYPED = (ValueError, TypeError)
+TYPED = (mpo_rs.MpoError,)  # issue 18: no plain ValueError / TypeError is left
 
 SPECIALS = [np.nan, np.inf, -np.inf, 3e38, -3e38, 1e30, 1e-45, -0.0]
 
