@@ -99,8 +99,14 @@ def test_options_that_change_values_and_scores():
 
 
 @pytest.mark.parametrize("bad", [{"turns": 0}, {"turn_len": (3, 2)}, {"obs_len": (-1, 2)}, {"score_levels": 1}])
-def test_bad_parameters_are_value_errors(bad):
+def test_bad_parameters_are_invalid_option_errors(bad):
     with pytest.raises(InvalidOptionError, match="synthetic"):
+        flat_batch(3, **bad)
+
+
+@pytest.mark.parametrize("bad", [{"groups": "striped"}, {"values": "cauchy"}])
+def test_unknown_kinds_are_invalid_option_errors(bad):
+    with pytest.raises(InvalidOptionError, match=f"synthetic: `{next(iter(bad))}` must be"):
         flat_batch(3, **bad)
 
 
