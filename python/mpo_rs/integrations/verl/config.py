@@ -168,7 +168,7 @@ class _Reader:
             if value is None:
                 continue
             table_default = default(_OWNER[option], option)
-            if not isinstance(value, (bool, str)) and value == table_default:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == table_default:
                 continue  # a shared config may spell out a default
             used = ", ".join(sorted(self.used | {"whiten"}))
             raise InvalidOptionError(
@@ -233,7 +233,7 @@ def _group(read: _Reader, leave_one_out: bool) -> Estimator:
     1 / (std + ``algorithm.mpo.eps``) unless ``algorithm.norm_adv_by_std_in_grpo=false``
     (Dr. GRPO)."""
     if leave_one_out:
-        return read.build("grpo", leave_one_out=("", True))
+        return read.build("grpo", leave_one_out=("adv_estimator", True))
     key, norm_std = read.norm_std()
     if not norm_std:
         return read.build("grpo", norm_std=(key, False))
