@@ -561,6 +561,18 @@ def test_mpo_loss_needs_the_actor_config():
         plugin.compute_policy_loss_mpo(old, new, adv, mask, "token-mean", actor_config(dual=1.0))
 
 
+def test_mpo_loss_refuses_a_string_clip_ratio():
+    """Strings are refused for every key of the plug-in's config (a YAML override's
+    "0.3"), not converted with float()."""
+    new, old, adv, mask = loss_inputs(25)
+    for key in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c"):
+        config = OmegaConf.create({"clip_ratio": 0.2, key: "0.3"})
+        with pytest.raises(plugin.InvalidConfigError, match=rf"`actor_rollout_ref\.actor\.{key}` must be a number"):
+            plugin.compute_policy_loss_mpo(old, new, adv, mask, "token-mean", config)
+    with pytest.raises(mpo_rs.InvalidRolloutError, match="`log_prob` must be padded"):
+        plugin.compute_policy_loss_mpo(old[0], new[0], adv[0], mask[0], "token-mean", actor_config())
+
+
 def test_mpo_loss_takes_bf16_log_probs():
     new, old, adv, mask = loss_inputs(25)
     loss, grad, _ = loss_and_grad(
