@@ -238,10 +238,10 @@ def test_unusable_options_raise_invalid_option_error(kw, pattern):
         with_advantages(to_table(make_log(3)), **kw)
 
 
-def test_non_tables_are_type_errors():
-    with pytest.raises(TypeError, match="PyCapsule"):
+def test_non_tables_are_invalid_batch_errors():
+    with pytest.raises(_native.InvalidBatchError, match="PyCapsule"):
         with_advantages([1, 2, 3])
-    with pytest.raises(TypeError, match="struct"):
+    with pytest.raises(_native.InvalidBatchError, match="struct"):
         with_advantages(pa.chunked_array([[1, 2]]))
 
 

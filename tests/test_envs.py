@@ -3,6 +3,7 @@ vector wrapper, the oracles, random-policy success against chance_success, bad i
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from pathlib import Path
@@ -186,6 +187,50 @@ def test_vector_env_groups_share_a_seed_and_key_door_runs_full_length():
         _, rewards, dones = vec.step(actions)
         assert dones.all() == (turn == env.max_turns - 1)
     assert rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def _states(vec: VectorEnv):
+    return vec.done.tolist(), vec.turns.tolist(), [copy.deepcopy(vars(env)) for env in vec.envs]
+
+
+def test_vector_env_reset_with_a_bad_seed_changes_nothing():
+    """Defect 9: `reset([5, -1, 6])` mid-episode raised, but env 0 had already been reset,
+    so the next step mixed a new episode with running ones. Reset is all or nothing."""
+    vec = VectorEnv(GuessNumber, 3)
+    vec.reset([1, 2, 3])
+    vec.step([[19, 0], [19, 0], [19, 0]])  # a not-a-number guess: every episode keeps running
+    before = _states(vec)
+    for seeds in ([5, -1, 6], [5, 6, "7"], [5, 6, 1.5], [5, 6, None]):
+        with pytest.raises(InvalidConfigError, match=r"VectorEnv env (1|2): GuessNumber.reset: seed must be"):
+            vec.reset(seeds)
+        assert _states(vec) == before
+    with pytest.raises(InvalidConfigError, match="seeds must be a sequence"):
+        vec.reset(5)
+    assert _states(vec) == before
+    # The running episodes go on where they were: after turn 1 of 6.
+    assert vec.turns.tolist() == [1, 1, 1] and not vec.done.any()
+    assert vec.step([[19, 0], [19, 0], [19, 0]])[0] == [[19], [19], [19]]
+    assert vec.turns.tolist() == [2, 2, 2]
+
+
+def test_vector_env_reset_failing_inside_an_env_leaves_no_episode_running():
+    class Fussy(GuessNumber):
+        def reset(self, seed: int) -> list[int]:
+            if seed == 13:
+                raise RuntimeError("unlucky seed")
+            return super().reset(seed)
+
+    vec = VectorEnv(Fussy, 2)
+    vec.reset([1, 2])
+    with pytest.raises(RuntimeError, match="unlucky seed") as caught:
+        vec.reset([5, 13])
+    assert any("VectorEnv env 1 (Fussy).reset(13)" in note for note in caught.value.__notes__)
+    # Env 0 was reset already: no episode counts as running, so no step can mix them.
+    assert vec.done.all() and vec.turns.tolist() == [0, 0]
+    with pytest.raises(InvalidRolloutError, match="env 0 has no episode running"):
+        vec.step([[0, 0], [0, 0]])
+    vec.reset([5, 6])
+    assert not vec.done.any()
 
 
 def test_vector_env_bad_input():

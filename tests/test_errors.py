@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -69,13 +72,14 @@ def test_options_out_of_range_are_invalid_option_errors(fn, kw):
         (dict(lam=float("nan")), r"`lam` = NaN is out of range"),
     ],
 )
-def test_bad_batches_raise_value_errors_naming_the_place(fn, kw, pattern):
-    with pytest.raises(ValueError, match=pattern):
+def test_bad_batches_raise_typed_errors_naming_the_place(fn, kw, pattern):
+    expected = mpo_rs.InvalidOptionError if "out of range" in pattern else mpo_rs.InvalidBatchError
+    with pytest.raises(expected, match=pattern):
         call(fn, **kw)
 
 
 def test_neither_rewards_nor_scores():
-    with pytest.raises(ValueError, match="exactly one of `rewards`"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match="exactly one of `rewards`"):
         mpo_rs.mae_advantages(VALUES, MASK, OFFSETS)
 
 
@@ -88,12 +92,12 @@ def test_neither_rewards_nor_scores():
     ],
 )
 def test_mae_only_parameters(kw, pattern):
-    with pytest.raises(ValueError, match=pattern):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=pattern):
         call(mpo_rs.mae_advantages, **kw)
 
 
 def test_length_adaptive_alpha_must_be_positive():
-    with pytest.raises(ValueError, match="length_adaptive_alpha"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match="length_adaptive_alpha"):
         call(mpo_rs.gae_advantages, length_adaptive_alpha=0.0)
 
 
@@ -108,14 +112,14 @@ def test_length_adaptive_alpha_must_be_positive():
         (dict(values=object()), r"`values`"),
     ],
 )
-def test_wrong_kind_of_array_is_a_type_error(fn, kw, pattern):
-    with pytest.raises(TypeError, match=pattern):
+def test_wrong_kind_of_array_is_an_invalid_batch_error(fn, kw, pattern):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=pattern):
         call(fn, **kw)
 
 
 @pytest.mark.parametrize("fn", ESTIMATORS)
 def test_two_dimensional_input_is_rejected(fn):
-    with pytest.raises(ValueError, match=r"`values` must be 1-D"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`values` must be 1-D"):
         call(fn, values=np.zeros((2, 3), np.float32))
 
 
@@ -134,27 +138,27 @@ def test_the_first_bad_trajectory_is_reported_whatever_the_threads():
     mask = np.ones(4 * n, bool)
     values = np.zeros(4 * n, np.float32)
     values[[4 * 1500 + 1, 4 * 700 + 2, 4 * 1999]] = np.nan
-    with pytest.raises(ValueError, match=r"token 2802 \(trajectory 700, position 2\)"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"token 2802 \(trajectory 700, position 2\)"):
         mpo_rs.mae_advantages(values, mask, offsets, scores=np.zeros(n, np.float32))
 
 
 def test_group_errors():
-    with pytest.raises(ValueError, match=r"`group_ids` has length 2, expected 3"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`group_ids` has length 2, expected 3"):
         mpo_rs.group_advantages(np.zeros(3), [1, 2])
-    with pytest.raises(ValueError, match=r"`scores` is not finite \(NaN\) at trajectory 1"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`scores` is not finite \(NaN\) at trajectory 1"):
         mpo_rs.group_advantages([1.0, np.nan], [0, 0])
-    with pytest.raises(ValueError, match=r"`eps` = -1"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`eps` = -1"):
         mpo_rs.group_advantages([1.0, 2.0], [0, 0], eps=-1.0)
-    with pytest.raises(ValueError, match=r"`group_ids` must be 1-D"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`group_ids` must be 1-D"):
         mpo_rs.group_advantages([1.0, 2.0], [[0, 0]])
-    with pytest.raises(ValueError, match=r"`group_ids` is nan at trajectory 0"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`group_ids` is nan at trajectory 0"):
         mpo_rs.group_advantages([1.0, 2.0], [np.nan, 0.0])
 
 
 def test_segment_turns_errors():
-    with pytest.raises(ValueError, match=r"`offsets` overruns"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`offsets` overruns"):
         mpo_rs.segment_turns(MASK, [0, 7])
-    with pytest.raises(TypeError, match=r"`offsets` must be an integer array"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`offsets` must be an integer array"):
         mpo_rs.segment_turns(MASK, [0.0, 6.0])
 
 
@@ -216,3 +220,45 @@ def test_float64_beyond_float32_is_named_with_its_value_and_no_warning(fn):
         assert float32(np.array([3.4028235e38, -1e-300]), "values").tolist() == [np.finfo(np.float32).max, -0.0]
         with pytest.raises(mpo_rs.InvalidBatchError, match=r"`values` is not finite \(inf\) at token 4"):
             call(fn, values=np.where(np.arange(6) == 4, np.inf, VALUES.astype(np.float64)))
+
+
+# --------------------------------------------------------------------------- typed errors only
+
+PACKAGE = Path(mpo_rs.__file__).resolve().parent
+
+# Files still raising plain ValueError / TypeError, being moved to mpo_rs.exceptions by
+# other parts of issue 18 (the learner's modules, reproduce/). Remove each entry when its
+# file is clean; the list should end empty.
+PLAIN_ERRORS_PENDING = {
+    "torch/learner.py",
+    "torch/batch.py",
+    "torch/critic.py",
+    "torch/models.py",
+    "reproduce/config.py",
+    "reproduce/run.py",
+}
+
+
+def plain_raises(path: Path) -> list[str]:
+    """``raise ValueError(...)`` / ``raise TypeError`` statements of a module, as file:line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id in ("ValueError", "TypeError"):
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_no_plain_value_or_type_error_on_a_public_path():
+    """Deliverable 3 of issue 18: every error mpo_rs raises is one of mpo_rs.exceptions
+    (all ValueError subclasses, so `except ValueError` keeps working), which says whether
+    the data, an option or a configuration is at fault."""
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert len(modules) > 20
+    plain = [hit for path in modules for hit in plain_raises(path)]
+    pending = [hit for hit in plain if hit.split(":")[0] in PLAIN_ERRORS_PENDING]
+    assert [hit for hit in plain if hit not in pending] == []
+    # The allow-list names only files that exist and still need it.
+    for name in PLAIN_ERRORS_PENDING:
+        assert (PACKAGE / name).is_file(), name

@@ -326,37 +326,123 @@ def test_critic_estimators_without_values_say_how_to_get_them():
 
 
 def test_option_defaults_are_the_options_table():
-    options = plugin.MPOOptions()
-    mae = mpo_rs.Estimator("mae").options
-    assert (options.lam, options.lam_intra, options.beta, options.lam_critic) == (
-        mae["lam"],
-        mae["lam_intra"],
-        mae["beta"],
-        mae["lam_critic"],
-    )
-    assert options.eps == mpo_rs.Estimator("grpo").options["eps"]
-    # Every numeric option is type-checked; `beta` above, each of the others here.
+    # The plug-in declares no default of the table's: an empty section builds the table's
+    # estimators (verl's own keys at verl's defaults).
+    assert plugin.MPOOptions() == plugin.MPOOptions.from_config(algo_config())
+    mae = plugin.estimator_options("mpo_mae", algo_config())
+    assert mae.estimator == mpo_rs.Estimator("mae", gamma=1.0) and mae.whiten is False and mae.group is None
+    assert plugin.estimator_options("mpo_grpo", algo_config()).estimator == mpo_rs.Estimator("grpo")
+    gae = plugin.estimator_options("mpo_gae", None)
+    assert gae.estimator == mpo_rs.Estimator("gae", gamma=1.0, lam=1.0, lam_critic=1.0) and gae.whiten is True
+    mae_rloo = plugin.estimator_options("mpo_mae_rloo", None)
+    assert mae_rloo.group == mpo_rs.Estimator("grpo", leave_one_out=True)
+    # Every numeric option is judged by the table; the error names the config key.
     rewards, values, mask, uid = rollout_batch(15)
-    for name in ("lam", "lam_intra", "lam_critic", "eps"):
-        with pytest.raises(plugin.InvalidConfigError, match=rf"`algorithm\.mpo\.{name}` must be a number"):
+    for name in ("lam", "lam_intra", "lam_critic", "beta"):
+        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`algorithm\.mpo\.{name}`.*takes a float, got str"):
             plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(**{name: "high"}), uid, values=values)
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.eps`.*takes a float, got str"):
+        plugin.compute_mpo_grpo_advantage(rewards, mask, algo_config(eps="high"), uid)
 
 
 def test_unknown_or_out_of_range_options_are_refused():
     rewards, values, mask, uid = rollout_batch(15)
-    with pytest.raises(plugin.InvalidConfigError, match=r"unknown `algorithm\.mpo` option.*'lam_intr'"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"unknown `algorithm\.mpo` option.*'lam_intr'"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intr=0.9), uid, values=values)
     # Ranges are the Rust estimator's: its error names the option and its domain.
-    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`lam_intra` = 1.5 is out of range: it must be in \[0, 1\]"):
+    with pytest.raises(
+        mpo_rs.InvalidOptionError,
+        match=r"`algorithm\.mpo\.lam_intra` \(adv_estimator mpo_mae\): `lam_intra` = 1.5 is out of range: it must be in \[0, 1\]",
+    ):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(lam_intra=1.5), uid, values=values)
-    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`eps` = 0 is out of range"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.eps`.*`eps` = 0 is out of range"):
         plugin.compute_mpo_mae_grpo_advantage(rewards, mask, algo_config(eps=0.0), uid)
-    with pytest.raises(plugin.InvalidConfigError, match=r"`algorithm\.mpo\.beta` must be a number"):
-        plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(beta="high"), uid, values=values)
-    with pytest.raises(plugin.InvalidConfigError, match=r"`algorithm\.mpo\.whiten` must be true, false or null"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.whiten` .*must be true, false or null"):
         plugin.compute_mpo_gae_advantage(rewards, mask, algo_config(whiten="yes"), uid, values=values)
-    with pytest.raises(ValueError, match="`values` has shape"):
+    with pytest.raises(plugin.InvalidConfigError, match=r"`algorithm\.mpo` must be a mapping"):
+        plugin.compute_mpo_grpo_advantage(rewards, mask, OmegaConf.create({"mpo": 3}), uid)
+    with pytest.raises(mpo_rs.InvalidBatchError, match="`values` has shape"):
         plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(), uid, values=values[:, :-1])
+
+
+def test_a_string_norm_adv_by_std_is_refused_not_read_as_true():
+    """Defect 7: `algorithm.norm_adv_by_std_in_grpo: "false"` (a YAML override's string) was
+    truthy, so the plug-in ran GRPO instead of Dr. GRPO. The table judges the value."""
+    rewards, _, mask, uid = rollout_batch(16)
+    for name in ("mpo_grpo", "mpo_mae_grpo"):
+        fn = plugin._ESTIMATOR_FUNCTIONS[name]
+        for spelling in ("false", "False", "true", "0"):
+            config = algo_config(norm_adv_by_std_in_grpo=spelling)
+            with pytest.raises(
+                mpo_rs.InvalidOptionError, match=r"`algorithm\.norm_adv_by_std_in_grpo` .*takes a bool, got str"
+            ):
+                fn(rewards, mask, config, uid)
+        # The real booleans still select GRPO and Dr. GRPO.
+        dr, _ = fn(rewards, mask, algo_config(norm_adv_by_std_in_grpo=False), uid)
+        grpo, _ = fn(rewards, mask, algo_config(norm_adv_by_std_in_grpo=True), uid)
+        assert not torch.equal(dr, grpo)
+
+
+def test_string_numbers_are_refused_for_every_key():
+    """Defect 12: `algorithm.lam: "0.9"` was accepted (float()) where `mpo.lam: "0.9"` was
+    refused; now every key's value is the table's to judge, and a string is refused."""
+    rewards, values, mask, uid = rollout_batch(17)
+    cases = [
+        ("mpo_gae", OmegaConf.create({"lam": "0.9"}), "algorithm.lam"),
+        ("mpo_gae", OmegaConf.create({"gamma": "0.9"}), "algorithm.gamma"),
+        ("mpo_mae", OmegaConf.create({"gamma": "1"}), "algorithm.gamma"),
+        ("mpo_mae", algo_config(lam="0.9"), "algorithm.mpo.lam"),
+        ("mpo_mae_grpo", algo_config(beta="0"), "algorithm.mpo.beta"),
+    ]
+    for name, config, key in cases:
+        kwargs = {"values": values} if name in plugin.CRITIC_ESTIMATORS else {}
+        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`{key}` \(adv_estimator {name}\).*got str"):
+            plugin._ESTIMATOR_FUNCTIONS[name](rewards, mask, config, uid, **kwargs)
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.lam`.*got str"):
+        plugin.compute_gae_advantage_return(rewards, values, mask, 1.0, "0.9")
+
+
+def test_a_null_verl_key_means_verls_default():
+    """Defect 12: `algorithm.lam: null` raised a raw TypeError (float(None))."""
+    rewards, values, mask, uid = rollout_batch(18)
+    nulls = OmegaConf.create({"gamma": None, "lam": None, "norm_adv_by_std_in_grpo": None, "mpo": {"lam": None}})
+    defaults = OmegaConf.create({})
+    for name, fn in plugin._ESTIMATOR_FUNCTIONS.items():
+        kwargs = {"values": values} if name in plugin.CRITIC_ESTIMATORS else {}
+        got = fn(rewards, mask, nulls, uid, **kwargs)
+        want = fn(rewards, mask, defaults, uid, **kwargs)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), name
+
+
+def test_an_option_the_estimator_does_not_use_is_refused_unless_default():
+    """Defect 12: `mpo.eps=0` was refused for `mpo_rloo` (which never uses eps) by a range
+    check, while `mpo.lam=1.5` under `mpo_grpo` was silently ignored. Now a non-default
+    value of an `algorithm.mpo` option the estimator does not use is refused, saying so;
+    the default written out is accepted (a shared config may spell it)."""
+    rewards, values, mask, uid = rollout_batch(19)
+    refused = [
+        ("mpo_rloo", algo_config(eps=0.0), "eps"),
+        ("mpo_rloo", algo_config(eps=1e-3), "eps"),
+        ("mpo_grpo", algo_config(lam=1.5), "lam"),
+        ("mpo_grpo", algo_config(lam=0.5), "lam"),
+        ("mpo_grpo", algo_config(eps=1e-3, norm_adv_by_std_in_grpo=False), "eps"),  # Dr. GRPO: no std
+        ("mpo_mae_rloo", algo_config(eps=1e-3), "eps"),
+        ("mpo_mae_grpo", algo_config(lam_critic=0.5), "lam_critic"),
+        ("mpo_mae", algo_config(eps=1e-3), "eps"),
+        ("mpo_gae", algo_config(lam=0.5), "lam"),
+    ]
+    for name, config, option in refused:
+        kwargs = {"values": values} if name in plugin.CRITIC_ESTIMATORS else {}
+        with pytest.raises(
+            mpo_rs.InvalidOptionError, match=rf"`algorithm\.mpo\.{option}` = .* does not apply to adv_estimator {name}"
+        ):
+            plugin._ESTIMATOR_FUNCTIONS[name](rewards, mask, config, uid, **kwargs)
+    table = mpo_rs.Estimator("mae").options
+    spelled = algo_config(eps=1e-6, lam=table["lam"], lam_critic=table["lam_critic"], whiten=False)
+    for name in ("mpo_rloo", "mpo_grpo", "mpo_mae_rloo"):
+        got = plugin._ESTIMATOR_FUNCTIONS[name](rewards, mask, spelled, uid)
+        want = plugin._ESTIMATOR_FUNCTIONS[name](rewards, mask, algo_config(), uid)
+        assert torch.equal(got[0], want[0]), name
 
 
 # --------------------------------------------------------------------------- the mpo loss
@@ -475,6 +561,18 @@ def test_mpo_loss_needs_the_actor_config():
         plugin.compute_policy_loss_mpo(old, new, adv, mask, "token-mean", actor_config(dual=1.0))
 
 
+def test_mpo_loss_refuses_a_string_clip_ratio():
+    """Strings are refused for every key of the plug-in's config (a YAML override's
+    "0.3"), not converted with float()."""
+    new, old, adv, mask = loss_inputs(25)
+    for key in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c"):
+        config = OmegaConf.create({"clip_ratio": 0.2, key: "0.3"})
+        with pytest.raises(plugin.InvalidConfigError, match=rf"`actor_rollout_ref\.actor\.{key}` must be a number"):
+            plugin.compute_policy_loss_mpo(old, new, adv, mask, "token-mean", config)
+    with pytest.raises(mpo_rs.InvalidRolloutError, match="`log_prob` must be padded"):
+        plugin.compute_policy_loss_mpo(old[0], new[0], adv[0], mask[0], "token-mean", actor_config())
+
+
 def test_mpo_loss_takes_bf16_log_probs():
     new, old, adv, mask = loss_inputs(25)
     loss, grad, _ = loss_and_grad(
@@ -508,8 +606,10 @@ def test_values_hook_feeds_the_critic_to_mpo_estimators_through_verls_compute_ad
     torch.testing.assert_close(out.batch["advantages"], want)
     torch.testing.assert_close(out.batch["returns"], want_ret)
 
-    out = ray_trainer.compute_advantage(batch(True), adv_estimator="mpo_gae", gamma=1.0, lam=0.95, config=config)
-    verl_gae = ray_trainer.compute_advantage(batch(True), adv_estimator="gae", gamma=1.0, lam=0.95, config=config)
+    # mpo_gae refuses MAE's options (they do not apply to it): its own config.
+    gae_config = OmegaConf.create({"gamma": 1.0, "lam": 0.95})
+    out = ray_trainer.compute_advantage(batch(True), adv_estimator="mpo_gae", gamma=1.0, lam=0.95, config=gae_config)
+    verl_gae = ray_trainer.compute_advantage(batch(True), adv_estimator="gae", gamma=1.0, lam=0.95, config=gae_config)
     torch.testing.assert_close(
         on_llm_tokens(out.batch["advantages"], mask),
         on_llm_tokens(verl_gae.batch["advantages"], mask),
@@ -653,13 +753,14 @@ def test_v1_trainer_mpo_grpo_equals_grpo_on_uneven_multi_output_sessions(v1_util
 
 def test_v1_trainer_gives_the_other_estimators_one_rollout_per_output_as_verl_does(v1_utils):
     rewards, values, mask, uid, keys = sessions_batch(42)
-    config = algo_config(lam=0.8, beta=0.5)
+    config = algo_config(lam=0.8, beta=0.5)  # MAE's options: the other estimators refuse them
     # verl groups sessions only for grpo: its rloo (and so mpo_rloo) counts every output.
-    want, _ = v1_advantages(v1_utils, "rloo", rewards, mask, uid, keys, config)
-    got, _ = v1_advantages(v1_utils, "mpo_rloo", rewards, mask, uid, keys, config)
+    want, _ = v1_advantages(v1_utils, "rloo", rewards, mask, uid, keys, algo_config())
+    got, _ = v1_advantages(v1_utils, "mpo_rloo", rewards, mask, uid, keys, algo_config())
     torch.testing.assert_close(got, want.float(), rtol=1e-5, atol=1e-5)
     # The MAE family and mpo_gae: each output its own trajectory, as called directly.
     for name in ("mpo_mae_grpo", "mpo_mae_rloo", "mpo_mae", "mpo_gae"):
+        config = algo_config() if name == "mpo_gae" else algo_config(lam=0.8, beta=0.5)
         fn = core_algos.get_adv_estimator_fn(name)
         critic = name in plugin.CRITIC_ESTIMATORS
         want, want_ret = fn(rewards, mask, config, uid, **({"values": values} if critic else {}))
@@ -779,4 +880,7 @@ def test_the_verl_example_config_matches_verls_config_and_the_plugin():
     algorithm = OmegaConf.create(example["algorithm"])
     assert algorithm.adv_estimator in plugin.ESTIMATORS
     assert example["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] in plugin.LOSS_MODES
-    assert plugin.MPOOptions.from_config(algorithm) == plugin.MPOOptions(whiten=False)
+    options = plugin.estimator_options(algorithm.adv_estimator, algorithm)
+    mpo = dict(example["algorithm"]["mpo"])
+    assert options.whiten is mpo.pop("whiten") is False
+    assert options.estimator == mpo_rs.Estimator("mae", gamma=example["algorithm"]["gamma"], **mpo)

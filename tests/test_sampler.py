@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from mpo_rs import estimators  # noqa: E402
+from mpo_rs import InvalidConfigError, InvalidOptionError, InvalidRolloutError, estimators  # noqa: E402
 from mpo_rs.learner import Learner, LearnerConfig, token_log_probs, token_values  # noqa: E402
 from mpo_rs.torch.critic import value_head_critic  # noqa: E402
 from mpo_rs.torch.models import TinyCausalLM, tiny_hf_model  # noqa: E402
@@ -364,27 +364,27 @@ class OutOfVocabEnv(EchoEnv):
 
 def test_bad_input_is_a_clear_error():
     policy = make_policy("tiny")
-    with pytest.raises(ValueError, match="empty observation at turn 1"):
+    with pytest.raises(InvalidRolloutError, match="empty observation at turn 1"):
         sample(policy, EmptyObservationEnv, [2])
-    with pytest.raises(ValueError, match=r"token 15 outside the vocabulary \[0, 12\)"):
+    with pytest.raises(InvalidRolloutError, match=r"token 15 outside the vocabulary \[0, 12\)"):
         sample(policy, OutOfVocabEnv, [0])
-    with pytest.raises(ValueError, match="one per episode, 4"):
+    with pytest.raises(InvalidConfigError, match="one per episode, 4"):
         sample(policy, [EchoEnv()], [0, 1], group_size=2)
-    with pytest.raises(TypeError, match="factory"):
+    with pytest.raises(InvalidConfigError, match="factory"):
         sample(policy, EchoEnv(), [0])
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(InvalidOptionError, match="temperature"):
         sample(policy, EchoEnv, [0], temperature=0.0)
-    with pytest.raises(ValueError, match="group_size"):
+    with pytest.raises(InvalidOptionError, match="group_size"):
         sample(policy, EchoEnv, [0], group_size=0)
-    with pytest.raises(ValueError, match="seeds"):
+    with pytest.raises(InvalidOptionError, match="seeds"):
         sample(policy, EchoEnv, [-1])
-    with pytest.raises(ValueError, match="use_cache"):
+    with pytest.raises(InvalidOptionError, match="use_cache"):
         sample(policy, EchoEnv, [0], use_cache="yes")
-    with pytest.raises(ValueError, match="stop_token 99"):
+    with pytest.raises(InvalidOptionError, match="stop_token 99"):
         sample(policy, EchoEnv, [0], stop_token=99)
-    with pytest.raises(TypeError, match="use_cache=False"):
+    with pytest.raises(InvalidOptionError, match="use_cache=False"):
         sample(FixedLogits([0.0] * VOCAB), EchoEnv, [0], use_cache=True)
-    with pytest.raises(ValueError, match="vocab_size 12, more than the policy's 8"):
+    with pytest.raises(InvalidConfigError, match="vocab_size 12, more than the policy's 8"):
         sample(TinyCausalLM(8), EchoEnv, [0])
     with pytest.raises(ValueError, match="unknown kind"):
         tiny_hf_model(VOCAB, kind="bert")
@@ -400,7 +400,7 @@ def test_auto_falls_back_when_the_model_returns_no_cache():
     env = EchoEnv()
     out = sample(policy, [env], [1])
     assert not out.stats.used_cache and env.actions == [[3, 4, 3], [3, 4, 3]]
-    with pytest.raises(TypeError, match="returned no past_key_values"):
+    with pytest.raises(InvalidRolloutError, match="returned no past_key_values"):
         sample(policy, EchoEnv, [1], use_cache=True)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpo_rs import synthetic
+from mpo_rs import InvalidOptionError, synthetic
 from mpo_rs.synthetic import FlatBatch, flat_batch
 
 FIELDS = ("values", "mask", "offsets", "rewards", "scores", "group_ids", "trajectory_ids", "token_ids", "old_logprobs")
@@ -99,8 +99,14 @@ def test_options_that_change_values_and_scores():
 
 
 @pytest.mark.parametrize("bad", [{"turns": 0}, {"turn_len": (3, 2)}, {"obs_len": (-1, 2)}, {"score_levels": 1}])
-def test_bad_parameters_are_value_errors(bad):
-    with pytest.raises(ValueError, match="synthetic"):
+def test_bad_parameters_are_invalid_option_errors(bad):
+    with pytest.raises(InvalidOptionError, match="synthetic"):
+        flat_batch(3, **bad)
+
+
+@pytest.mark.parametrize("bad", [{"groups": "striped"}, {"values": "cauchy"}])
+def test_unknown_kinds_are_invalid_option_errors(bad):
+    with pytest.raises(InvalidOptionError, match=f"synthetic: `{next(iter(bad))}` must be"):
         flat_batch(3, **bad)
 
 
@@ -196,7 +202,7 @@ def test_parquet_split_into_files(tmp_path):
         assert_round_trip(t, b, first)
         first += rows
     assert len(synthetic.write_parquet(tmp_path / "even", b, files=3).paths) == 3
-    with pytest.raises(ValueError, match="do not add up"):
+    with pytest.raises(InvalidOptionError, match="do not add up"):
         synthetic.write_parquet(tmp_path / "bad", b, files=(10, 10))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -137,22 +139,108 @@ def test_observation_rewards_are_refused_dropped_or_credited():
     credited_rewards[row, last] += 2.0
     credited, _ = mt.mae_advantages(values, mask, moved, observation_rewards="credit")
     torch.testing.assert_close(credited, mt.mae_advantages(values, mask, credited_rewards)[0], rtol=0, atol=0)
-    with pytest.raises(ValueError, match="observation_rewards"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match="observation_rewards"):
         mt.mae_advantages(values, mask, moved, observation_rewards="keep")
 
 
 def test_bad_inputs_name_the_argument():
     values, mask, rewards, scores, _ = padded_batch(7)
-    with pytest.raises(ValueError, match="`values` has shape"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`values` has shape \(6, 19\), expected \(6, 20\)"):
         mt.mae_advantages(values[:, :-1], mask, rewards)
-    with pytest.raises(TypeError, match=r"`response_mask` must be a torch\.Tensor"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`response_mask` must be a torch\.Tensor, got numpy\.ndarray"):
         mt.gae_advantages(values, mask.numpy(), rewards)
-    with pytest.raises(ValueError, match="`response_mask` must be padded"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match="`response_mask` must be padded"):
         mt.gae_advantages(values, mask.reshape(-1), rewards)
-    with pytest.raises(ValueError, match=r"`scores` has shape \(5,\)"):
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`scores` has shape \(5,\)"):
         mt.mae_advantages(values, mask, scores=scores[:-1])
     with pytest.raises(mpo_rs.InvalidBatchError, match="exactly one"):
         mt.mae_advantages(values, mask)
+
+
+def test_shape_and_kind_errors_are_typed_and_name_the_argument():
+    """Defect 12: a shape mismatch raised a plain ValueError, numpy arrays a raw
+    AttributeError, and (4, 2) scores were flattened (and (8, 2) reported as shape (16,))."""
+    values, mask, rewards, scores, groups = padded_batch(7)
+    rows = mask.shape[0]
+    for fn, args, name in [
+        (mt.mae_advantages, (values.numpy(), mask, rewards), "values"),
+        (mt.mae_advantages, (values, mask, rewards.numpy()), "token_level_rewards"),
+        (mt.gae_advantages, (values, mask.numpy(), rewards), "response_mask"),
+        (mt.group_advantages, (rewards.numpy(), mask, groups), "token_level_rewards"),
+    ]:
+        with pytest.raises(mpo_rs.InvalidBatchError, match=rf"`{name}` must be a torch\.Tensor, got numpy\.ndarray"):
+            fn(*args)
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`advantages` must be a torch\.Tensor"):
+        mt.whiten(rewards.numpy(), mask)
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`token_level_rewards` has shape"):
+        mt.group_advantages(rewards[:, 1:], mask, groups)
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`mask` has shape"):
+        mt.whiten(rewards, mask[:, 1:])
+    half = scores[: rows // 2 * 2].reshape(rows // 2, 2)
+    for bad in (half, torch.ones(rows, 2), torch.ones(2 * rows, 2)):
+        with pytest.raises(
+            mpo_rs.InvalidBatchError, match=r"`scores` must be 1-D.*shape " + re.escape(str(tuple(bad.shape)))
+        ):
+            mt.group_advantages(None, mask, groups, scores=bad)
+        with pytest.raises(mpo_rs.InvalidBatchError, match=r"`scores` must be 1-D"):
+            mt.mae_advantages(values, mask, scores=bad)
+
+
+def test_float64_beyond_float32_is_named_not_called_not_finite():
+    """Defect 12: 1e300 in a float64 tensor became inf and was reported as "not finite"."""
+    values, mask, rewards, scores, groups = padded_batch(8)
+    huge = values.double()
+    huge[2, 3] = 1e300
+    with pytest.raises(
+        mpo_rs.InvalidBatchError, match=r"`values`: 1e300 at row 2, column 3 is outside float32's range"
+    ):
+        mt.mae_advantages(huge, mask, rewards)
+    big_rewards = rewards.double()
+    big_rewards[1, 0] = -1e300
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`token_level_rewards`: -1e300 at row 1, column 0 is outside"):
+        mt.group_advantages(big_rewards, mask, groups)
+    big_scores = torch.from_numpy(scores).double()
+    big_scores[4] = 1e300
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"`scores`: 1e300 at trajectory 4 is outside float32's range"):
+        mt.group_advantages(None, mask, groups, scores=big_scores)
+    # A real inf (on a policy token) is still the estimator's "not finite".
+    huge = values.double()
+    row, col = mask.nonzero()[0].tolist()
+    huge[row, col] = float("inf")
+    with pytest.raises(mpo_rs.InvalidBatchError, match="not finite"):
+        mt.mae_advantages(huge, mask, rewards)
+
+
+def test_a_mask_that_is_not_0_or_1_is_refused():
+    """Defect 10: a NaN in a padded mask counted as a policy token (NaN != 0)."""
+    values, mask, rewards, _, groups = padded_batch(9)
+    for bad_value in (float("nan"), 2.0, -1.0, 0.5):
+        bad = mask.float()
+        bad[1, 4] = bad_value
+        with pytest.raises(mpo_rs.InvalidBatchError, match=r"`response_mask` must hold 0 or 1.* at row 1, column 4"):
+            mt.mae_advantages(values, bad, rewards * mask)
+        with pytest.raises(mpo_rs.InvalidBatchError, match=r"`mask` must hold 0 or 1.* at row 1, column 4"):
+            mt.whiten(values, bad)
+    ints = mask.to(torch.int64)
+    ints[0, 0] = 3
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"found 3 at row 0, column 0"):
+        mt.group_advantages(rewards, ints, groups)
+    # 0/1 masks of every dtype give the bool mask's numbers.
+    want = mt.mae_advantages(values, mask, rewards)
+    for dtype in (torch.uint8, torch.int32, torch.float16, torch.bfloat16, torch.float64):
+        got = mt.mae_advantages(values, mask.to(dtype), rewards)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), dtype
+
+
+def test_whiten_of_integers_is_not_truncated():
+    """Defect 10: whiten on an int tensor truncated ([1, 2, 4] -> [0, 0, 1]); integers are
+    whitened as numbers and give float32, as verl's masked_whiten."""
+    adv = torch.tensor([[1, 2, 4, 7]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    got = mt.whiten(adv, mask)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, mt.whiten(adv.float(), mask), rtol=0, atol=0)
+    assert got[0, 3] == 0 and got[0, 0] < got[0, 1] < 0 < got[0, 2]
 
 
 # --------------------------------------------------------------------------- whitening

@@ -2,7 +2,7 @@
 
 Contiguous arrays of the right dtype pass through untouched (no copy); anything numpy can
 view -- float64, strided slices, torch CPU tensors, Arrow arrays -- is converted. The
-wrong *kind* of input raises TypeError, the wrong shape ValueError; both name the argument.
+wrong kind, dtype or shape of input raises ``InvalidBatchError`` naming the argument.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
     device = getattr(x, "device", None)
     if device is not None and hasattr(x, "detach"):  # a torch tensor
         if getattr(device, "type", "cpu") != "cpu":
-            raise TypeError(
+            raise InvalidBatchError(
                 f"`{name}` is a tensor on {device}; the estimators read host memory, pass `{{name}}.cpu()`".replace(
                     "{name}", name
                 )
@@ -35,7 +35,7 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
     try:
         return np.asarray(x)
     except (TypeError, ValueError, RuntimeError) as e:
-        raise TypeError(f"`{name}` cannot be read as an array: {e}") from None
+        raise InvalidBatchError(f"`{name}` cannot be read as an array: {e}") from None
 
 
 def _one_dim(arr: np.ndarray, name: str) -> None:
@@ -50,7 +50,7 @@ _PER_TRAJECTORY = frozenset({"scores", "per_trajectory"})
 def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
     arr = as_numpy(x, name)
     if arr.dtype.kind not in "fiub":
-        raise TypeError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
+        raise InvalidBatchError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
     _one_dim(arr, name)
     if arr.dtype.kind != "f" or arr.dtype.itemsize <= 4:
         return np.ascontiguousarray(arr, dtype=np.float32)  # integers and halves always fit
@@ -75,7 +75,7 @@ def _number(x: Any) -> str:
 def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
     arr = as_numpy(x, name)
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"`{name}` must be an integer array, got dtype {arr.dtype}")
+        raise InvalidBatchError(f"`{name}` must be an integer array, got dtype {arr.dtype}")
     _one_dim(arr, name)
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         raise InvalidBatchError(f"`{name}` holds values beyond int64")
@@ -92,7 +92,7 @@ def mask_u8(x: Any, name: str = "mask") -> npt.NDArray[np.uint8]:
     if arr.dtype == np.uint8:
         return np.ascontiguousarray(arr)  # the core checks for values other than 0/1
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"`{name}` must be a bool or 0/1 integer array, got dtype {arr.dtype}")
+        raise InvalidBatchError(f"`{name}` must be a bool or 0/1 integer array, got dtype {arr.dtype}")
     bad = np.flatnonzero((arr != 0) & (arr != 1))
     if bad.size:
         raise InvalidBatchError(f"`{name}` must hold 0 or 1, found {arr[bad[0]].item()!r} at token {bad[0]}")

@@ -98,7 +98,9 @@ def with_advantages(
         return pa.RecordBatch.from_arrays([*table.columns, *new], schema=schema)
     if isinstance(table, pa.ChunkedArray):
         if not pa.types.is_struct(table.type):
-            raise TypeError(f"a ChunkedArray must be of struct type, one field per column of the log; got {table.type}")
+            raise InvalidBatchError(
+                f"a ChunkedArray must be of struct type, one field per column of the log; got {table.type}"
+            )
         return _with_advantages_struct_chunks(pa, table, est, columns)
     if hasattr(table, "__arrow_c_stream__") or hasattr(table, "__arrow_c_array__"):
         return with_advantages(
@@ -110,7 +112,7 @@ def with_advantages(
             score_col=score_col,
             group_col=group_col,
         )
-    raise TypeError(
+    raise InvalidBatchError(
         "expected a pyarrow Table/RecordBatch/ChunkedArray, a polars DataFrame/Series, or an "
         f"object with the Arrow PyCapsule interface; got {type(table).__name__}"
     )
@@ -189,7 +191,7 @@ def _module_of(obj: Any, name: str) -> Any:
     if isinstance(obj, (module.DataFrame, module.Series)):
         return module
     if hasattr(module, "LazyFrame") and isinstance(obj, module.LazyFrame):
-        raise TypeError("a polars LazyFrame has no data yet; pass `lazy_frame.collect()`")
+        raise InvalidBatchError("a polars LazyFrame has no data yet; pass `lazy_frame.collect()`")
     return None
 
 
@@ -214,7 +216,9 @@ def _compute(data: Any, estimator: Estimator, columns: _Columns) -> Any:
 def _with_advantages_polars(pl: Any, frame: Any, names: list[str], estimator: Estimator, columns: _Columns) -> Any:
     if isinstance(frame, pl.Series):
         if not isinstance(frame.dtype, pl.Struct):
-            raise TypeError(f"a polars Series must be a struct, one field per column of the log; got {frame.dtype}")
+            raise InvalidBatchError(
+                f"a polars Series must be a struct, one field per column of the log; got {frame.dtype}"
+            )
         df = frame.struct.unnest()
         return _with_advantages_polars(pl, df, names, estimator, columns).to_struct(frame.name)
     _refuse_existing_outputs(frame.columns)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._native import Estimator
+from ._native import Estimator, InvalidOptionError
 
 __all__ = ["ESTIMATORS", "Estimator", "default", "family_estimators", "option_names", "resolve"]
 
@@ -40,7 +40,7 @@ def resolve(estimator: str | Estimator | None, overrides: dict[str, Any], defaul
             cached = _DEFAULTS[name] = Estimator(name)
         return cached
     if not isinstance(name, str):
-        raise TypeError(f"`estimator` must be a name or an mpo_rs.Estimator, got {type(name).__name__}")
+        raise InvalidOptionError(f"`estimator` must be a name or an mpo_rs.Estimator, got {type(name).__name__}")
     return Estimator(name, **overrides)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._deps import require
+from .exceptions import InvalidOptionError
 
 __all__ = [
     "DEMO",
@@ -165,7 +166,7 @@ def _check_spread(name: str, spread: Spread) -> None:
         else (isinstance(spread, tuple) and len(spread) == 2 and 0 <= spread[0] <= spread[1])
     )
     if not ok:
-        raise ValueError(
+        raise InvalidOptionError(
             f"synthetic: `{name}` must be a mean >= 1 or a range (lo, hi) with 0 <= lo <= hi, got {spread!r}"
         )
 
@@ -185,6 +186,68 @@ def _critic_values(rng: np.random.Generator, runs: list[np.ndarray], scores: np.
     all_lengths = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     values = np.repeat(run_values, all_lengths)
     return (values + rng.normal(0.0, 0.02, size=values.size)).astype(np.float32)
+
+
+def _runs(
+    rng: np.random.Generator,
+    turns: Spread,
+    turn_len: Spread,
+    obs_len: Spread,
+    prompt_len: Spread | None,
+    tail_len: Spread,
+) -> np.ndarray:
+    """One trajectory's run lengths: prompt, turn, observation, turn, ..., turn, tail."""
+    k = _turn_count(rng, turns)
+    context = _lengths(rng, obs_len, max(k, 1))  # the prompt, then the observation after each turn
+    policy = _lengths(rng, turn_len, k)
+    if prompt_len is not None:
+        context[0] = _lengths(rng, prompt_len, 1)[0]
+    lengths = np.zeros(2 * k + 1, np.int64)  # prompt, turn, observation, ..., turn, tail
+    lengths[0 : max(2 * k - 1, 1) : 2] = context
+    lengths[1 : 2 * k : 2] = policy
+    if tail_len != (0, 0):
+        lengths[-1] += _lengths(rng, tail_len, 1)[0]  # without turns, the prompt's run
+    return lengths
+
+
+def _group_ids(
+    rng: np.random.Generator, groups: str, rows: np.ndarray, group_size: int, groups_in_log: int
+) -> np.ndarray:
+    if groups == "contiguous":
+        return rows // group_size
+    if groups == "interleaved":
+        return rows % groups_in_log
+    if groups == "random":
+        return rng.integers(0, groups_in_log, len(rows)).astype(np.int64)
+    raise InvalidOptionError(f"synthetic: `groups` must be contiguous, interleaved or random, got {groups!r}")
+
+
+def _token_values(rng: np.random.Generator, values: str, n_tokens: int) -> np.ndarray:
+    """``uniform`` values in [-1, 1) or ``normal`` ones, float32."""
+    if values == "uniform":
+        token_values = rng.random(n_tokens, dtype=np.float32)
+        token_values *= 2
+        token_values -= 1  # in place: batches reach 10^8 tokens
+        return token_values
+    if values == "normal":
+        out: np.ndarray = rng.standard_normal(n_tokens, dtype=np.float32)
+        return out
+    raise InvalidOptionError(f"synthetic: `values` must be uniform, normal or critic, got {values!r}")
+
+
+def _rewards(
+    rng: np.random.Generator, mask: np.ndarray, offsets: np.ndarray, scores: np.ndarray, reward_noise: float
+) -> np.ndarray:
+    """Shaping noise on policy tokens (``reward_noise``), plus each score on its row's last
+    policy token."""
+    rewards = np.zeros(mask.shape[0], np.float32)
+    if reward_noise:
+        rewards[mask] = (reward_noise * rng.standard_normal(int(mask.sum()))).astype(np.float32)
+    policy_tokens = np.flatnonzero(mask)
+    last = np.searchsorted(policy_tokens, offsets[1:]) - 1
+    has_policy = (last >= 0) & (policy_tokens[np.maximum(last, 0)] >= offsets[:-1]) if policy_tokens.size else last >= 0
+    rewards[policy_tokens[last[has_policy]]] += scores[has_policy]
+    return rewards
 
 
 def flat_batch(
@@ -231,40 +294,18 @@ def flat_batch(
     if prompt_len is not None:
         _check_spread("prompt_len", prompt_len)
     if n < 0 or group_size < 1 or score_levels < 2:
-        raise ValueError("synthetic: need n >= 0, group_size >= 1 and score_levels >= 2")
+        raise InvalidOptionError("synthetic: need n >= 0, group_size >= 1 and score_levels >= 2")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     total = first_row + n if total_rows is None else total_rows
     groups_in_log = n_groups if n_groups is not None else max(1, math.ceil(total / group_size))
     rows = first_row + np.arange(n, dtype=np.int64)
 
-    # Per trajectory: runs of (prompt, turn, observation, turn, ..., turn, tail) tokens.
-    runs: list[np.ndarray] = []
-    draw_tail = tail_len != (0, 0)
-    for _ in range(n):
-        k = _turn_count(rng, turns)
-        context = _lengths(rng, obs_len, max(k, 1))  # the prompt, then the observation after each turn
-        policy = _lengths(rng, turn_len, k)
-        if prompt_len is not None:
-            context[0] = _lengths(rng, prompt_len, 1)[0]
-        lengths = np.zeros(2 * k + 1, np.int64)  # prompt, turn, observation, ..., turn, tail
-        lengths[0 : max(2 * k - 1, 1) : 2] = context
-        lengths[1 : 2 * k : 2] = policy
-        if draw_tail:
-            lengths[-1] += _lengths(rng, tail_len, 1)[0]  # without turns, the prompt's run
-        runs.append(lengths)
+    runs = [_runs(rng, turns, turn_len, obs_len, prompt_len, tail_len) for _ in range(n)]
     is_policy = [np.arange(r.size) % 2 == 1 for r in runs]
     mask = np.repeat(np.concatenate(is_policy), np.concatenate(runs)) if runs else np.zeros(0, bool)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum([int(r.sum()) for r in runs], out=offsets[1:])
-
-    if groups == "contiguous":
-        group_ids = rows // group_size
-    elif groups == "interleaved":
-        group_ids = rows % groups_in_log
-    elif groups == "random":
-        group_ids = rng.integers(0, groups_in_log, n).astype(np.int64)
-    else:
-        raise ValueError(f"synthetic: `groups` must be contiguous, interleaved or random, got {groups!r}")
+    group_ids = _group_ids(rng, groups, rows, group_size, groups_in_log)
 
     def draw_scores() -> np.ndarray:
         if prompt_difficulty:
@@ -272,29 +313,16 @@ def flat_batch(
             return (rng.random(n) > difficulty).astype(np.float32)
         return (rng.integers(0, score_levels, n) / (score_levels - 1)).astype(np.float32)
 
+    # The order of the draws is part of the batch: critic values follow the scores.
     if values == "critic":
         scores = draw_scores()
         token_values = _critic_values(rng, runs, scores)
-    elif values in ("uniform", "normal"):
-        if values == "uniform":
-            token_values = rng.random(mask.shape[0], dtype=np.float32)
-            token_values *= 2
-            token_values -= 1  # in place: batches reach 10^8 tokens
-        else:
-            token_values = rng.standard_normal(mask.shape[0], dtype=np.float32)
-        scores = draw_scores()
     else:
-        raise ValueError(f"synthetic: `values` must be uniform, normal or critic, got {values!r}")
+        token_values = _token_values(rng, values, mask.shape[0])
+        scores = draw_scores()
     if nan_observations:
         token_values[~mask] = np.nan
-
-    rewards = np.zeros(mask.shape[0], np.float32)
-    if reward_noise:
-        rewards[mask] = (reward_noise * rng.standard_normal(int(mask.sum()))).astype(np.float32)
-    policy_tokens = np.flatnonzero(mask)
-    last = np.searchsorted(policy_tokens, offsets[1:]) - 1
-    has_policy = (last >= 0) & (policy_tokens[np.maximum(last, 0)] >= offsets[:-1]) if policy_tokens.size else last >= 0
-    rewards[policy_tokens[last[has_policy]]] += scores[has_policy]
+    rewards = _rewards(rng, mask, offsets, scores, reward_noise)
 
     batch = FlatBatch(token_values, mask, offsets, rewards, scores, group_ids.astype(np.int64), rows)
     if tokens:
@@ -307,7 +335,7 @@ def flat_batches(rows: int, chunk_rows: int, *, seed: int = 0, **shape: Any) -> 
     """A log of ``rows`` trajectories drawn ``chunk_rows`` at a time from one seeded
     generator (memory: one chunk); groups and trajectory ids run over the whole log."""
     if chunk_rows < 1:
-        raise ValueError("synthetic: chunk_rows must be at least 1")
+        raise InvalidOptionError("synthetic: chunk_rows must be at least 1")
     rng = np.random.default_rng(seed)
     for first in range(0, rows, chunk_rows):
         yield flat_batch(min(chunk_rows, rows - first), seed=rng, first_row=first, total_rows=rows, **shape)
@@ -416,11 +444,11 @@ def write_parquet(
         ]
     else:
         if not isinstance(batches, FlatBatch):
-            raise ValueError("synthetic.write_parquet: `files` splits one FlatBatch")
+            raise InvalidOptionError("synthetic.write_parquet: `files` splits one FlatBatch")
         n = batches.n_trajectories
         sizes = list(files) if not isinstance(files, int) else _even_split(n, files)
         if sum(sizes) != n or any(s < 0 for s in sizes):
-            raise ValueError(f"synthetic.write_parquet: file sizes {sizes} do not add up to the {n} rows")
+            raise InvalidOptionError(f"synthetic.write_parquet: file sizes {sizes} do not add up to the {n} rows")
         target.mkdir(parents=True, exist_ok=True)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         parts = [
@@ -441,7 +469,7 @@ def write_parquet(
                 rows += chunk.n_trajectories
                 tokens += chunk.n_tokens
             if writer is None:
-                raise ValueError(f"synthetic.write_parquet: nothing to write to {file}")
+                raise InvalidOptionError(f"synthetic.write_parquet: nothing to write to {file}")
             writer.close()
             writer = None
             os.replace(tmp, file)
@@ -455,7 +483,7 @@ def write_parquet(
 
 def _even_split(n: int, files: int) -> list[int]:
     if files < 1:
-        raise ValueError("synthetic.write_parquet: files must be at least 1")
+        raise InvalidOptionError("synthetic.write_parquet: files must be at least 1")
     cuts = np.linspace(0, n, files + 1).astype(int)
     return [int(size) for size in np.diff(cuts)]
 

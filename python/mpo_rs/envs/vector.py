@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError, MpoError
-from .protocol import MultiTurnEnv, check_action
+from .protocol import MultiTurnEnv, check_action, check_seed
 
 __all__ = ["VectorEnv"]
 
@@ -69,17 +69,37 @@ class VectorEnv:
         return self._turns.copy()
 
     def reset(self, seeds: Sequence[int]) -> list[list[int]]:
-        """Reset env i with ``seeds[i]``; return the n first observations."""
+        """Reset env i with ``seeds[i]``; return the n first observations.
+
+        All or nothing, like :meth:`step`: every seed is checked (a non-negative int, the
+        protocol's rule) before any env is reset, so a refused call leaves every env and
+        episode as it was. Should an env's own ``reset`` still fail, the envs before it are
+        already reset: then no episode counts as running (``done`` is all True) until a
+        reset succeeds, so the next ``step`` cannot mix new episodes with old ones.
+        """
+        if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__len__"):
+            raise InvalidConfigError(
+                f"VectorEnv.reset: seeds must be a sequence of {len(self.envs)} ints, got {type(seeds).__name__}"
+            )
         if len(seeds) != len(self.envs):
             raise InvalidConfigError(f"VectorEnv.reset: {len(seeds)} seeds for {len(self.envs)} environments")
+        checked = [
+            check_seed(f"VectorEnv env {i}: {type(env).__name__}", seed)
+            for i, (env, seed) in enumerate(zip(self.envs, seeds, strict=True))
+        ]
         observations = []
-        for i, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
+        for i, (env, seed) in enumerate(zip(self.envs, checked, strict=True)):
             try:
                 observations.append(list(env.reset(seed)))
-            except ValueError as error:
-                # Keep mpo_rs's type (InvalidConfigError for a bad seed); an env's own ValueError stays one.
-                wrapped = type(error) if isinstance(error, MpoError) else ValueError
-                raise wrapped(f"VectorEnv env {i}: {error}") from error
+            except Exception as error:
+                self._done[:] = True
+                self._turns[:] = 0
+                if isinstance(error, MpoError):  # keep mpo_rs's type, name the env
+                    raise type(error)(f"VectorEnv env {i}: {error}") from error
+                error.add_note(
+                    f"raised by VectorEnv env {i} ({type(env).__name__}).reset({seed}); no episode is running"
+                )
+                raise
         self._done[:] = False
         self._turns[:] = 0
         return observations

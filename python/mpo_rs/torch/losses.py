@@ -106,13 +106,13 @@ def _to_device(x: Any, device: torch.device, name: str) -> Tensor:
     try:
         return torch.as_tensor(np.asarray(x), device=device)
     except (TypeError, ValueError, RuntimeError) as e:
-        raise TypeError(f"`{name}` cannot be read as a tensor: {e}") from None
+        raise InvalidRolloutError(f"`{name}` cannot be read as a tensor: {e}") from None
 
 
 def _float(x: Any, like: Tensor, dtype: torch.dtype, name: str) -> Tensor:
     t = _to_device(x, like.device, name)
     if not (t.dtype.is_floating_point or t.dtype in (torch.int32, torch.int64)):
-        raise TypeError(f"`{name}` must be a real-valued tensor, got dtype {t.dtype}")
+        raise InvalidRolloutError(f"`{name}` must be a real-valued tensor, got dtype {t.dtype}")
     if t.shape != like.shape:
         raise InvalidRolloutError(f"`{name}` has shape {tuple(t.shape)}, expected {tuple(like.shape)}")
     return t.to(dtype)
@@ -125,7 +125,7 @@ def _bool_mask(mask: Any, like: Tensor) -> Tensor:
     if m.dtype == torch.bool:
         return m
     if m.dtype.is_complex:
-        raise TypeError(f"`mask` must be bool or 0/1 numbers, got dtype {m.dtype}")
+        raise InvalidRolloutError(f"`mask` must be bool or 0/1 numbers, got dtype {m.dtype}")
     return m != 0  # any nonzero entry marks a policy token (no value check: it would sync)
 
 
@@ -197,7 +197,7 @@ def _flat_turn_index(token_turn: Any, mask: Tensor) -> tuple[Tensor, Tensor]:
     if _is_host(token_turn):
         tt = _host_numpy(token_turn)
         if tt.dtype.kind not in "iu":
-            raise TypeError(f"`token_turn` must hold integer turn ids, got dtype {tt.dtype}")
+            raise InvalidRolloutError(f"`token_turn` must hold integer turn ids, got dtype {tt.dtype}")
         if tt.shape != (n,):
             raise InvalidRolloutError(f"`token_turn` has shape {tt.shape}, expected ({n},) like the log-probs")
         if n and (tt.min() < -1 or tt.max() >= n):
@@ -319,9 +319,11 @@ class _Ratio:
 
 def _check_log_prob(log_prob: Any) -> None:
     if not isinstance(log_prob, Tensor):
-        raise TypeError(f"`log_prob` must be a torch.Tensor (it carries the gradient), got {type(log_prob).__name__}")
+        raise InvalidRolloutError(
+            f"`log_prob` must be a torch.Tensor (it carries the gradient), got {type(log_prob).__name__}"
+        )
     if not log_prob.dtype.is_floating_point:
-        raise TypeError(f"`log_prob` must be floating point, got {log_prob.dtype}")
+        raise InvalidRolloutError(f"`log_prob` must be floating point, got {log_prob.dtype}")
     if log_prob.dim() not in (1, 2):
         raise InvalidRolloutError(f"`log_prob` must be padded (B, L) or flat (T,), got shape {tuple(log_prob.shape)}")
 
@@ -560,9 +562,11 @@ def value_loss(
     Var(G) <= 1e-8).
     """
     if not isinstance(values, Tensor):
-        raise TypeError(f"`values` must be a torch.Tensor (it carries the gradient), got {type(values).__name__}")
+        raise InvalidRolloutError(
+            f"`values` must be a torch.Tensor (it carries the gradient), got {type(values).__name__}"
+        )
     if not values.dtype.is_floating_point:
-        raise TypeError(f"`values` must be floating point, got {values.dtype}")
+        raise InvalidRolloutError(f"`values` must be floating point, got {values.dtype}")
     if values.dim() not in (1, 2):
         raise InvalidRolloutError(f"`values` must be padded (B, L) or flat (T,), got shape {tuple(values.shape)}")
     _check_choice(agg, AGGREGATIONS, "agg")

@@ -8,8 +8,12 @@ tokens ``j*L:(j+1)*L``), runs the Rust estimator and returns ``(B, L)`` tensors.
 
 Inputs may live on any device; the estimators run on the host. CPU float32 contiguous
 inputs are read without a copy, and CPU float32 results are returned without one.
-Keyword options (``lam``, ``gamma``, ``beta``, ...) go unchanged to the numpy function
-of :mod:`mpo_rs.estimators`, which owns their names, defaults and checks.
+Keyword options (``lam``, ``gamma``, ``beta``, ..., or ``estimator=``) go unchanged to the
+numpy function of :mod:`mpo_rs.estimators`, which owns their names, defaults and checks.
+
+Errors are typed and name the argument: ``mpo_rs.InvalidBatchError`` for data (a tensor of
+the wrong shape, not a tensor, a mask that is not 0/1, a float64 value beyond float32's
+range), ``mpo_rs.InvalidOptionError`` for a setting (``observation_rewards``).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch", "torch", _e) from None
 
-from .. import estimators
-from .._native import InvalidBatchError
+from .. import _arrays, estimators
+from ..exceptions import InvalidBatchError, InvalidOptionError
 
 __all__ = [
     "OBSERVATION_REWARDS",
@@ -63,13 +67,16 @@ class PaddedBatch:
     """int64 (B+1,): row j is tokens ``j*L:(j+1)*L``."""
 
     @classmethod
-    def of(cls, response_mask: Tensor, like: Tensor | None = None) -> PaddedBatch:
-        """The batch of ``response_mask`` (``(B, L)``, bool or numbers, nonzero = policy
+    def of(cls, response_mask: Tensor, like: Tensor | None = None, like_name: str = "like") -> PaddedBatch:
+        """The batch of ``response_mask`` (``(B, L)``, bool or 0/1 numbers, 1 = policy
         token); results take the device and floating dtype of ``like`` (float32 if it is
-        not floating), or the mask's device and float32 without it."""
+        not floating), or the mask's device and float32 without it. ``like_name`` names
+        ``like`` in an error."""
         _check_tensor(response_mask, "response_mask")
+        if like is not None:
+            _check_tensor(like, like_name)
         if response_mask.dim() != 2:
-            raise ValueError(
+            raise InvalidBatchError(
                 f"`response_mask` must be padded (batch, response_length), got shape {tuple(response_mask.shape)}"
             )
         reference = response_mask if like is None else like
@@ -78,10 +85,8 @@ class PaddedBatch:
         mask = response_mask.detach().cpu().reshape(-1)
         if mask.dtype == torch.bool:
             policy = mask.numpy()  # a view, read only
-        elif mask.dtype in (torch.bfloat16, torch.float16):  # no numpy view of these
-            policy = (mask != 0).numpy()
         else:
-            policy = mask.numpy() != 0  # numpy: one pass, no torch dispatch
+            policy = _policy_of(mask, "response_mask", cols)
         return cls((rows, cols), reference.device, dtype, policy, np.arange(rows + 1, dtype=np.int64) * cols)
 
     @property
@@ -90,11 +95,14 @@ class PaddedBatch:
 
     def flat(self, x: Tensor, name: str) -> np.ndarray:
         """A float32 host view (a copy only if it must be) of a ``(B, L)`` tensor, flat."""
+        self._check_shape(x, name)
+        out: np.ndarray = _host_float32(x, name).contiguous().reshape(-1).numpy()
+        return out
+
+    def _check_shape(self, x: Any, name: str) -> None:
         _check_tensor(x, name)
         if tuple(x.shape) != self.shape:
-            raise ValueError(f"`{name}` has shape {tuple(x.shape)}, expected {self.shape} like `response_mask`")
-        out: np.ndarray = x.detach().to(device="cpu", dtype=torch.float32).contiguous().reshape(-1).numpy()
-        return out
+            raise InvalidBatchError(f"`{name}` has shape {tuple(x.shape)}, expected {self.shape} like `response_mask`")
 
     def padded(self, flat: np.ndarray) -> Tensor:
         """A flat per-token result as a ``(B, L)`` tensor on the batch's device and dtype."""
@@ -104,8 +112,8 @@ class PaddedBatch:
         """Flat rewards, with rewards on observation tokens handled as ``observation_rewards``
         says (:data:`OBSERVATION_REWARDS`); ``"credit"`` drops a reward with no policy token
         before it in its row."""
-        if observation_rewards not in OBSERVATION_REWARDS:
-            raise ValueError(
+        if not isinstance(observation_rewards, str) or observation_rewards not in OBSERVATION_REWARDS:
+            raise InvalidOptionError(
                 f"unknown observation_rewards={observation_rewards!r}; expected one of "
                 f"{', '.join(map(repr, OBSERVATION_REWARDS))}"
             )
@@ -134,27 +142,58 @@ class PaddedBatch:
 
     def row_scores(self, token_level_rewards: Tensor) -> np.ndarray:
         """One score per row: the sum of all its token rewards (verl's GRPO / RLOO)."""
-        _check_tensor(token_level_rewards, "token_level_rewards")
-        if tuple(token_level_rewards.shape) != self.shape:
-            raise ValueError(
-                f"`token_level_rewards` has shape {tuple(token_level_rewards.shape)}, expected {self.shape} "
-                "like `response_mask`"
-            )
-        out: np.ndarray = token_level_rewards.detach().to(device="cpu", dtype=torch.float32).sum(dim=-1).numpy()
+        self._check_shape(token_level_rewards, "token_level_rewards")
+        out: np.ndarray = _host_float32(token_level_rewards, "token_level_rewards").sum(dim=-1).numpy()
         return out
 
 
 def _check_tensor(x: Any, name: str) -> None:
     if not isinstance(x, Tensor):
-        raise TypeError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
+        hint = f" (torch.from_numpy({name}) wraps an array without a copy)" if isinstance(x, np.ndarray) else ""
+        kind = "numpy.ndarray" if isinstance(x, np.ndarray) else type(x).__name__
+        raise InvalidBatchError(f"`{name}` must be a torch.Tensor, got {kind}{hint}")
+
+
+def _host_float32(x: Tensor, name: str) -> Tensor:
+    """``x`` on the host in float32. A float64 value beyond float32's range is refused,
+    naming it: it would become inf and be blamed as "not finite"."""
+    out = x.detach().to(device="cpu", dtype=torch.float32)
+    if x.dtype == torch.float64 and out.numel() and not bool(torch.isfinite(out).all()):
+        beyond = torch.isinf(out) & torch.isfinite(x.detach().cpu())
+        if bool(beyond.any()):
+            where = tuple(int(i) for i in beyond.nonzero()[0])
+            position = f"row {where[0]}, column {where[1]}" if len(where) == 2 else f"index {where}"
+            value = _arrays._number(x.detach().cpu()[where].item())
+            raise InvalidBatchError(f"`{name}`: {value} at {position} is outside float32's range")
+    return out
+
+
+def _policy_of(mask: Tensor, name: str, cols: int) -> np.ndarray:
+    """bool: where a flat, host, non-bool mask is 1. Any value but 0 and 1 (NaN, 2, -1,
+    0.5) is refused, naming its row and column: a NaN would otherwise count as a policy
+    token."""
+    if mask.dtype.is_complex:
+        raise InvalidBatchError(f"`{name}` must be bool or 0/1 numbers, got dtype {mask.dtype}")
+    values = mask.float().numpy() if mask.dtype in (torch.bfloat16, torch.float16) else mask.numpy()
+    policy: np.ndarray = values == 1  # numpy: no torch dispatch
+    bad = ~policy
+    bad &= values != 0
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InvalidBatchError(
+            f"`{name}` must hold 0 or 1 (1 = policy token), found {values[i].item()!r} at row {i // max(cols, 1)}, "
+            f"column {i % max(cols, 1)}"
+        )
+    return policy
 
 
 def _host_scores(scores: Any, rows: int) -> np.ndarray:
+    """``scores`` (a tensor on any device, an array or a list; one per row) as float32."""
     if isinstance(scores, Tensor):
-        scores = scores.detach().to(device="cpu", dtype=torch.float32).reshape(-1).numpy()
-    s = np.asarray(scores, dtype=np.float32)
+        scores = scores.detach().cpu()
+    s = _arrays.float32(scores, "scores")  # refuses 2-D scores and float64 beyond float32
     if s.shape != (rows,):
-        raise ValueError(f"`scores` has shape {s.shape}, expected ({rows},): one per row")
+        raise InvalidBatchError(f"`scores` has shape {s.shape}, expected ({rows},): one per row")
     return s
 
 
@@ -180,7 +219,11 @@ def _with_critic(
 ) -> tuple[Tensor, Tensor]:
     """The padded form of a critic estimator (``estimators.mae_advantages`` or
     ``gae_advantages``): flatten, estimate, optionally whiten, pad back."""
-    batch = PaddedBatch.of(response_mask, like=values if token_level_rewards is None else token_level_rewards)
+    if token_level_rewards is None:
+        batch = PaddedBatch.of(response_mask, like=values, like_name="values")
+    else:
+        _check_tensor(values, "values")
+        batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
     source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
     result = estimate(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
     advantages = batch.whitened(result.advantages) if whiten else result.advantages
@@ -267,7 +310,7 @@ def group_advantages(
     ``whiten`` as in :func:`mae_advantages`. Returns a ``(B, L)`` tensor on the device and in the floating dtype of
     ``token_level_rewards`` (the mask's device and float32 with ``scores``).
     """
-    batch = PaddedBatch.of(response_mask, like=token_level_rewards)
+    batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
     if (token_level_rewards is None) == (scores is None):
         raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
     if token_level_rewards is not None:
@@ -286,21 +329,35 @@ def whiten(advantages: Tensor, mask: Tensor) -> Tensor:
     with the masked mean and the unbiased masked variance; 0 off the policy tokens.
 
     The statistics are taken in float64 over the policy tokens only; the result has the
-    dtype, shape and device of ``advantages``. Fewer than 2 policy tokens raise
-    ``InvalidBatchError`` (verl's formula divides by n - 1).
+    shape and device of ``advantages`` and its dtype when it is floating. Integer (or bool)
+    advantages are whitened as the numbers they hold and give torch's default float dtype
+    (float32), as verl's ``masked_whiten`` does; they are never truncated back to integers.
+    ``mask`` is bool or 0/1 numbers of the same shape (anything else, NaN included, raises
+    ``InvalidBatchError``). Fewer than 2 policy tokens raise ``InvalidBatchError`` (verl's
+    formula divides by n - 1).
     """
     _check_tensor(advantages, "advantages")
     _check_tensor(mask, "mask")
     if mask.shape != advantages.shape:
-        raise ValueError(f"`mask` has shape {tuple(mask.shape)}, expected {tuple(advantages.shape)}")
-    policy = mask.to(device=advantages.device)
-    policy = policy if policy.dtype == torch.bool else policy != 0
+        raise InvalidBatchError(
+            f"`mask` has shape {tuple(mask.shape)}, expected {tuple(advantages.shape)} like `advantages`"
+        )
+    if advantages.dtype.is_complex:
+        raise InvalidBatchError(f"`advantages` must be real numbers, got dtype {advantages.dtype}")
+    if mask.dtype == torch.bool:
+        policy = mask.to(device=advantages.device)
+    else:
+        host = mask.detach().cpu().reshape(-1)
+        cols = int(mask.shape[-1]) if mask.dim() else 1
+        flat_policy = torch.from_numpy(_policy_of(host, "mask", cols))
+        policy = flat_policy.reshape(mask.shape).to(device=advantages.device)
+    out_dtype = advantages.dtype if advantages.dtype.is_floating_point else torch.get_default_dtype()
     selected = advantages[policy].double()
     n = selected.shape[0]
     if n < 2:
         raise InvalidBatchError(f"whitening needs at least 2 LLM tokens (policy tokens, mask 1) in the batch, got {n}")
     centred = selected - selected.mean()
     var = torch.dot(centred, centred) / (n - 1)
-    out = torch.zeros_like(advantages)
-    out[policy] = (centred / torch.sqrt(var + WHITEN_EPS)).to(advantages.dtype)
+    out = torch.zeros_like(advantages, dtype=out_dtype)
+    out[policy] = (centred / torch.sqrt(var + WHITEN_EPS)).to(out_dtype)
     return out

@@ -44,6 +44,7 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.sampler", "torch", _e) from None
 
+from ..exceptions import InvalidConfigError, InvalidOptionError, InvalidRolloutError, MpoError
 from .batch import RolloutBatch
 
 __all__ = ["EpisodeStats", "Rollouts", "TokenEnv", "sample"]
@@ -209,7 +210,7 @@ def _logits_of(out: Any) -> Tensor:
     elif isinstance(out, (tuple, list)):
         out = out[0]
     if not isinstance(out, Tensor) or out.dim() != 3:
-        raise TypeError(
+        raise InvalidRolloutError(
             f"the policy returned {type(out).__name__}; expected logits (B, L, vocab) or an object with .logits"
         )
     return out
@@ -238,7 +239,9 @@ class _Model:
             self.policy(input_ids=seq.ids[:, :width], attention_mask=seq.real[:, :width].long(), **kwargs)
         )
         if logits.shape[:2] != (seq.rows, width):
-            raise ValueError(f"policy logits have shape {tuple(logits.shape)}, expected ({seq.rows}, {width}, vocab)")
+            raise InvalidRolloutError(
+                f"policy logits have shape {tuple(logits.shape)}, expected ({seq.rows}, {width}, vocab)"
+            )
         last = (seq.lengths - 1).clamp(min=0)
         return logits[torch.arange(seq.rows, device=logits.device), last]
 
@@ -257,13 +260,15 @@ class _Model:
         logits = _logits_of(out)
         n = stop - start
         if logits.shape[:2] != (seq.rows, n):
-            raise ValueError(f"policy logits have shape {tuple(logits.shape)}, expected ({seq.rows}, {n}, vocab)")
+            raise InvalidRolloutError(
+                f"policy logits have shape {tuple(logits.shape)}, expected ({seq.rows}, {n}, vocab)"
+            )
         cache = getattr(out, self.cache_argument, None)
         if cache is None and isinstance(out, dict):
             cache = out.get(self.cache_argument)
         if cache is None:
             if not (self.can_fall_back and start == 0):
-                raise TypeError(
+                raise InvalidRolloutError(
                     f"the policy returned no {self.cache_argument} with use_cache=True; call sample(..., use_cache=False)"
                 )
             # Only the prompt was fed: its columns are already a right-padded layout.
@@ -299,9 +304,9 @@ def _draw(
 # --------------------------------------------------------------------------- checks
 
 
-def _int(value: Any, what: str, low: int = 1) -> int:
+def _int(value: Any, what: str, low: int = 1, error: type[MpoError] = InvalidOptionError) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+        raise error(f"{what} must be an integer >= {low}, got {value!r}")
     return int(value)
 
 
@@ -309,29 +314,33 @@ def _tokens(value: Any, what: str, vocab: int) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"{what} is not a sequence of token ids: {e}") from None
+        raise InvalidRolloutError(f"{what} is not a sequence of token ids: {e}") from None
     if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-        raise TypeError(f"{what} must be a flat sequence of integer token ids, got {arr.dtype} of shape {arr.shape}")
+        raise InvalidRolloutError(
+            f"{what} must be a flat sequence of integer token ids, got {arr.dtype} of shape {arr.shape}"
+        )
     arr = arr.astype(np.int64)
     bad = (arr < 0) | (arr >= vocab)
     if bad.any():
-        raise ValueError(f"{what} has token {int(arr[bad][0])} outside the vocabulary [0, {vocab})")
+        raise InvalidRolloutError(f"{what} has token {int(arr[bad][0])} outside the vocabulary [0, {vocab})")
     return arr
 
 
 def _make_envs(envs: Any, rows: int) -> list[Any]:
     if isinstance(envs, Sequence) and not isinstance(envs, (str, bytes)):
         if len(envs) != rows:
-            raise ValueError(f"`envs` has {len(envs)} environments; expected one per episode, {rows}")
+            raise InvalidConfigError(f"`envs` has {len(envs)} environments; expected one per episode, {rows}")
         out = list(envs)
     elif callable(envs) and (isinstance(envs, type) or not hasattr(envs, "reset")):
         out = [envs() for _ in range(rows)]
     else:
-        raise TypeError("`envs` must be an environment factory (called once per episode) or a list of them")
+        raise InvalidConfigError("`envs` must be an environment factory (called once per episode) or a list of them")
     for b, env in enumerate(out):
         for attr in ("reset", "step", "vocab_size", "action_tokens", "max_turns"):
             if not hasattr(env, attr):
-                raise TypeError(f"environment {b} ({type(env).__name__}) has no `{attr}`; see mpo_rs.torch.sampler")
+                raise InvalidConfigError(
+                    f"environment {b} ({type(env).__name__}) has no `{attr}`; see mpo_rs.torch.sampler"
+                )
     return out
 
 
@@ -352,7 +361,180 @@ def _padded_chunk(rows: list[np.ndarray], device: torch.device) -> tuple[Tensor,
     return torch.from_numpy(ids).to(device), torch.from_numpy(real).to(device)
 
 
+def _check_settings(use_cache: Any, temperature: Any) -> None:
+    if use_cache not in USE_CACHE:
+        raise InvalidOptionError(f"use_cache must be 'auto', True or False, got {use_cache!r}")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (math.isfinite(temperature) and temperature > 0)
+    ):
+        raise InvalidOptionError(f"temperature must be a positive finite number, got {temperature!r}")
+
+
+def _place(policy: nn.Module, device: str | torch.device | None) -> torch.device:
+    """Where to run: ``device`` (the policy is moved there), else where its parameters are."""
+    if device is not None:
+        device = torch.device(device)
+        policy.to(device)
+        return device
+    first = next(policy.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+def _check_stop_token(stop_token: Any, vocab: int | None) -> int | None:
+    if stop_token is None:
+        return None
+    stop_token = _int(stop_token, "stop_token", low=0)
+    if vocab is not None and stop_token >= vocab:
+        raise InvalidOptionError(f"stop_token {stop_token} is outside the policy's vocabulary [0, {vocab})")
+    return int(stop_token)
+
+
+# --------------------------------------------------------------------------- the episodes
+
+
+class _Episodes:
+    """The B episodes of one call: their environments and shapes, and what they did so far."""
+
+    def __init__(self, envs: Any, seeds: list[int], group_size: int, max_turns: int | None) -> None:
+        rows = len(seeds) * group_size
+        self.envs = _make_envs(envs, rows)
+        self.seeds = seeds
+        self.group_size = group_size
+        self.group_ids = np.repeat(np.arange(len(seeds), dtype=np.int64), group_size)
+        self.action_tokens = self._shape("action_tokens")
+        turn_limit = self._shape("max_turns")
+        self.turn_limit = turn_limit if max_turns is None else np.minimum(turn_limit, max_turns)
+        self.vocab = self._shape("vocab_size")
+        self.scores = np.zeros(rows, np.float64)
+        self.turns = np.zeros(rows, np.int64)
+        self.response = np.zeros(rows, np.int64)
+        self.truncated = np.zeros(rows, bool)
+        self.running = np.ones(rows, bool)
+
+    def _shape(self, attr: str) -> np.ndarray:
+        return np.array(
+            [
+                _int(getattr(e, attr), f"environment {b}: {attr}", error=InvalidConfigError)
+                for b, e in enumerate(self.envs)
+            ]
+        )
+
+    def check_policy_vocab(self, model_vocab: int | None) -> None:
+        if model_vocab is not None and len(self.envs) and int(self.vocab.max()) > model_vocab:
+            b = int(np.argmax(self.vocab))
+            raise InvalidConfigError(
+                f"environment {b} has vocab_size {int(self.vocab[b])}, more than the policy's {model_vocab} tokens"
+            )
+
+    def prompts(self) -> list[np.ndarray]:
+        """Resets every env with its task's seed; the first observations."""
+        prompts = [
+            _tokens(
+                env.reset(self.seeds[b // self.group_size]), f"environment {b}: reset() observation", int(self.vocab[b])
+            )
+            for b, env in enumerate(self.envs)
+        ]
+        for b, p in enumerate(prompts):
+            if p.size == 0:
+                raise InvalidRolloutError(
+                    f"environment {b}: reset() returned no tokens; the first policy token needs a context"
+                )
+        return prompts
+
+    def step(self, taken: np.ndarray, stop_token: int | None) -> list[np.ndarray]:
+        """Sends each running episode's action (``taken``: its row's tokens, -1 after the
+        turn ended) to its env; the observations (empty for the episodes that ended)."""
+        observations: list[np.ndarray] = [np.zeros(0, np.int64)] * len(self.envs)
+        for b in np.flatnonzero(self.running).tolist():
+            action = taken[b][taken[b] >= 0]
+            self.response[b] += action.size
+            if stop_token is not None and action.size and action[-1] == stop_token:
+                action = action[:-1]
+            observation, done = self._step_one(b, action)
+            if done:
+                self.running[b] = False
+            elif self.turns[b] >= self.turn_limit[b]:
+                self.running[b], self.truncated[b] = False, True
+            else:
+                observations[b] = self._observation(b, observation)
+        return observations
+
+    def _step_one(self, b: int, action: np.ndarray) -> tuple[Any, Any]:
+        result = self.envs[b].step(action.tolist())
+        if not (isinstance(result, tuple) and len(result) == 3):
+            raise InvalidRolloutError(
+                f"environment {b}: step() must return (observation, reward, done), got {result!r:.80}"
+            )
+        observation, reward, done = result
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            raise InvalidRolloutError(f"environment {b}: step() reward {reward!r} is not a number") from None
+        if not math.isfinite(reward):
+            raise InvalidRolloutError(f"environment {b}: step() reward {reward} is not finite (turn {self.turns[b]})")
+        self.scores[b] += reward
+        self.turns[b] += 1
+        return observation, done
+
+    def _observation(self, b: int, observation: Any) -> np.ndarray:
+        obs = _tokens(observation, f"environment {b}: step() observation (turn {self.turns[b]})", int(self.vocab[b]))
+        if obs.size == 0:
+            raise InvalidRolloutError(
+                f"environment {b}: step() returned an empty observation at turn {self.turns[b]} without done; "
+                "turns must be separated by at least one observation token"
+            )
+        return obs
+
+
 # --------------------------------------------------------------------------- the sampler
+
+
+def _open_model(policy: nn.Module, use_cache: bool | str) -> _Model:
+    cache_argument = None if use_cache is False else _cache_argument(policy)
+    if use_cache is True and cache_argument is None:
+        raise InvalidOptionError(
+            f"{type(policy).__name__}.forward takes no past_key_values (or cache), position_ids and use_cache; "
+            "call sample(..., use_cache=False)"
+        )
+    return _Model(policy, cache_argument, can_fall_back=use_cache == "auto")
+
+
+def _generate_turn(
+    logits: Tensor,
+    seq: _Sequences,
+    model: _Model,
+    episodes: _Episodes,
+    temperature: float,
+    stop_token: int | None,
+    generator: torch.Generator | None,
+) -> np.ndarray:
+    """One turn of every running episode: up to its ``action_tokens`` tokens, drawn from
+    ``logits`` and then the model's next logits, appended to ``seq``. Returns ``(B, K)``
+    host token ids, -1 after an episode's turn ended."""
+    device, rows = seq.device, seq.rows
+    limit = torch.from_numpy(episodes.action_tokens).to(device)
+    longest_turn = int(episodes.action_tokens.max())
+    generating = torch.from_numpy(episodes.running).to(device)
+    actions = torch.full((rows, longest_turn), -1, dtype=torch.long, device=device)
+    for k in range(longest_turn):
+        token, log_prob = _draw(logits, generating, temperature, generator)
+        seq.append(token[:, None], generating[:, None], policy=True, log_probs=log_prob[:, None])
+        actions[:, k] = torch.where(generating, token, -1)
+        bad = generating & ~torch.isfinite(log_prob)
+        generating = generating & (k + 1 < limit)
+        if stop_token is not None:
+            generating &= token != stop_token
+        more, bad_any = torch.stack([generating.any(), bad.any()]).tolist()  # the step's one sync
+        if bad_any:
+            b = int(torch.nonzero(bad)[0])
+            raise FloatingPointError(f"episode {b}: the policy's log-prob of its sampled token is not finite")
+        if not more:
+            break
+        logits = model.next_logits(seq)
+    taken: np.ndarray = actions.cpu().numpy()
+    return taken
 
 
 @torch.no_grad()
@@ -386,153 +568,55 @@ def sample(
     is moved there); default where the policy's parameters are. The policy is used in
     whatever train/eval mode the caller left it (dropout would make the recorded log-probs
     differ from the learner's).
+
+    Raises ``mpo_rs.InvalidOptionError`` for a bad argument (``temperature``, ``seeds``,
+    ``stop_token``, ...), ``InvalidConfigError`` for unusable environments, and
+    ``InvalidRolloutError`` for what an environment or the policy returns that cannot be
+    used, each naming the argument, the environment and the turn.
     """
-    if use_cache not in USE_CACHE:
-        raise ValueError(f"use_cache must be 'auto', True or False, got {use_cache!r}")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not (math.isfinite(temperature) and temperature > 0)
-    ):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+    _check_settings(use_cache, temperature)
     group_size = _int(group_size, "group_size")
     if max_turns is not None:
         max_turns = _int(max_turns, "max_turns")
     seeds = [_int(s, f"seeds[{i}]", low=0) for i, s in enumerate(seeds)]
-    rows = len(seeds) * group_size
-    if device is not None:
-        device = torch.device(device)
-        policy.to(device)
-    else:
-        first = next(policy.parameters(), None)
-        device = first.device if first is not None else torch.device("cpu")
+    device = _place(policy, device)
     started = time.perf_counter()
 
-    env_list = _make_envs(envs, rows)
-    group_ids = np.repeat(np.arange(len(seeds), dtype=np.int64), group_size)
-    action_tokens = np.array([_int(e.action_tokens, f"environment {b}: action_tokens") for b, e in enumerate(env_list)])
-    turn_limit = np.array([_int(e.max_turns, f"environment {b}: max_turns") for b, e in enumerate(env_list)])
-    if max_turns is not None:
-        turn_limit = np.minimum(turn_limit, max_turns)
-    vocab = np.array([_int(e.vocab_size, f"environment {b}: vocab_size") for b, e in enumerate(env_list)])
+    episodes = _Episodes(envs, seeds, group_size, max_turns)
     model_vocab = _model_vocab(policy)
-    if model_vocab is not None and rows and int(vocab.max()) > model_vocab:
-        b = int(np.argmax(vocab))
-        raise ValueError(f"environment {b} has vocab_size {int(vocab[b])}, more than the policy's {model_vocab} tokens")
-    if stop_token is not None:
-        stop_token = _int(stop_token, "stop_token", low=0)
-        if model_vocab is not None and stop_token >= model_vocab:
-            raise ValueError(f"stop_token {stop_token} is outside the policy's vocabulary [0, {model_vocab})")
+    episodes.check_policy_vocab(model_vocab)
+    stop_token = _check_stop_token(stop_token, model_vocab)
+    model = _open_model(policy, use_cache)
+    seq = _Sequences(len(episodes.envs), device, compact=model.cache_argument is None)
+    if not episodes.envs:
+        return _result(seq, episodes, started, model.use_cache)
 
-    cache_argument = None if use_cache is False else _cache_argument(policy)
-    if use_cache is True and cache_argument is None:
-        raise TypeError(
-            f"{type(policy).__name__}.forward takes no past_key_values (or cache), position_ids and use_cache; "
-            "call sample(..., use_cache=False)"
-        )
-    model = _Model(policy, cache_argument, can_fall_back=use_cache == "auto")
-    seq = _Sequences(rows, device, compact=cache_argument is None)
-
-    scores = np.zeros(rows, np.float64)
-    turns = np.zeros(rows, np.int64)
-    response = np.zeros(rows, np.int64)
-    truncated = np.zeros(rows, bool)
-    running = np.ones(rows, bool)
-    if rows == 0:
-        return _result(seq, scores, turns, response, truncated, group_ids, started, model.use_cache)
-
-    prompts = [
-        _tokens(env.reset(seeds[b // group_size]), f"environment {b}: reset() observation", int(vocab[b]))
-        for b, env in enumerate(env_list)
-    ]
-    for b, p in enumerate(prompts):
-        if p.size == 0:
-            raise ValueError(f"environment {b}: reset() returned no tokens; the first policy token needs a context")
-    seq.append(*_padded_chunk(prompts, device), policy=False)
+    seq.append(*_padded_chunk(episodes.prompts(), device), policy=False)
     logits = model.next_logits(seq)
-    if stop_token is not None and stop_token >= logits.shape[-1]:
-        raise ValueError(f"stop_token {stop_token} is outside the policy's vocabulary [0, {logits.shape[-1]})")
-    limit_dev = torch.from_numpy(action_tokens).to(device)
-    longest_turn = int(action_tokens.max())
-
-    while running.any():
-        generating = torch.from_numpy(running).to(device)
-        actions = torch.full((rows, longest_turn), -1, dtype=torch.long, device=device)
-        for k in range(longest_turn):
-            token, log_prob = _draw(logits, generating, float(temperature), generator)
-            seq.append(token[:, None], generating[:, None], policy=True, log_probs=log_prob[:, None])
-            actions[:, k] = torch.where(generating, token, -1)
-            bad = generating & ~torch.isfinite(log_prob)
-            generating = generating & (k + 1 < limit_dev)
-            if stop_token is not None:
-                generating &= token != stop_token
-            more, bad_any = torch.stack([generating.any(), bad.any()]).tolist()  # the step's one sync
-            if bad_any:
-                b = int(torch.nonzero(bad)[0])
-                raise FloatingPointError(f"episode {b}: the policy's log-prob of its sampled token is not finite")
-            if not more:
-                break
-            logits = model.next_logits(seq)
-
-        taken = actions.cpu().numpy()
-        observations: list[np.ndarray] = [np.zeros(0, np.int64)] * rows
-        for b in np.flatnonzero(running).tolist():
-            action = taken[b][taken[b] >= 0]
-            response[b] += action.size
-            if stop_token is not None and action.size and action[-1] == stop_token:
-                action = action[:-1]
-            result = env_list[b].step(action.tolist())
-            if not (isinstance(result, tuple) and len(result) == 3):
-                raise TypeError(f"environment {b}: step() must return (observation, reward, done), got {result!r:.80}")
-            observation, reward, done = result
-            try:
-                reward = float(reward)
-            except (TypeError, ValueError):
-                raise TypeError(f"environment {b}: step() reward {reward!r} is not a number") from None
-            if not math.isfinite(reward):
-                raise ValueError(f"environment {b}: step() reward {reward} is not finite (turn {turns[b]})")
-            scores[b] += reward
-            turns[b] += 1
-            if done:
-                running[b] = False
-            elif turns[b] >= turn_limit[b]:
-                running[b], truncated[b] = False, True
-            else:
-                obs = _tokens(observation, f"environment {b}: step() observation (turn {turns[b]})", int(vocab[b]))
-                if obs.size == 0:
-                    raise ValueError(
-                        f"environment {b}: step() returned an empty observation at turn {turns[b]} without done; "
-                        "turns must be separated by at least one observation token"
-                    )
-                observations[b] = obs
-        if running.any():
+    _check_stop_token(stop_token, int(logits.shape[-1]))
+    while episodes.running.any():
+        taken = _generate_turn(logits, seq, model, episodes, float(temperature), stop_token, generator)
+        observations = episodes.step(taken, stop_token)
+        if episodes.running.any():
             seq.append(*_padded_chunk(observations, device), policy=False)
             logits = model.next_logits(seq)
+    return _result(seq, episodes, started, model.use_cache)
 
-    return _result(seq, scores, turns, response, truncated, group_ids, started, model.use_cache)
 
-
-def _result(
-    seq: _Sequences,
-    scores: np.ndarray,
-    turns: np.ndarray,
-    response: np.ndarray,
-    truncated: np.ndarray,
-    group_ids: np.ndarray,
-    started: float,
-    used_cache: bool,
-) -> Rollouts:
+def _result(seq: _Sequences, episodes: _Episodes, started: float, used_cache: bool) -> Rollouts:
     seq.shrink_width()
     ids, real, policy, log_probs = seq.padded()
-    scores32 = scores.astype(np.float32)
-    batch = RolloutBatch.from_padded(ids, real, policy, old_log_probs=log_probs, scores=scores32, group_ids=group_ids)
+    scores32 = episodes.scores.astype(np.float32)
+    batch = RolloutBatch.from_padded(
+        ids, real, policy, old_log_probs=log_probs, scores=scores32, group_ids=episodes.group_ids
+    )
     stats = EpisodeStats(
         scores=scores32,
         success=scores32 > 0,
-        turns=turns,
-        response_tokens=response,
+        turns=episodes.turns,
+        response_tokens=episodes.response,
         lengths=batch.lengths,
-        truncated=truncated,
+        truncated=episodes.truncated,
         seconds=time.perf_counter() - started,
         used_cache=used_cache,
     )

@@ -31,9 +31,10 @@ installed on import unless ``MPO_RS_VERL_VALUES_HOOK=0``; the critic itself runs
 ``critic.enable=True``. The same hook makes verl's v1 trainer group multi-output sessions
 for ``mpo_grpo`` as it does for ``grpo`` (:data:`SESSION_GROUPED_ESTIMATORS`). Estimator
 options beyond ``algorithm.gamma`` / ``algorithm.lam`` live under ``algorithm.mpo`` (see
-:class:`MPOOptions`). Details: ``docs/integrations.md``.
+:class:`MPOOptions`); :func:`estimator_options` builds each estimator's ``mpo_rs.Estimator``
+from them, the Rust options table judging every value. Details: ``docs/integrations.md``.
 
-The package's rooms: ``config`` (names, errors, :class:`MPOOptions`), ``estimators``
+The package's rooms: ``config`` (names, errors, :class:`MPOOptions`, :func:`estimator_options`), ``estimators``
 (through :mod:`mpo_rs.torch`'s padded-tensor API), ``loss`` (the clipped surrogate of
 :mod:`mpo_rs.torch.losses` with the turn ratio), ``values_hook``; this module registers.
 """
@@ -60,9 +61,11 @@ from .config import (
     ESTIMATORS,
     LOSS_MODES,
     SESSION_GROUPED_ESTIMATORS,
+    EstimatorOptions,
     InvalidConfigError,
     MissingCriticValuesError,
     MPOOptions,
+    estimator_options,
 )
 from .estimators import (
     compute_gae_advantage_return,
@@ -83,6 +86,7 @@ __all__ = [
     "LOSS_MODES",
     "SESSION_GROUPED_ESTIMATORS",
     "VALUES_HOOK_ENV",
+    "EstimatorOptions",
     "InvalidConfigError",
     "MPOOptions",
     "MissingCriticValuesError",
@@ -95,6 +99,7 @@ __all__ = [
     "compute_mpo_rloo_advantage",
     "compute_policy_loss_mpo",
     "compute_policy_loss_mpo_geo_mean",
+    "estimator_options",
     "install_values_hook",
     "register",
 ]

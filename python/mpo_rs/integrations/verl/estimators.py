@@ -14,7 +14,7 @@ from ... import _native, estimators
 from ...exceptions import InvalidBatchError
 from ...options import Estimator
 from ...torch import padded
-from .config import MPOOptions, config_get, discount
+from .config import estimator_options
 from .values_hook import critic_values
 
 __all__ = [
@@ -43,17 +43,14 @@ def compute_mpo_gae_advantage(
     loop ignores them. Advantages and returns are 0 off the LLM tokens.
     """
     values = critic_values(values, "mpo_gae")
-    options = MPOOptions.from_config(config)
-    lam = float(config_get(config, "lam", 1.0))
+    options = estimator_options("mpo_gae", config)  # lam_critic = lam: verl's returns = advantages + values
     return padded.gae_advantages(
         values,
         response_mask,
         token_level_rewards,
         observation_rewards="drop",
-        whiten=options.whiten is None or options.whiten,
-        gamma=discount(config),
-        lam=lam,
-        lam_critic=lam,  # verl's returns = advantages + values
+        whiten=options.whiten,
+        estimator=options.estimator,
     )
 
 
@@ -72,18 +69,14 @@ def compute_mpo_mae_advantage(
     credited to the LLM token before it. Returns are the critic's targets (``lam_critic``).
     """
     values = critic_values(values, "mpo_mae")
-    options = MPOOptions.from_config(config)
+    options = estimator_options("mpo_mae", config)
     return padded.mae_advantages(
         values,
         response_mask,
         token_level_rewards,
         observation_rewards="credit",
-        whiten=bool(options.whiten),
-        lam=float(options.lam),
-        lam_intra=float(options.lam_intra),
-        beta=float(options.beta),
-        gamma=discount(config),
-        lam_critic=float(options.lam_critic),
+        whiten=options.whiten,
+        estimator=options.estimator,
     )
 
 
@@ -102,11 +95,11 @@ def _group_ids(index: Any, rows: int, estimator: str) -> np.ndarray:
 
 def _rows(response_mask: Tensor) -> int:
     if not isinstance(response_mask, Tensor):
-        raise TypeError(f"`response_mask` must be a torch.Tensor, got {type(response_mask).__name__}")
+        raise InvalidBatchError(f"`response_mask` must be a torch.Tensor, got {type(response_mask).__name__}")
     return int(response_mask.shape[0]) if response_mask.dim() > 0 else 0
 
 
-def _group_advantage_estimator(leave_one_out: bool, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
+def _group_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     def estimator(
         token_level_rewards: Tensor,
         response_mask: Tensor,
@@ -114,23 +107,21 @@ def _group_advantage_estimator(leave_one_out: bool, name: str) -> Callable[..., 
         index: Any = None,
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
-        options = MPOOptions.from_config(config)
+        options = estimator_options(name, config)
         out = padded.group_advantages(
             token_level_rewards,
             response_mask,
             _group_ids(index, _rows(response_mask), name),
-            whiten=bool(options.whiten),
-            norm_std=bool(config_get(config, "norm_adv_by_std_in_grpo", True)),
-            eps=float(options.eps),
-            leave_one_out=leave_one_out,
+            whiten=options.whiten,
+            estimator=options.estimator,
         )
         return out, out
 
     return estimator
 
 
-_grpo = _group_advantage_estimator(False, "mpo_grpo")
-_rloo = _group_advantage_estimator(True, "mpo_rloo")
+_grpo = _group_advantage_estimator("mpo_grpo")
+_rloo = _group_advantage_estimator("mpo_rloo")
 
 
 def compute_mpo_grpo_advantage(
@@ -162,7 +153,7 @@ def _group_baselines(
     return _native.group_baselines(s, np.ascontiguousarray(ids, dtype=np.int64), n_groups, estimator)
 
 
-def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tuple[Tensor, Tensor]]:
+def _mae_with_group_baseline(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     def estimator(
         token_level_rewards: Tensor,
         response_mask: Tensor,
@@ -170,13 +161,13 @@ def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tu
         index: Any = None,
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
-        options = MPOOptions.from_config(config)
+        options = estimator_options(name, config)
+        group = options.group
+        assert group is not None
         batch = padded.PaddedBatch.of(response_mask, like=token_level_rewards)
         rows, cols = batch.shape
         ids = _group_ids(index, rows, name)
-        norm_std = bool(config_get(config, "norm_adv_by_std_in_grpo", True)) and not leave_one_out
         scores = batch.row_scores(token_level_rewards)
-        group = Estimator("grpo", norm_std=norm_std, eps=float(options.eps), leave_one_out=leave_one_out)
         # The group estimator refuses scores whose advantages overflow float32.
         estimators.group_advantages(scores, ids, estimator=group)
         baseline, scale, alone = _group_baselines(scores, ids, group)
@@ -189,10 +180,7 @@ def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tu
             batch.mask_u8,
             batch.offsets,
             rewards=batch.policy_rewards(token_level_rewards, "credit"),
-            lam=float(options.lam),
-            lam_intra=float(options.lam_intra),
-            beta=float(options.beta),
-            gamma=discount(config),
+            estimator=options.estimator,
         )
         row_scale = np.where(alone, 0.0, scale).astype(np.float32)
         advantages = (result.advantages.reshape(rows, cols) * row_scale[:, None]).reshape(-1)
@@ -204,8 +192,8 @@ def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tu
     return estimator
 
 
-_mae_grpo = _mae_with_group_baseline(False, "mpo_mae_grpo")
-_mae_rloo = _mae_with_group_baseline(True, "mpo_mae_rloo")
+_mae_grpo = _mae_with_group_baseline("mpo_mae_grpo")
+_mae_rloo = _mae_with_group_baseline("mpo_mae_rloo")
 
 
 def compute_mpo_mae_grpo_advantage(
@@ -232,5 +220,5 @@ def compute_gae_advantage_return(
     """Same signature and results (on LLM tokens) as verl's
     ``core_algos.compute_gae_advantage_return``, computed by ``mpo_gae``: a replacement for
     code that calls verl's function directly."""
-    config = {"gamma": float(gamma), "lam": float(lam)}
+    config = {"gamma": gamma, "lam": lam}  # judged by the options table, as from verl's config
     return compute_mpo_gae_advantage(token_level_rewards, response_mask, config, values=values)

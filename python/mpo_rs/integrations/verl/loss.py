@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ from torch import Tensor
 from verl.trainer.ppo import core_algos
 from verl.utils import torch_functional as verl_F
 
+from ...exceptions import InvalidRolloutError
 from ...torch import losses
 from .config import InvalidConfigError, config_get
 
@@ -20,18 +22,29 @@ _masked_mean: Callable[[Tensor, Tensor], Tensor] = verl_F.masked_mean
 __all__ = ["compute_policy_loss_mpo", "compute_policy_loss_mpo_geo_mean"]
 
 
+def _real(config: Any, key: str, default: float) -> float:
+    """The actor config's number ``key`` (``default`` when absent or null). A string is
+    refused, as every key of the plug-in's config: nothing converts a YAML spelling."""
+    value = config_get(config, key, None)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidConfigError(
+            f"`actor_rollout_ref.actor.{key}` must be a number, got {type(value).__name__} {value!r}"
+        )
+    return float(value)
+
+
 def _clip_settings(config: Any) -> tuple[float, float, float]:
     if config is None:
         raise InvalidConfigError(
             "the mpo policy loss needs the actor config (clip_ratio, clip_ratio_low/high, "
             "clip_ratio_c, global_batch_info); verl passes it as `config`"
         )
-    clip = config_get(config, "clip_ratio", 0.2)
-    low = config_get(config, "clip_ratio_low", None)
-    high = config_get(config, "clip_ratio_high", None)
-    low = float(clip if low is None else low)
-    high = float(clip if high is None else high)
-    dual = float(config_get(config, "clip_ratio_c", 3.0))
+    clip = _real(config, "clip_ratio", 0.2)
+    low = _real(config, "clip_ratio_low", clip)
+    high = _real(config, "clip_ratio_high", clip)
+    dual = _real(config, "clip_ratio_c", 3.0)
     try:
         losses.check_clip_range(low, high, dual, names=("clip_ratio_low", "clip_ratio_high", "clip_ratio_c"))
     except ValueError as e:
@@ -51,7 +64,9 @@ def _turn_ratio_loss(
 ) -> tuple[Tensor, dict[str, Any]]:
     low, high, dual = _clip_settings(config)
     if log_prob.dim() != 2:
-        raise ValueError(f"`log_prob` must be padded (batch, response_length), got shape {tuple(log_prob.shape)}")
+        raise InvalidRolloutError(
+            f"`log_prob` must be padded (batch, response_length), got shape {tuple(log_prob.shape)}"
+        )
     mask = response_mask.to(device=log_prob.device) != 0
     # Turns are the runs of LLM tokens in each row, rebuilt on the device from the mask.
     rho = losses.importance_ratio(log_prob, old_log_prob, mask, ratio="turn", turn_ratio=turn_ratio)
