@@ -234,7 +234,6 @@ PLAIN_ERRORS_PENDING = {
     "torch/batch.py",
     "torch/critic.py",
     "torch/models.py",
-    "reproduce/config.py",
     "reproduce/run.py",
 }
 
