@@ -120,7 +120,7 @@ class FrozenLake:
             f"max_turns={self.max_turns})"
         )
 
-    def well_formed_actions(self) -> list[tuple[int, ...]]:
+    def well_formed_actions(self) -> list[tuple[int, int, int]]:
         """Every well-formed action, in gym's order (Left, Down, Right, Up)."""
         return [(ANSWER, d, END) for d in DIRECTIONS]
 
@@ -196,8 +196,10 @@ class FrozenLake:
         cells[player] = FROZEN
         return tuple(cells), player
 
-    def _values(self, desc: tuple[int, ...], p_move: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
-        return solve(desc, self.size, self.slippery, self.max_turns, p_move)[0]  # type: ignore[arg-type]
+    def _values(
+        self, desc: tuple[int, ...], p_move: tuple[float, float, float, float, float]
+    ) -> tuple[tuple[float, ...], ...]:
+        return solve(desc, self.size, self.slippery, self.max_turns, p_move)[0]
 
     def chance_success(self) -> float:
         """Success rate of a policy drawing every token uniformly from the vocabulary: exact

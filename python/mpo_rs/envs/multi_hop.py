@@ -36,13 +36,15 @@ class MultiHop:
       with ``done`` is empty.
 
     The oracle follows the first listed link and backtracks to the other after a dead end:
-    ``hops + 2`` turns plus one per decoy taken, at most ``2 * hops + 2``; with the default
-    budget (``max_turns = 2 * hops + 2``) it succeeds on every seed.
+    ``hops + 2`` turns plus one per decoy taken, at most ``oracle_turns() = 2 * hops + 2``.
+    No policy can tell the link from the decoy before looking, so with a budget below that
+    the dead ends decide: the default (5 hops, 9 turns) leaves room for two, and the oracle
+    succeeds with probability P(at most 2 of 5 fair coins) = 1/2.
     """
 
     name = "multi_hop"
 
-    def __init__(self, hops: int = 4, max_turns: int = 10, num_entities: int = 12, num_answers: int = 4) -> None:
+    def __init__(self, hops: int = 5, max_turns: int = 9, num_entities: int = 12, num_answers: int = 4) -> None:
         self.hops = check_param("MultiHop", "hops", hops, 1)
         self.max_turns = check_param("MultiHop", "max_turns", max_turns, 2)
         self.num_entities = check_param("MultiHop", "num_entities", num_entities, 1)
@@ -73,7 +75,7 @@ class MultiHop:
             f"num_answers={self.num_answers})"
         )
 
-    def well_formed_actions(self) -> list[tuple[int, ...]]:
+    def well_formed_actions(self) -> list[tuple[int, int, int]]:
         """Every well-formed action: the lookups, then the answers."""
         return [(LOOKUP, FIRST_ENTITY + e, END) for e in range(self.num_entities)] + [
             (ANSWER, self.first_answer + j, END) for j in range(self.num_answers)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError
@@ -28,7 +27,7 @@ def uniform(stream: SeedStream) -> float:
 
 
 class Search:
-    """Find the answer to a question by searching; each search returns one noisy hint.
+    """Find the answer to a question by searching; a search returns noisy hints, or nothing.
 
     Ids: ``question result none error search answer end``, then ``topic0 ..`` and ``ans0 ..``.
 
@@ -37,29 +36,28 @@ class Search:
     - A turn is exactly three tokens, a tool call: ``[search, topic_j, end]`` or
       ``[answer, ans_j, end]``. Anything else is malformed: the observation is ``[error]``
       and the turn is spent.
-    - ``[search, topic_j, end]`` returns ``[result, topic_j, hint]``: for the question's topic
-      the hint is the answer with probability ``hint_accuracy`` and otherwise a uniformly
-      random answer (which may be the right one too); for another topic the hint is ``none``.
-      Each search draws a fresh hint.
+    - ``[search, topic_j, end]`` returns ``[result, topic_j, x, y]`` with probability
+      ``hit_prob`` when ``topic_j`` is the question's topic: two candidate answers, the right
+      one and a distractor drawn uniformly from the others, in random order (a noisy hint).
+      Otherwise -- a miss, or another topic -- it returns ``[result, topic_j, none]``. Each
+      search draws afresh.
     - ``[answer, ans_j, end]`` ends the episode: reward 1.0 if ``ans_j`` is the hidden answer,
       else 0.0. After ``max_turns`` turns without an answer the episode ends with reward 0.0.
       The observation returned with ``done`` is empty.
 
-    Hints are the only source of the answer. After counts ``c_j`` of hint ``j`` the posterior
-    of answer ``j`` is proportional to ``ratio() ** c_j``; the oracle searches on every turn
-    but the last and then answers the most frequent hint (the lowest id among ties), which is
-    the most probable answer: no policy does better, yet it fails when the hints mislead.
+    The hints are the only source of the answer: it is among the candidates every hit
+    names, uniformly so. The oracle searches the question's topic until one candidate is
+    left, then answers it; at the last turn it answers the lowest candidate left (``ans0``
+    without a hit). No policy does better, yet with few hits it must guess.
     """
 
     name = "search"
 
-    def __init__(
-        self, max_turns: int = 10, num_topics: int = 4, num_answers: int = 4, hint_accuracy: float = 0.3
-    ) -> None:
+    def __init__(self, max_turns: int = 10, num_topics: int = 4, num_answers: int = 16, hit_prob: float = 0.1) -> None:
         self.max_turns = check_param("Search", "max_turns", max_turns, 2)
         self.num_topics = check_param("Search", "num_topics", num_topics, 1)
         self.num_answers = check_param("Search", "num_answers", num_answers, 2)
-        self.hint_accuracy = check_probability("Search", "hint_accuracy", hint_accuracy)
+        self.hit_prob = check_probability("Search", "hit_prob", hit_prob)
         self.action_tokens = 3
         self.first_answer = FIRST_TOPIC + self.num_topics
         self.vocab_size = self.first_answer + self.num_answers
@@ -77,20 +75,14 @@ class Search:
     def __repr__(self) -> str:
         return (
             f"Search(max_turns={self.max_turns}, num_topics={self.num_topics}, "
-            f"num_answers={self.num_answers}, hint_accuracy={self.hint_accuracy})"
+            f"num_answers={self.num_answers}, hit_prob={self.hit_prob})"
         )
 
-    def well_formed_actions(self) -> list[tuple[int, ...]]:
+    def well_formed_actions(self) -> list[tuple[int, int, int]]:
         """Every well-formed action: the searches, then the answers."""
         return [(SEARCH, FIRST_TOPIC + k, END) for k in range(self.num_topics)] + [
             (ANSWER, self.first_answer + j, END) for j in range(self.num_answers)
         ]
-
-    def ratio(self) -> float:
-        """How much one hint of ``j`` multiplies the odds of answer ``j``: P(hint j | answer j)
-        over P(hint j | another answer)."""
-        noise = (1.0 - self.hint_accuracy) / self.num_answers
-        return math.inf if noise == 0.0 else (self.hint_accuracy + noise) / noise
 
     def reset(self, seed: int) -> list[int]:
         self._stream = SeedStream(check_seed("Search", seed))
@@ -112,12 +104,14 @@ class Search:
             return [], 1.0 if content - self.first_answer == self.hidden else 0.0, True
         observation = [ERROR]
         if end == END and command == SEARCH and FIRST_TOPIC <= content < self.first_answer:
-            if content - FIRST_TOPIC != self.topic:
-                observation = [RESULT, content, NONE]
-            elif uniform(self._stream) < self.hint_accuracy:
-                observation = [RESULT, content, self.first_answer + self.hidden]  # type: ignore[operator]
-            else:
-                observation = [RESULT, content, self.first_answer + self._stream.below(self.num_answers)]
+            observation = [RESULT, content, NONE]
+            if content - FIRST_TOPIC == self.topic and uniform(self._stream) < self.hit_prob:
+                distractor = self._stream.below(self.num_answers - 1)
+                distractor += distractor >= self.hidden  # type: ignore[operator]
+                pair = [self.first_answer + self.hidden, self.first_answer + distractor]  # type: ignore[operator]
+                if self._stream.below(2):
+                    pair.reverse()
+                observation = [RESULT, content, *pair]
         if self._turn == self.max_turns:
             self._done = True
             return [], 0.0, True
@@ -131,20 +125,19 @@ class Search:
         answer = self.num_answers / v3
         return sum((1.0 - answer) ** t for t in range(self.max_turns)) / v3
 
-    def hint_counts(self, observations: Sequence[Sequence[int]]) -> list[int]:
-        """How often each answer came back as a hint for the question's topic."""
-        counts = [0] * self.num_answers
+    def candidates(self, observations: Sequence[Sequence[int]]) -> list[int]:
+        """The answer indices every hit for the question's topic named (all before a hit)."""
+        left = set(range(self.num_answers))
         topic = observations[0][1] if len(observations[0]) == 2 else None
         for observation in observations[1:]:
-            if len(observation) == 3 and observation[0] == RESULT and observation[1] == topic:
-                if observation[2] >= self.first_answer:
-                    counts[observation[2] - self.first_answer] += 1
-        return counts
+            if len(observation) == 4 and observation[0] == RESULT and observation[1] == topic:
+                left &= {observation[2] - self.first_answer, observation[3] - self.first_answer}
+        return sorted(left)
 
     def oracle_action(self, observations: Sequence[Sequence[int]]) -> list[int]:
         """The best action for the turn after ``observations`` (the observations so far,
-        starting with the first): search the question's topic, and at the last turn answer
-        the most frequent hint (lowest id among ties). Works from any history."""
+        starting with the first): search the question's topic until one candidate is left and
+        answer it; at the last turn answer the lowest candidate left. Works from any history."""
         turn = len(observations) - 1
         if not 0 <= turn < self.max_turns:
             raise InvalidRolloutError(
@@ -153,7 +146,7 @@ class Search:
         first = list(observations[0])
         if len(first) != 2 or first[0] != QUESTION or not FIRST_TOPIC <= first[1] < self.first_answer:
             raise InvalidRolloutError(f"Search.oracle_action: unexpected first observation {first}")
-        if turn < self.max_turns - 1:
-            return [SEARCH, first[1], END]
-        counts = self.hint_counts(observations)
-        return [ANSWER, self.first_answer + counts.index(max(counts)), END]
+        left = self.candidates(observations)
+        if len(left) == 1 or turn == self.max_turns - 1:
+            return [ANSWER, self.first_answer + left[0], END]
+        return [SEARCH, first[1], END]
