@@ -56,6 +56,7 @@ __all__ = [
     "choose_eps",
     "measure",
     "measure_all",
+    "play",
     "rollout",
     "token_arrays",
 ]
@@ -363,6 +364,7 @@ class NoisyOracle:
         self.eps = float(eps)
         self.well_formed = 0.0 if model.W is None else float(well_formed)
         self._values: dict[Any, float] = {}
+        self._q: dict[tuple[Belief, Any], float] = {}
 
     def value(self, b: Belief) -> float:
         """V(b): the expected return from a turn boundary."""
@@ -375,10 +377,13 @@ class NoisyOracle:
 
     def q(self, b: Belief, a: Any) -> float:
         """Q(b, a): the expected return of action ``a`` (see ``_Model.outcomes``) from ``b``."""
-        total = 0.0
-        for p, r, done, nxt in self.model.outcomes(b, a):
-            total += p * (r if done or nxt is None else r + self.value(nxt))
-        return total
+        cached = self._q.get((b, a))
+        if cached is None:
+            cached = 0.0
+            for p, r, done, nxt in self.model.outcomes(b, a):
+                cached += p * (r if done or nxt is None else r + self.value(nxt))
+            self._q[(b, a)] = cached
+        return cached
 
     def prefix_value(self, b: Belief, prefix: Sequence[int]) -> float:
         """V(b, prefix): the expected return after the first ``len(prefix)`` tokens of the turn."""
@@ -478,6 +483,19 @@ def rollout(env: Any, values: NoisyOracle, seed: int, rng: np.random.Generator) 
             break
         b = m.update(b, action, observation)
     return Rollout(tokens, mask, vals, score, turns)
+
+
+def play(env: Any, values: NoisyOracle, seed: int, rng: np.random.Generator) -> float:
+    """The score of one noisy-oracle episode on the real environment (no values computed)."""
+    m = values.model
+    b = m.initial(env.reset(seed))
+    for _ in range(m.T):
+        action = values.act(b, rng)
+        observation, reward, done = env.step(list(action))
+        if done:
+            return float(reward)
+        b = m.update(b, action, observation)
+    return 0.0
 
 
 def token_arrays(rollouts: Sequence[Rollout]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
