@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..diagnose.summary import FAILURE, SUCCESS
 from ..exceptions import InvalidConfigError
 from . import frozen_lake as fl
 from . import multi_hop as mh
@@ -546,6 +547,8 @@ def share_statistics(rollouts: Sequence[Rollout]) -> dict[str, Any]:
         "median_abs_jump": summary["all"]["median_abs_jump"],
         "median_boundary_fraction": float(np.median(kept)) if kept.size else None,
         "largest_change_at_boundary": float(np.mean(largest)) if largest else None,
+        "median_between_share_success": summary["by_outcome"][SUCCESS]["median_between_share"],
+        "median_between_share_failure": summary["by_outcome"][FAILURE]["median_between_share"],
     }
 
 
@@ -555,8 +558,8 @@ def share_statistics(rollouts: Sequence[Rollout]) -> dict[str, Any]:
 def measure(
     name: str,
     *,
-    exact_seeds: int = 256,
-    rollouts: int = 256,
+    exact_seeds: int = 512,
+    rollouts: int = 1024,
     seed: int = 0,
     eps: float | None = None,
     target: float = TARGET_SUCCESS,
@@ -607,8 +610,9 @@ def table(results: Sequence[dict[str, Any]]) -> str:
 
     lines = [
         "| task | turns × tokens | chance | oracle | eps | base (exact) | base (rollouts) "
-        "| median between-turn share | between > within | boundary share of ΔV² | largest step at a boundary | premise |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| median between-turn share | (successes / failures) | between > within | boundary share of ΔV² "
+        "| largest step at a boundary | premise |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         share = r["median_between_share"]
@@ -616,7 +620,8 @@ def table(results: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| `{r['task']}` | {r['turns']} × {r['action_tokens']} | {r['chance_success']:.2g} | "
             f"{f(r['oracle_success'])} | {r['eps']:.2f} | {f(r['base_success'])} | "
-            f"{f(r['base_success_rollouts'])} | {f(share)} | {f(r['fraction_between_gt_within'])} | "
+            f"{f(r['base_success_rollouts'])} | **{f(share)}** | {f(r['median_between_share_success'], 2)} / "
+            f"{f(r['median_between_share_failure'], 2)} | {f(r['fraction_between_gt_within'])} | "
             f"{f(r['median_boundary_fraction'])} | {f(r['largest_change_at_boundary'])} | {verdict} |"
         )
     return "\n".join(lines)
@@ -629,8 +634,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the exact values of a noisy oracle) before any training.",
     )
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated registry names")
-    parser.add_argument("--exact-seeds", type=int, default=256, help="seeds 0..N-1 for the exact success rates")
-    parser.add_argument("--rollouts", type=int, default=256, help="noisy-oracle rollouts (seeds 10**6 + i)")
+    parser.add_argument("--exact-seeds", type=int, default=512, help="seeds 0..N-1 for the exact success rates")
+    parser.add_argument("--rollouts", type=int, default=1024, help="noisy-oracle rollouts (seeds 10**6 + i)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the rollouts' noise")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
