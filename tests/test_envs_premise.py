@@ -302,3 +302,45 @@ def test_eps_target_is_documented_and_key_door_is_unchanged():
     assert repr(KeyDoor()) == (
         "KeyDoor(max_turns=8, action_tokens=16, num_keys=4, vocab_size=16, key_position=0, open_position=0, max_noise=3)"
     )
+
+
+def test_docs_premise_table_is_current():
+    """docs/envs.md's table is the output of `python -m mpo_rs.envs.premise`; its exact columns
+    (chance, oracle, eps, exact base success) are recomputed here for the tasks whose exact
+    values are quick (all but frozen_lake)."""
+    from pathlib import Path
+
+    from mpo_rs.envs.premise import choose_eps
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "envs.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| `") and " × " in line:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells
+    assert sorted(rows) == sorted(ENVIRONMENTS)
+    seeds = range(512)
+    for name in ("search", "multi_hop", "guess_number", "key_door"):
+        env = make(name)
+        _, shape, chance, oracle, eps, base = rows[name][:6]
+        assert shape == f"{env.max_turns} × {env.action_tokens}"
+        assert float(chance) == pytest.approx(exact_success(env, 1.0, seeds, well_formed=0.0), rel=0.05)  # 2 digits
+        assert f"{exact_success(env, 0.0, seeds):.3f}" == oracle
+        assert f"{choose_eps(env, seeds):.2f}" == eps
+        assert f"{exact_success(env, float(eps), seeds):.3f}" == base
+
+
+def test_vector_env_runs_the_new_envs():
+    from mpo_rs.envs import VectorEnv
+
+    for name in NEW:
+        vec = VectorEnv(lambda name=name: make(name), 3)
+        observations = vec.reset([0, 0, 1])
+        assert observations[0] == observations[1]
+        history = [[o] for o in observations]
+        while not vec.done.all():
+            actions = [None if vec.done[i] else vec.envs[i].oracle_action(history[i]) for i in range(3)]
+            observations, _, _ = vec.step(actions)
+            for i, o in enumerate(observations):
+                history[i].append(o)
+        assert vec.turns.max() <= vec.max_turns

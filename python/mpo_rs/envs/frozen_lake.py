@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import SeedStream, check_action, check_param, check_seed
-from .search import check_probability, uniform
+from .protocol import SeedStream, check_action, check_param, check_probability, check_seed, uniform
 
 __all__ = ["FrozenLake"]
 

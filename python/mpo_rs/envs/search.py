@@ -4,26 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import SeedStream, check_action, check_param, check_seed
+from ..exceptions import InvalidRolloutError
+from .protocol import SeedStream, check_action, check_param, check_probability, check_seed, uniform
 
-__all__ = ["Search", "check_probability", "uniform"]
+__all__ = ["Search"]
 
 # Fixed ids; topics follow, then answers.
 QUESTION, RESULT, NONE, ERROR, SEARCH, ANSWER, END = range(7)
 FIRST_TOPIC = 7
-
-
-def check_probability(env_name: str, name: str, value: object) -> float:
-    """A constructor parameter as a float in [0, 1], or an InvalidConfigError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise InvalidConfigError(f"{env_name}: {name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def uniform(stream: SeedStream) -> float:
-    """A float in [0, 1) from 53 bits of the stream."""
-    return stream.below(1 << 53) / float(1 << 53)
 
 
 class Search:
