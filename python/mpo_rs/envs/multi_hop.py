@@ -134,36 +134,13 @@ class MultiHop:
         return [PAGE, entity, LINKS, x, y]
 
     def chance_success(self) -> float:
-        """Success rate of a policy drawing every token uniformly from the vocabulary, computed
-        exactly by dynamic programming over (turn, depth reached, whether one link of the
-        frontier was found dead): each specific action has probability ``u = 1 / V**3``; an
-        answer is right with probability ``u`` (one answer id is right) and ends the episode
-        either way; the fact is known only after ``hops + 1`` right lookups."""
-        u = 1.0 / float(self.vocab_size) ** 3
-        answers = self.num_answers * u
-        # value[(depth, dead)] at the current turn; depth -1: n_0 not looked up; hops: fact known.
-        states = [(d, k) for d in range(-1, self.hops + 1) for k in (0, 1)]
-        value = dict.fromkeys(states, 0.0)
-        for _ in range(self.max_turns):
-            new = {}
-            for d, k in states:
-                if d == self.hops:
-                    new[(d, k)] = u + (1.0 - answers) * value[(d, k)]
-                    continue
-                stay = 1.0 - answers
-                total = u  # the right answer, a guess
-                if d == -1:
-                    total += u * value[(0, 0)]
-                    stay -= u
-                else:
-                    total += u * value[(d + 1, 0)]  # the link on the chain
-                    stay -= u
-                    if k == 0:
-                        total += u * value[(d, 1)]  # the decoy: a dead end
-                        stay -= u
-                new[(d, k)] = total + stay * value[(d, k)]
-            value = new
-        return value[(-1, 0)]
+        """Success rate of a policy drawing every token uniformly from the vocabulary, exact:
+        what it has read does not change what it writes, so each turn answers with probability
+        ``a = num_answers / V**3`` and rightly with ``1 / V**3``; the success is ``(1/V**3) *
+        sum_{t < max_turns} (1 - a)**t``."""
+        v3 = float(self.vocab_size) ** 3
+        answer = self.num_answers / v3
+        return sum((1.0 - answer) ** t for t in range(self.max_turns)) / v3
 
     def oracle_action(self, observations: Sequence[Sequence[int]]) -> list[int]:
         """The oracle's action for the turn after ``observations`` (the observations so far,
