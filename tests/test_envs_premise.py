@@ -295,6 +295,10 @@ def test_premise_command_prints_the_table(capsys):
     assert main(["--tasks", "key_door", "--exact-seeds", "2", "--rollouts", "8"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("| task |") and "`key_door` | 8 × 16" in out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--tasks", "maze"])
+    assert exit_info.value.code == 2
+    assert "--tasks: no belief model for maze; known: search" in capsys.readouterr().err
 
 
 def test_eps_target_is_documented_and_key_door_is_unchanged():

@@ -639,6 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the rollouts' noise")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.tasks.split(",") if name not in TASKS]
+    if unknown:
+        parser.error(f"--tasks: no belief model for {', '.join(unknown)}; known: {', '.join(TASKS)}")
     results = [
         measure(name, exact_seeds=args.exact_seeds, rollouts=args.rollouts, seed=args.seed)
         for name in args.tasks.split(",")
