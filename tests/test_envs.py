@@ -14,9 +14,12 @@ import pytest
 from mpo_rs import InvalidConfigError, InvalidRolloutError
 from mpo_rs.envs import (
     ENVIRONMENTS,
+    FrozenLake,
     GuessNumber,
     KeyDoor,
+    MultiHop,
     MultiTurnEnv,
+    Search,
     TokenizedTextEnv,
     VectorEnv,
     chance_success,
@@ -370,7 +373,10 @@ def test_step_after_done_is_refused():
 
 
 def test_bad_parameters():
-    with pytest.raises(InvalidConfigError, match=r"unknown environment 'maze'; known: guess_number, key_door"):
+    with pytest.raises(
+        InvalidConfigError,
+        match=r"unknown environment 'maze'; known: frozen_lake, guess_number, key_door, multi_hop, search",
+    ):
         make("maze")
     with pytest.raises(InvalidConfigError, match=r"key_door: unknown parameter\(s\) horizon; accepted: max_turns"):
         make("key_door", horizon=3)
@@ -390,7 +396,13 @@ def test_bad_parameters():
 
 
 def test_registry_and_protocol():
-    assert ENVIRONMENTS == {"key_door": KeyDoor, "guess_number": GuessNumber}
+    assert ENVIRONMENTS == {
+        "key_door": KeyDoor,
+        "guess_number": GuessNumber,
+        "search": Search,
+        "multi_hop": MultiHop,
+        "frozen_lake": FrozenLake,
+    }
     for name, cls in ENVIRONMENTS.items():
         env = make(name)
         assert type(env) is cls and isinstance(env, MultiTurnEnv)

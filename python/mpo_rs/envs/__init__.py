@@ -11,6 +11,10 @@ Built-in environments, by registry name:
   can succeed; distractor turns in between; one terminal reward.
 - ``guess_number`` (:class:`GuessNumber`): find a hidden number from higher/lower feedback
   within a turn budget; the episode ends on success.
+- ``search`` (:class:`Search`): the answer arrives only as noisy hints in search results.
+- ``multi_hop`` (:class:`MultiHop`): follow a chain of links; a wrong hop shows up as a dead
+  end and must be backtracked.
+- ``frozen_lake`` (:class:`FrozenLake`): RAGEN's FrozenLake 4x4 slippery, as tokens.
 """
 
 from __future__ import annotations
@@ -19,19 +23,25 @@ import inspect
 from typing import Any
 
 from ..exceptions import InvalidConfigError
+from .frozen_lake import FrozenLake
 from .guess_number import GuessNumber
 from .key_door import KeyDoor
+from .multi_hop import MultiHop
 from .protocol import Episode, MultiTurnEnv, Policy, render_episode, run_episode
+from .search import Search
 from .text import TextEnv, TokenizedTextEnv
 from .vector import VectorEnv
 
 __all__ = [
     "ENVIRONMENTS",
     "Episode",
+    "FrozenLake",
     "GuessNumber",
     "KeyDoor",
+    "MultiHop",
     "MultiTurnEnv",
     "Policy",
+    "Search",
     "TextEnv",
     "TokenizedTextEnv",
     "VectorEnv",
@@ -44,6 +54,9 @@ __all__ = [
 ENVIRONMENTS: dict[str, type] = {
     KeyDoor.name: KeyDoor,
     GuessNumber.name: GuessNumber,
+    Search.name: Search,
+    MultiHop.name: MultiHop,
+    FrozenLake.name: FrozenLake,
 }
 """Registry name -> environment class; ``make(name, **params)`` builds one."""
 

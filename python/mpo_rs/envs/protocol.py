@@ -25,9 +25,11 @@ __all__ = [
     "SeedStream",
     "check_action",
     "check_param",
+    "check_probability",
     "check_seed",
     "render_episode",
     "run_episode",
+    "uniform",
 ]
 
 
@@ -185,3 +187,15 @@ def render_episode(episode: Episode, token_names: Sequence[str]) -> str:
         lines.append(f"obs {t + 1:<6}: {words(episode.observations[t + 1])}   reward {episode.rewards[t]:g}")
     lines.append(f"done {episode.done} after {episode.turns} turns, score {episode.score:g}")
     return "\n".join(lines)
+
+
+def check_probability(env_name: str, name: str, value: object) -> float:
+    """A constructor parameter as a float in [0, 1], or an InvalidConfigError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidConfigError(f"{env_name}: {name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def uniform(stream: SeedStream) -> float:
+    """A float in [0, 1) from 53 bits of the stream."""
+    return stream.below(1 << 53) / float(1 << 53)

@@ -1,0 +1,140 @@
+"""Search: the answer arrives only in the results of tool calls, as noisy hints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..exceptions import InvalidRolloutError
+from .protocol import SeedStream, check_action, check_param, check_probability, check_seed, uniform
+
+__all__ = ["Search"]
+
+# Fixed ids; topics follow, then answers.
+QUESTION, RESULT, NONE, ERROR, SEARCH, ANSWER, END = range(7)
+FIRST_TOPIC = 7
+
+
+class Search:
+    """Find the answer to a question by searching; a search returns noisy hints, or nothing.
+
+    Ids: ``question result none error search answer end``, then ``topic0 ..`` and ``ans0 ..``.
+
+    - The first observation is ``[question, topic_k]``; the topic and the hidden answer
+      (uniform in ``[0, num_answers)``) are drawn from the seed.
+    - A turn is exactly three tokens, a tool call: ``[search, topic_j, end]`` or
+      ``[answer, ans_j, end]``. Anything else is malformed: the observation is ``[error]``
+      and the turn is spent.
+    - ``[search, topic_j, end]`` returns ``[result, topic_j, x, y]`` with probability
+      ``hit_prob`` when ``topic_j`` is the question's topic: two candidate answers, the right
+      one and a distractor drawn uniformly from the others, in random order (a noisy hint).
+      Otherwise -- a miss, or another topic -- it returns ``[result, topic_j, none]``. Each
+      search draws afresh.
+    - ``[answer, ans_j, end]`` ends the episode: reward 1.0 if ``ans_j`` is the hidden answer,
+      else 0.0. After ``max_turns`` turns without an answer the episode ends with reward 0.0.
+      The observation returned with ``done`` is empty.
+
+    The hints are the only source of the answer: it is among the candidates every hit
+    names, uniformly so. The oracle searches the question's topic until one candidate is
+    left, then answers it; at the last turn it answers the lowest candidate left (``ans0``
+    without a hit). No policy does better, yet with few hits it must guess.
+    """
+
+    name = "search"
+
+    def __init__(self, max_turns: int = 10, num_topics: int = 4, num_answers: int = 16, hit_prob: float = 0.1) -> None:
+        self.max_turns = check_param("Search", "max_turns", max_turns, 2)
+        self.num_topics = check_param("Search", "num_topics", num_topics, 1)
+        self.num_answers = check_param("Search", "num_answers", num_answers, 2)
+        self.hit_prob = check_probability("Search", "hit_prob", hit_prob)
+        self.action_tokens = 3
+        self.first_answer = FIRST_TOPIC + self.num_topics
+        self.vocab_size = self.first_answer + self.num_answers
+        self.token_names = (
+            ["question", "result", "none", "error", "search", "answer", "end"]
+            + [f"topic{k}" for k in range(self.num_topics)]
+            + [f"ans{j}" for j in range(self.num_answers)]
+        )
+        self.topic: int | None = None
+        self.hidden: int | None = None
+        self._stream = SeedStream(0)
+        self._turn = 0
+        self._done = True
+
+    def __repr__(self) -> str:
+        return (
+            f"Search(max_turns={self.max_turns}, num_topics={self.num_topics}, "
+            f"num_answers={self.num_answers}, hit_prob={self.hit_prob})"
+        )
+
+    def well_formed_actions(self) -> list[tuple[int, int, int]]:
+        """Every well-formed action: the searches, then the answers."""
+        return [(SEARCH, FIRST_TOPIC + k, END) for k in range(self.num_topics)] + [
+            (ANSWER, self.first_answer + j, END) for j in range(self.num_answers)
+        ]
+
+    def reset(self, seed: int) -> list[int]:
+        self._stream = SeedStream(check_seed("Search", seed))
+        self.topic = self._stream.below(self.num_topics)
+        self.hidden = self._stream.below(self.num_answers)
+        self._turn = 0
+        self._done = False
+        return [QUESTION, FIRST_TOPIC + self.topic]
+
+    def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
+        if self._done:
+            raise InvalidRolloutError(
+                f"Search turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
+            )
+        command, content, end = check_action("Search", self._turn, action, self.action_tokens, self.vocab_size)
+        self._turn += 1
+        if end == END and command == ANSWER and content >= self.first_answer:
+            self._done = True
+            return [], 1.0 if content - self.first_answer == self.hidden else 0.0, True
+        observation = [ERROR]
+        if end == END and command == SEARCH and FIRST_TOPIC <= content < self.first_answer:
+            observation = [RESULT, content, NONE]
+            if content - FIRST_TOPIC == self.topic and uniform(self._stream) < self.hit_prob:
+                distractor = self._stream.below(self.num_answers - 1)
+                distractor += distractor >= self.hidden  # type: ignore[operator]
+                pair = [self.first_answer + self.hidden, self.first_answer + distractor]  # type: ignore[operator]
+                if self._stream.below(2):
+                    pair.reverse()
+                observation = [RESULT, content, *pair]
+        if self._turn == self.max_turns:
+            self._done = True
+            return [], 0.0, True
+        return observation, 0.0, False
+
+    def chance_success(self) -> float:
+        """Success rate of a policy drawing every token uniformly from the vocabulary,
+        computed exactly: a turn answers with probability ``a = num_answers / V**3``, rightly
+        with ``1 / V**3``, so the success is ``(1/V**3) * sum_{t < max_turns} (1 - a)**t``."""
+        v3 = float(self.vocab_size) ** 3
+        answer = self.num_answers / v3
+        return sum((1.0 - answer) ** t for t in range(self.max_turns)) / v3
+
+    def candidates(self, observations: Sequence[Sequence[int]]) -> list[int]:
+        """The answer indices every hit for the question's topic named (all before a hit)."""
+        left = set(range(self.num_answers))
+        topic = observations[0][1] if len(observations[0]) == 2 else None
+        for observation in observations[1:]:
+            if len(observation) == 4 and observation[0] == RESULT and observation[1] == topic:
+                left &= {observation[2] - self.first_answer, observation[3] - self.first_answer}
+        return sorted(left)
+
+    def oracle_action(self, observations: Sequence[Sequence[int]]) -> list[int]:
+        """The best action for the turn after ``observations`` (the observations so far,
+        starting with the first): search the question's topic until one candidate is left and
+        answer it; at the last turn answer the lowest candidate left. Works from any history."""
+        turn = len(observations) - 1
+        if not 0 <= turn < self.max_turns:
+            raise InvalidRolloutError(
+                f"Search.oracle_action: {len(observations)} observations, expected 1..{self.max_turns}"
+            )
+        first = list(observations[0])
+        if len(first) != 2 or first[0] != QUESTION or not FIRST_TOPIC <= first[1] < self.first_answer:
+            raise InvalidRolloutError(f"Search.oracle_action: unexpected first observation {first}")
+        left = self.candidates(observations)
+        if len(left) == 1 or turn == self.max_turns - 1:
+            return [ANSWER, self.first_answer + left[0], END]
+        return [SEARCH, first[1], END]
