@@ -30,6 +30,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..options import Estimator
+
 __all__ = [
     "ARMS",
     "CONFIGS",
@@ -70,7 +72,7 @@ class Arm:
     task: str
     """Registry name of the environment (``mpo_rs.envs.make``)."""
     estimator: str
-    """``grpo``, ``gae`` or ``mae``."""
+    """``grpo``, ``gae`` or ``mae``; with the knobs below, :meth:`estimator_spec`."""
     ratio: str
     """Importance-sampling ratio: ``token``, ``turn`` or ``sequence`` (GSPO)."""
     advantage_scale: str
@@ -82,6 +84,18 @@ class Arm:
     beta: float = 1.0
     lam_critic: float = 1.0
     """Lambda of the critic's targets: 1 = Monte-Carlo returns, for every critic."""
+
+    def estimator_spec(self) -> Estimator:
+        """The arm's estimator with its options, for the learner: MAE with ``lam``,
+        ``lam_intra``, ``beta`` and ``lam_critic``; GAE with ``lam`` and ``lam_critic``;
+        GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by the group's
+        std). Options the arm leaves None take the table's defaults."""
+        if self.estimator == "grpo":
+            return Estimator("grpo" if self.advantage_scale == "group-std" else "drgrpo")
+        knobs: dict[str, Any] = {"lam": self.lam, "lam_critic": self.lam_critic}
+        if self.estimator == "mae":
+            knobs.update(lam_intra=self.lam_intra, beta=self.beta)
+        return Estimator(self.estimator, **{k: v for k, v in knobs.items() if v is not None})
 
     def __post_init__(self) -> None:
         if self.advantage_scale not in ADVANTAGE_SCALES:
