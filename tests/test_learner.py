@@ -496,6 +496,27 @@ def test_token_log_probs_and_values_use_the_previous_position():
     torch.testing.assert_close(v[:, 1:], critic(input_ids=ids, attention_mask=attention)[:, :-1, 0])
 
 
+def test_model_errors_are_typed():
+    from mpo_rs.torch.critic import value_head_critic
+    from mpo_rs.torch.models import TinyCausalLM as ProjectLM
+
+    with pytest.raises(InvalidOptionError, match="`width` must be a positive integer"):
+        ProjectLM(8, width=True)
+    with pytest.raises(InvalidOptionError, match="multiple of `heads`"):
+        ProjectLM(8, width=10, heads=3)
+    with pytest.raises(InvalidRolloutError, match=r"`input_ids` must be \(B, L\)"):
+        ProjectLM(8, width=8)(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(InvalidOptionError, match="no linear LM head"):
+        value_head_critic(nn.Sequential())
+
+    class Dict(nn.Module):
+        def forward(self, input_ids, attention_mask):
+            return {"values": input_ids}
+
+    with pytest.raises(InvalidRolloutError, match="Dict returned dict"):
+        token_values(Dict(), torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+
+
 def test_values_from_the_batch_train_the_policy_without_a_critic(one_thread):
     batch = ragged_batch(2)
     batch.values = np.random.default_rng(0).standard_normal(batch.mask.size).astype(np.float32)
@@ -715,6 +736,7 @@ NAN, INF = float("nan"), float("inf")
         ("clip_low", NAN),
         ("clip_low", -0.1),
         ("clip_high", INF),
+        pytest.param("clip_high", 3.5e38, id="clip_high-beyond-float32-failed-in-clamp"),
         ("clip_high", -0.1),
         ("dual_clip", NAN),
         ("dual_clip", 1.0),

@@ -151,16 +151,26 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _real(name: str, value: Any) -> float:
-    """``value`` as a float: a real number, not a bool, finite and within float range."""
+    """``value`` as a float: a real number, not a bool, finite and within float32's range
+    (the losses compute in float32: a larger clip bound cannot be applied to a ratio)."""
     if isinstance(value, (bool, torch.Tensor)) or not isinstance(value, numbers.Real):
         raise InvalidOptionError(f"LearnerConfig.{name} must be a number, got {type(value).__name__} {_show(value)}")
     try:
         out = float(value)
     except OverflowError:
-        raise InvalidOptionError(f"LearnerConfig.{name} = {_show(value)} is outside float's range") from None
-    if not math.isfinite(out):
-        raise InvalidOptionError(f"LearnerConfig.{name} must be finite, got {out}")
+        out = math.inf
+    if math.isnan(out):
+        raise InvalidOptionError(f"LearnerConfig.{name} must be a finite number, got nan")
+    if not abs(out) <= _FLOAT32_MAX:
+        shown = f"{out:g}" if math.isinf(out) else _show(value)
+        raise InvalidOptionError(
+            f"LearnerConfig.{name} = {shown} is not finite in float32 (|x| <= {_FLOAT32_MAX:.4g}), "
+            "the precision of the losses"
+        )
     return out
 
 
