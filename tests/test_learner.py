@@ -760,6 +760,13 @@ def test_bad_learner_settings_are_refused_at_construction(field, value):
         LearnerConfig(**{field: value})
 
 
+@pytest.mark.skipif(hasattr(torch, "xpu") and torch.xpu.is_available(), reason="this machine has an XPU")
+def test_a_device_torch_cannot_use_is_an_invalid_option_error():
+    policy = nn.Linear(1, 1)
+    with pytest.raises(InvalidOptionError, match=r"LearnerConfig\.device='xpu' cannot be used here"):
+        Learner(policy, torch.optim.SGD(policy.parameters(), lr=0.1), LearnerConfig(device="xpu"))
+
+
 def test_valid_numbers_are_stored_as_their_kind():
     config = LearnerConfig(clip_low=0, max_grad_norm=np.float32(0.5), minibatch_size=np.int64(8), shuffle=np.True_)
     assert type(config.clip_low) is float and config.clip_low == 0.0

@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import InvalidConfigError, InvalidOptionError
 from ..options import Estimator
 
 __all__ = [
@@ -99,9 +100,9 @@ class Arm:
 
     def __post_init__(self) -> None:
         if self.advantage_scale not in ADVANTAGE_SCALES:
-            raise ValueError(f"Arm {self.key}: advantage_scale must be one of {ADVANTAGE_SCALES}")
+            raise InvalidConfigError(f"Arm {self.key}: advantage_scale must be one of {ADVANTAGE_SCALES}")
         if self.estimator == "grpo" and self.advantage_scale == "whiten":
-            raise ValueError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
+            raise InvalidConfigError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
 
 
 def _mpo(key: str, label: str, family: str, task: str = "key_door", **knobs: Any) -> Arm:
@@ -339,4 +340,4 @@ def get_config(name: str) -> ReproduceConfig:
     try:
         return CONFIGS[name]
     except KeyError:
-        raise ValueError(f"unknown reproduce configuration {name!r}; known: {', '.join(CONFIGS)}") from None
+        raise InvalidOptionError(f"unknown reproduce configuration {name!r}; known: {', '.join(CONFIGS)}") from None

@@ -154,9 +154,15 @@ class Learner:
         self.critic_optimizer = critic_optimizer
         if self.config.device is not None:
             self.device = torch.device(self.config.device)
-            policy.to(self.device)
-            if critic is not None:
-                critic.to(self.device)
+            try:
+                policy.to(self.device)
+                if critic is not None:
+                    critic.to(self.device)
+            except (RuntimeError, AssertionError) as e:  # torch: a device type it was built without
+                first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise InvalidOptionError(
+                    f"LearnerConfig.device={self.config.device!r} cannot be used here: {first_line}"
+                ) from None
         else:
             first = next(policy.parameters(), None)
             self.device = first.device if first is not None else torch.device("cpu")
