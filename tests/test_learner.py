@@ -702,7 +702,13 @@ def test_the_removed_estimator_fields_say_where_the_option_went(field):
 
 def test_an_unknown_setting_is_an_invalid_option_error():
     with pytest.raises(InvalidOptionError, match="no setting `minibatch`"):
-        LearnerConfig(minibatch=4)  # type: ignore[call-arg]
+        LearnerConfig(minibatch=4)
+    with pytest.raises(InvalidOptionError, match=r"Estimator\('gae', lam=\.\.\.\)"):
+        LearnerConfig(estimator="gae", lam=0.9)
+    with pytest.raises(InvalidOptionError, match="`estimator` twice"):
+        LearnerConfig("gae", estimator="mae")
+    with pytest.raises(InvalidOptionError, match="at most"):
+        LearnerConfig(*range(40))
 
 
 NAN, INF = float("nan"), float("inf")
@@ -728,7 +734,7 @@ NAN, INF = float("nan"), float("inf")
         ("seed", False),
         ("temperature", NAN),
         ("temperature", True),
-        ("temperature", 10**400),
+        pytest.param("temperature", 10**400, id="temperature-10**400"),
         ("temperature", "1.0"),
         ("entropy_coef", INF),
         ("log_ratio_clamp", INF),

@@ -104,7 +104,7 @@ class LearnerConfig:
     def __new__(cls, *args: Any, **kwargs: Any) -> LearnerConfig:  # the arguments go on to __init__
         # Before the dataclass's __init__, so that a removed or misspelt field is an
         # InvalidOptionError that says where to go, not a TypeError.
-        _check_keywords(kwargs)
+        _check_arguments(args, kwargs)
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
@@ -127,20 +127,27 @@ class LearnerConfig:
         return self.advantage_scale == "whiten" or self.normalize_advantages
 
 
-def _check_keywords(kwargs: dict[str, Any]) -> None:
-    known = _FIELD_NAMES
+def _check_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    names = [f.name for f in fields(LearnerConfig)]
     moved = [k for k in kwargs if k in _MOVED_OPTIONS]
     if moved:
+        given = kwargs.get("estimator", args[0] if args else None)
+        name = repr(given) if isinstance(given, str) else "name"
         options = ", ".join(f"{_MOVED_OPTIONS[k]}=..." for k in moved)
         raise InvalidOptionError(
             f"LearnerConfig takes no `{moved[0]}`: estimator options travel with the estimator, "
-            f"e.g. LearnerConfig(estimator=mpo_rs.Estimator(name, {options}))"
+            f"e.g. LearnerConfig(estimator=mpo_rs.Estimator({name}, {options}))"
         )
-    unknown = [k for k in kwargs if k not in known]
+    unknown = [k for k in kwargs if k not in names]
     if unknown:
         raise InvalidOptionError(
-            f"LearnerConfig has no setting `{unknown[0]}`; its settings are {', '.join(sorted(known))}"
+            f"LearnerConfig has no setting `{unknown[0]}`; its settings are {', '.join(sorted(names))}"
         )
+    if len(args) > len(names):
+        raise InvalidOptionError(f"LearnerConfig takes at most {len(names)} settings, got {len(args)} positional ones")
+    twice = [k for k in names[: len(args)] if k in kwargs]
+    if twice:
+        raise InvalidOptionError(f"LearnerConfig got `{twice[0]}` twice, by position and by name")
 
 
 # --------------------------------------------------------------------------- field checks
@@ -267,5 +274,4 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "seed": _integer(0),
     "device": _device,
 }
-_FIELD_NAMES = frozenset(f.name for f in fields(LearnerConfig))
-assert _FIELD_NAMES == _CHECKS.keys(), "every LearnerConfig field has its check"
+assert {f.name for f in fields(LearnerConfig)} == _CHECKS.keys(), "every LearnerConfig field has its check"
