@@ -59,8 +59,9 @@ def test_hand_made_trajectories_have_their_known_shares(tmp_path):
 
 
 def test_the_streamed_and_the_in_memory_summaries_are_one_aggregate(tmp_path):
-    """summary.json, Diagnosis.summary() and mpo_rs.diagnostics.summarize: same keys, same numbers."""
-    from mpo_rs.diagnostics import summarize, value_structure
+    """summary.json, Diagnosis.summary() and summarize_value_structure: same keys, same numbers."""
+    from mpo_rs.diagnose import summarize_value_structure as summarize
+    from mpo_rs.diagnose import value_structure
 
     rows = [
         ([0, 0, 9, 1, 1], [1, 1, 0, 1, 1]),

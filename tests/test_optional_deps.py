@@ -43,6 +43,8 @@ def _child(hidden: tuple[str, ...], code: str) -> dict | None:
 @pytest.mark.parametrize(
     "hidden, code, feature, extra",
     [
+        (("torch",), "import mpo_rs.torch.losses", "mpo_rs.torch", "torch"),
+        # The deprecated second names still name themselves.
         (("torch",), "import mpo_rs.losses", "mpo_rs.losses", "torch"),
         (("torch",), "import mpo_rs.learner", "mpo_rs.learner", "torch"),
         (("torch",), "import mpo_rs.torch", "mpo_rs.torch", "torch"),
