@@ -155,12 +155,9 @@ pub fn is_tool_output(path: &Path) -> Result<bool, LogError> {
     Ok(names.ends_with(&OUTPUT_COLUMNS))
 }
 
-fn not_ours(file: &Path) -> String {
-    format!(
-        "{} is not an output of mpo-rs advantages (its columns do not end with {})",
-        file.display(),
-        OUTPUT_COLUMNS.join(", ")
-    )
+/// Why a file is not ours, to follow its name.
+fn not_ours() -> String {
+    format!("is not an output of mpo-rs advantages (its columns do not end with {})", OUTPUT_COLUMNS.join(", "))
 }
 
 /// An existing file OUTPUT of `advantages` must be an earlier output of it.
@@ -168,7 +165,11 @@ fn refuse_foreign_file(output: &Path) -> Result<(), LogError> {
     if is_tool_output(output)? {
         return Ok(());
     }
-    Err(LogError::Usage(format!("OUTPUT {}; refusing to replace it: remove it or choose a new path", not_ours(output))))
+    Err(LogError::Usage(format!(
+        "OUTPUT {} {}; refusing to replace it: remove it or choose a new path",
+        output.display(),
+        not_ours()
+    )))
 }
 
 /// An existing directory OUTPUT of `advantages` must hold only earlier outputs of it
@@ -176,14 +177,14 @@ fn refuse_foreign_file(output: &Path) -> Result<(), LogError> {
 fn refuse_foreign_dir(output: &Path) -> Result<(), LogError> {
     let Some((stranger, why)) = first_foreign(output)? else { return Ok(()) };
     Err(LogError::Usage(format!(
-        "OUTPUT directory {} holds {why}; refusing to replace it: remove {} or choose a new directory",
+        "OUTPUT directory {} holds {}, which {why}; refusing to replace it: remove it or choose a new directory",
         output.display(),
         stranger.display()
     )))
 }
 
 /// The first entry under `dir` that an earlier run of `advantages` would not have written,
-/// with what it is.
+/// with why.
 fn first_foreign(dir: &Path) -> Result<Option<(PathBuf, String)>, LogError> {
     for entry in sorted_entries(dir)? {
         let path = entry.path();
@@ -198,9 +199,9 @@ fn first_foreign(dir: &Path) -> Result<Option<(PathBuf, String)>, LogError> {
         } else if ty.is_file() && is_hidden(&name) {
             continue;
         } else if !(ty.is_file() && is_parquet(&name)) {
-            return Ok(Some((path.clone(), format!("{}, which is not Parquet output", path.display()))));
+            return Ok(Some((path, "is not Parquet output".into())));
         } else if !is_tool_output(&path)? {
-            return Ok(Some((path.clone(), not_ours(&path))));
+            return Ok(Some((path, not_ours())));
         }
     }
     Ok(None)
@@ -618,7 +619,7 @@ mod tests {
         assert!(Targets::resolve(&input, &out).is_ok(), "earlier outputs");
         raw_log(&out.join("part=1/precious_raw.parquet"));
         let m = usage(Targets::resolve(&input, &out).unwrap_err());
-        assert!(m.contains("precious_raw.parquet is not an output of mpo-rs advantages"), "{m}");
+        assert!(m.contains("precious_raw.parquet, which is not an output of mpo-rs advantages"), "{m}");
         assert!(m.contains("refusing to replace it"), "{m}");
         fs::remove_file(out.join("part=1/precious_raw.parquet")).unwrap();
         fs::write(out.join("notes.txt"), b"mine").unwrap();
