@@ -367,7 +367,7 @@ def test_reward_on_an_observation_token_is_refused_as_advantages_refuses_it(tmp_
     assert message in _one_line_error(capsys.readouterr().err)
     from mpo_rs import InvalidBatchError
 
-    with pytest.raises(InvalidBatchError, match="reward 0.5 at observation token 2"):
+    with pytest.raises(InvalidBatchError, match=r"reward 0\.5 at observation token 2"):
         diagnose_logs(path)
 
 

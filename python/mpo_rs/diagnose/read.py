@@ -106,7 +106,9 @@ def check_batch_rows(batch_rows: object, name: str = "batch_rows") -> int:
     if batch_rows < 1:
         raise InvalidOptionError(f"{name} must be at least 1")
     if batch_rows > MAX_BATCH_ROWS:
-        raise InvalidOptionError(f"{name} must be at most 2**63 - 1 ({MAX_BATCH_ROWS}); a batch never exceeds a row group")
+        raise InvalidOptionError(
+            f"{name} must be at most 2**63 - 1 ({MAX_BATCH_ROWS}); a batch never exceeds a row group"
+        )
     return int(batch_rows)
 
 
