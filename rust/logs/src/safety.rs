@@ -400,7 +400,7 @@ impl ReportTool {
     pub fn from_name(name: &str) -> Result<Self, LogError> {
         Self::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
             let known: Vec<&str> = Self::ALL.iter().map(|t| t.name()).collect();
-            LogError::Usage(format!("unknown report tool {name:?}; expected one of: {}", known.join(", ")))
+            LogError::Usage(format!("unknown report tool `{name}`; choose one of {}", known.join(", ")))
         })
     }
 }
