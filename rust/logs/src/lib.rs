@@ -5,7 +5,8 @@
 //! copying where the types allow ([`schema`] finds and checks them, [`decode`] reads
 //! them), computes the advantage columns with mpo-core ([`annotate`]), gathers
 //! group-baseline statistics over any number of batches ([`groups`]), and streams Parquet
-//! files through all of it with bounded memory and atomic output ([`pipeline`]). No Python
+//! files through all of it with bounded memory and atomic output ([`pipeline`]), replacing
+//! nothing that is not its own output ([`safety`], the one output-safety rule). No Python
 //! here: the `mpo_rs._native` binding and the `mpo-rs` command line are thin layers over
 //! [`pipeline::run`] and [`annotate::annotate`].
 
