@@ -115,4 +115,4 @@ def test_diagnose_without_matplotlib_writes_the_summary_and_says_which_extra(log
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "figures skipped" in r.stderr and "pip install 'mpo-rs[plot]'" in r.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".mpo-rs-output", "summary.json"]  # the report's marker
