@@ -27,15 +27,41 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+# The last stop request, kept because its exception can be lost: a handler that runs while
+# the import system or a finalizer is on the stack has its exception printed as
+# "Exception ignored" and dropped, and the command would then run to the end.
+_received: int | None = None
+
+
 def _terminate(signum: int, frame: object) -> None:
+    global _received
+    _received = signum
     raise Terminated(signum)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    global _received
+    _received = signum
+    raise KeyboardInterrupt
+
+
 def _install() -> None:
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        # A signal the parent ignores (nohup) stays ignored.
+    for sig, handler in (
+        (signal.SIGINT, _interrupt),
+        (signal.SIGTERM, _terminate),
+        (getattr(signal, "SIGHUP", None), _terminate),
+    ):
+        # A signal the parent ignores (nohup, a background job) stays ignored.
         if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _terminate)
+            signal.signal(sig, handler)
+
+
+def _raise_lost_stop() -> None:
+    """Raises the stop request whose exception was dropped while the package imported."""
+    if _received == signal.SIGINT:
+        raise KeyboardInterrupt
+    if _received is not None:
+        raise Terminated(_received)
 
 
 def _stopped(message: str, code: int) -> int:
@@ -53,6 +79,7 @@ def main() -> int:
     try:
         from mpo_rs.cli import main as cli_main
 
+        _raise_lost_stop()
         return cli_main()
     except KeyboardInterrupt:
         return _stopped("interrupted", 128 + signal.SIGINT)

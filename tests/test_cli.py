@@ -378,10 +378,18 @@ def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, s
     message = "interrupted" if sig == signal.SIGINT else "terminated by SIGTERM"
 
     def check(proc: subprocess.Popen[str], err: str, when: object) -> None:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet"]
+        if out.read_bytes() != before:
+            # The run committed before the signal (a quiet machine finishes within the
+            # longest delays): then OUTPUT is the new one, complete, whether the signal
+            # came just after the commit or after the exit.
+            assert proc.returncode in (0, 128 + sig, -sig), (when, proc.returncode, err)
+            assert "Traceback" not in err and "Exception ignored" not in err, (when, err)  # a lost stop
+            assert pq.read_metadata(out).num_rows == 1500, when
+            out.write_bytes(before)
+            return
         assert proc.returncode in (128 + sig, -sig), (when, proc.returncode, err)
         assert err in ("", f"mpo-rs: error: {message}\n"), (when, err)
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet"]
-        assert out.read_bytes() == before
 
     for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5):
         proc = _console_script("advantages", big_log_file, "-o", out)

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._native import InvalidOptionError
+from .._native import InvalidOptionError, check_output_dir
+from .._native import claim_output_dir as native_claim
 
 __all__ = ["add_parser", "run"]
 
@@ -54,23 +55,21 @@ def add_parser(commands: Any) -> None:
 
 
 def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
-    """TEMPORARY (replaced by the rust/logs output rule)."""
-    marker = out / ".mpo-rs-output"
-    if out.exists() and not out.is_dir():
-        raise InvalidOptionError(f"--out {out} is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        try:
-            owner = marker.read_text().split()
-        except OSError:
-            owner = []
-        if owner[:1] != ["reproduce"]:
-            raise InvalidOptionError(
-                f"--out {out} is not empty and not an output of `mpo-rs reproduce`; choose a new directory or pass --overwrite"
-            )
-        if owner[1:2] != [config_hash]:
-            raise InvalidOptionError(f"--out {out} holds a run of configuration {owner[1:2]}; pass --overwrite")
-    out.mkdir(parents=True, exist_ok=True)
-    marker.write_text(f"reproduce {config_hash}\n")
+    """Takes ``out`` for a run of the configuration ``config_hash``, by the output-safety
+    rule of rust/logs (``mpo_rs._native.claim_output_dir``): a new or empty directory, or
+    an earlier output of ``reproduce`` with the same configuration (its finished runs are
+    resumed). A directory that reproduce did not write, or one of another configuration,
+    is refused with InvalidOptionError unless ``overwrite``; nothing is deleted."""
+    try:
+        previous = check_output_dir(out, "reproduce", overwrite=overwrite, label="--out")
+    except InvalidOptionError as e:
+        raise InvalidOptionError(f"{e}, or pass --overwrite to write into it anyway") from None
+    if previous is not None and previous != config_hash and not overwrite:
+        raise InvalidOptionError(
+            f"--out {out} holds the runs of another configuration ({previous}, not {config_hash}); "
+            "choose a new directory, or pass --overwrite to write this one's beside them"
+        )
+    native_claim(out, "reproduce", config_hash, overwrite=overwrite, label="--out")
 
 
 def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> Path:

@@ -459,7 +459,8 @@ def diagnose_runs(runs: list[dict[str, Any]], out: Path, figures_for: Sequence[s
         diag = diagnose_logs(path)
         run["diagnosis"] = diag.summary()["all"]
         if run["arm"] in figures_for and run["seed"] == min(r["seed"] for r in runs if r["arm"] == run["arm"]):
-            write_diagnosis(diag, out / "diagnosis" / run["arm"], figures=True)
+            # Inside an --out that reproduce has claimed: its own subdirectory, replaced freely.
+            write_diagnosis(diag, out / "diagnosis" / run["arm"], figures=True, overwrite=True)
 
 
 def write_report(
