@@ -39,6 +39,7 @@ __all__ = [
     "AGGREGATIONS",
     "RATIO_MODES",
     "TURN_RATIOS",
+    "TURN_RATIO_STATISTICS",
     "Surrogate",
     "aggregate",
     "check_clip_range",
@@ -315,6 +316,7 @@ class _Ratio:
     layout: _Layout
     mask_f: Tensor
     num_turns: Tensor | None
+    turn_index: Tensor | None  # bucket 1 + turn id per token (see turn_index_from_mask)
 
 
 def _check_log_prob(log_prob: Any) -> None:
@@ -387,7 +389,7 @@ def _importance_ratio(
         # this token's own grad log pi (scaled by rho_t). The clamp bounds the forward value
         # only; a one-token group gives exactly the token ratio.
         rho = _SharedRatio.apply(log_ratio, group)
-    return _Ratio(rho, log_ratio, layout, mask_f, num_turns)
+    return _Ratio(rho, log_ratio, layout, mask_f, num_turns, turn_index)
 
 
 def importance_ratio(
@@ -506,7 +508,12 @@ def policy_loss(
         active), ``dual_clip_frac`` (with ``dual_clip``), ``approx_kl`` (k3 estimator of
         KL(pi_old || pi_theta) per token), ``ratio_mean``/``ratio_min``/``ratio_max`` (of the
         ratio used by the surrogate, over policy tokens; NaN without any), ``num_tokens``
-        and, when turns are known (padded inputs, or flat with ``token_turn``), ``num_turns``.
+        and, when turns are known (padded inputs, or flat with ``token_turn``), ``num_turns``
+        and the turn-ratio statistics :data:`TURN_RATIO_STATISTICS`: for each turn-ratio
+        form (``product``: exp of the turn's summed log-ratio; ``geo``: exp of its mean),
+        whatever ``ratio`` is, the mean, min and max over the turns (each turn once) of the
+        ratio before the clamp and the clip, and ``..._outside_clip``, the share of turns
+        whose ratio lies outside ``[1-clip_low, 1+clip_high]``; NaN without turns.
     """
     _check_choice(agg, AGGREGATIONS, "agg")
     check_clip_range(clip_low, clip_high, dual_clip)
@@ -540,7 +547,44 @@ def policy_loss(
             metrics["dual_clip_frac"] = _masked_mean((dual_active & m).to(dtype), mask_f)
         if r.num_turns is not None:
             metrics["num_turns"] = r.num_turns
+        if r.turn_index is not None:
+            metrics.update(_turn_ratio_statistics(r.log_ratio, mask_f, r.turn_index, clip_low, clip_high))
     return loss, metrics
+
+
+TURN_RATIO_STATISTICS = tuple(
+    f"turn_ratio_{form}_{stat}" for form in ("product", "geo") for stat in ("mean", "min", "max", "outside_clip")
+)
+"""The metric names of :func:`policy_loss`'s turn-ratio statistics (when the turns are known)."""
+
+
+def _turn_ratio_statistics(
+    log_ratio: Tensor, mask_f: Tensor, turn_index: Tensor, clip_low: float, clip_high: float
+) -> dict[str, Tensor]:
+    """One ratio per turn, in both forms, before any clamp or clip: the product
+    rho_t = exp(sum_i l_{t,i}) and the geometric mean exp(mean_i l_{t,i}). Their mean, min
+    and max over the batch's turns (each turn counts once) and the share of turns outside
+    ``[1 - clip_low, 1 + clip_high]``; NaN without turns. No host synchronisation."""
+    n_buckets = mask_f.shape[0] + 1
+    lr = log_ratio.detach()
+    sums = lr.new_zeros(n_buckets).index_add_(0, turn_index, lr)
+    counts = mask_f.new_zeros(n_buckets).index_add_(0, turn_index, mask_f)
+    # Every turn holds a policy token; empty buckets (bucket 0, unused ids) are not turns.
+    is_turn = counts > 0
+    n_turns = is_turn.sum().to(lr.dtype)
+    has_turns = n_turns > 0
+    nan = torch.full((), float("nan"), dtype=lr.dtype, device=lr.device)
+    out: dict[str, Tensor] = {}
+    for form, log_rho in (("product", sums), ("geo", sums / counts.clamp_min(1.0))):
+        rho = torch.exp(log_rho)
+        outside = is_turn & ((rho < 1.0 - clip_low) | (rho > 1.0 + clip_high))
+        out[f"turn_ratio_{form}_mean"] = torch.where(
+            has_turns, torch.where(is_turn, rho, 0.0).sum() / n_turns.clamp_min(1.0), nan
+        )
+        out[f"turn_ratio_{form}_min"] = torch.where(has_turns, torch.where(is_turn, rho, float("inf")).amin(), nan)
+        out[f"turn_ratio_{form}_max"] = torch.where(has_turns, torch.where(is_turn, rho, float("-inf")).amax(), nan)
+        out[f"turn_ratio_{form}_outside_clip"] = torch.where(has_turns, outside.sum().to(lr.dtype) / n_turns.clamp_min(1.0), nan)
+    return out
 
 
 def value_loss(
