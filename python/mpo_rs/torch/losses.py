@@ -583,7 +583,9 @@ def _turn_ratio_statistics(
         )
         out[f"turn_ratio_{form}_min"] = torch.where(has_turns, torch.where(is_turn, rho, float("inf")).amin(), nan)
         out[f"turn_ratio_{form}_max"] = torch.where(has_turns, torch.where(is_turn, rho, float("-inf")).amax(), nan)
-        out[f"turn_ratio_{form}_outside_clip"] = torch.where(has_turns, outside.sum().to(lr.dtype) / n_turns.clamp_min(1.0), nan)
+        out[f"turn_ratio_{form}_outside_clip"] = torch.where(
+            has_turns, outside.sum().to(lr.dtype) / n_turns.clamp_min(1.0), nan
+        )
     return out
 
 
