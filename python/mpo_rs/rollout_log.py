@@ -64,7 +64,7 @@ def _close_open_writers() -> None:
     for writer in list(_open_writers):
         try:
             writer.close()
-        except Exception:  # noqa: BLE001 - at exit, one failing log must not hide the others
+        except Exception:  # at exit, one failing log must not hide the others
             pass
 
 
@@ -308,15 +308,7 @@ class RolloutLogWriter:
 
         ids_name, rewards_name = arg_names
         n_rows = offsets.shape[0] - 1
-        if ids.dtype.kind not in "iu":
-            raise InvalidBatchError(f"{method}: `{ids_name}` must hold integer token ids, got dtype {ids.dtype}")
-        if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
-            i = int(np.flatnonzero((ids < 0) | (ids > np.iinfo(np.int32).max))[0])
-            row = int(np.searchsorted(offsets, i, side="right") - 1)
-            raise InvalidBatchError(
-                f"{method}: `{ids_name}` holds {int(ids[i])} at row {row}, token {i - int(offsets[row])}, outside "
-                "the token-id range 0..2^31-1"
-            )
+        _check_token_ids(ids, offsets, method, ids_name)
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
             raise InvalidBatchError(f"{method}: `step` must be an integer (the training step), got {step!r}")
         row_of = np.repeat(np.arange(n_rows), np.diff(offsets))
@@ -324,16 +316,8 @@ class RolloutLogWriter:
             _check_finite(values, mask, row_of, offsets, method, "values", policy_only=True)
         if rewards is not None:
             _check_finite(rewards, np.ones_like(mask), row_of, offsets, method, rewards_name, policy_only=False)
-        score = None
-        if scores is not None:
-            score = _array(scores, "scores")
-            if score.shape != (n_rows,):
-                raise InvalidBatchError(f"{method}: `scores` has shape {score.shape}, expected ({n_rows},)")
-            score = _real(score, "scores", method)
-            _check_finite(score, np.ones(n_rows, bool), np.arange(n_rows), None, method, "scores", policy_only=False)
-        groups = None
-        if group_ids is not None:
-            groups = _groups(group_ids, n_rows, method)
+        score = None if scores is None else _scores(scores, n_rows, method)
+        groups = None if group_ids is None else _groups(group_ids, n_rows, method)
 
         if offsets[-1] >= 2**31:
             raise InvalidBatchError(
@@ -393,7 +377,7 @@ class RolloutLogWriter:
         if self._file is None:
             step = int(table.column(self.names["step"])[0].as_py())
             self._start_file(step)
-        temp, handle, writer, _ = self._file
+        _, handle, writer, _ = self._file
         writer.write_table(table, row_group_size=max(1, table.num_rows))
         self._rows_in_file += table.num_rows
         self._buffer.clear()
@@ -408,7 +392,7 @@ class RolloutLogWriter:
         temp = (
             self.directory / f".{target.name}{_TEMP_MARKER}{os.getpid()}-{time.time_ns() % 10**9}-{self._next_part}.tmp"
         )
-        handle = open(temp, "xb")  # noqa: SIM115 - closed in _finish_file
+        handle = open(temp, "xb")  # closed in _finish_file
         try:
             writer = pq.ParquetWriter(handle, self._schema, compression=self.compression)
         except BaseException:
@@ -474,7 +458,7 @@ class RolloutLogWriter:
                 )
             try:
                 part_schema = pq.read_schema(path)
-            except Exception as e:  # noqa: BLE001 - any unreadable footer: not one of ours
+            except Exception as e:  # any unreadable footer: not one of ours
                 raise InvalidOptionError(
                     f"RolloutLogWriter: {str(path)!r} is not a readable Parquet file ({e}); it is not a part of a "
                     "log this writer wrote"
@@ -543,7 +527,7 @@ def _mask01(a: np.ndarray, name: str) -> np.ndarray:
         raise InvalidBatchError(
             f"`{name}` must hold only 0 and 1; found {a[tuple(where)].item()!r} at {_position(where)}"
         )
-    return a != 0
+    return np.asarray(a != 0)
 
 
 def _zero_on_padding(a: np.ndarray, keep: np.ndarray, name: str) -> None:
@@ -585,6 +569,28 @@ def _check_finite(
         place = f"row {row}" if offsets is None else f"row {row}, token {i - int(offsets[row])}"
         what = "on a policy token " if policy_only else ""
         raise InvalidBatchError(f"{method}: `{name}` holds {a[i].item()!r} {what}at {place}: not a finite float32")
+
+
+def _check_token_ids(ids: np.ndarray, offsets: np.ndarray, method: str, name: str) -> None:
+    if ids.dtype.kind not in "iu":
+        raise InvalidBatchError(f"{method}: `{name}` must hold integer token ids, got dtype {ids.dtype}")
+    top = np.iinfo(np.int32).max
+    if ids.size and (ids.min() < 0 or ids.max() > top):
+        i = int(np.flatnonzero((ids < 0) | (ids > top))[0])
+        row = int(np.searchsorted(offsets, i, side="right") - 1)
+        raise InvalidBatchError(
+            f"{method}: `{name}` holds {int(ids[i])} at row {row}, token {i - int(offsets[row])}, outside "
+            "the token-id range 0..2^31-1"
+        )
+
+
+def _scores(scores: Any, n_rows: int, method: str) -> np.ndarray:
+    score = _array(scores, "scores")
+    if score.shape != (n_rows,):
+        raise InvalidBatchError(f"{method}: `scores` has shape {score.shape}, expected ({n_rows},)")
+    score = _real(score, "scores", method)
+    _check_finite(score, np.ones(n_rows, bool), np.arange(n_rows), None, method, "scores", policy_only=False)
+    return score
 
 
 def _groups(group_ids: Any, n_rows: int, method: str) -> Any:
