@@ -160,6 +160,11 @@ class RolloutLogWriter:
     # ------------------------------------------------------------------ public API
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
     def files(self) -> list[Path]:
         """The finished files this writer wrote, in order."""
         return list(self._files)
