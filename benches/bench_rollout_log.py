@@ -50,6 +50,7 @@ def main() -> None:
     decoded = b.n_tokens * (4 + 1 + 4 + 4) * args.steps
     print(f"batch: {b.n_trajectories} rows x {b.n_tokens / b.n_trajectories:,.0f} tokens (padded {mask.shape}), "
           f"{args.steps} steps, {decoded / 1e6:,.0f} MB decoded, {args.compression}")  # fmt: skip
+
     def run(form: str, steps: int) -> tuple[float, int, int]:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
@@ -76,6 +77,7 @@ def main() -> None:
         n = args.rows * args.steps
         print(f"{form:>6}: {seconds:6.2f} s  {decoded / seconds / 1e6:7.1f} MB/s  {n / seconds:8.0f} rows/s  "
               f"{b.n_tokens * args.steps / seconds / 1e6:5.1f} Mtok/s  files {files}, {size / 1e6:.0f} MB")  # fmt: skip
+
 
 if __name__ == "__main__":
     main()
