@@ -21,7 +21,6 @@ import json
 import os
 import re
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,9 @@ _DEFAULT_MAX_FILE_BYTES = 256 << 20
 _DEFAULT_ROW_GROUP_BYTES = 64 << 20
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-_open_writers: weakref.WeakSet[RolloutLogWriter] = weakref.WeakSet()
+# Held (strongly) until closed, so that a writer dropped without close() still finishes
+# its last part at exit rather than being collected with its rows.
+_open_writers: set[RolloutLogWriter] = set()
 
 
 @atexit.register
