@@ -169,6 +169,10 @@ def test_padded_rows_without_attention_mask_are_whole_rows(tmp_path):
     table = read_log(tmp_path / "log")
     assert table.column_names == ["token_ids", "loss_mask", "score", "step"]
     assert table.column("token_ids").to_pylist() == [[1, 2, 3], [4, 5, 6]]
+    # Group ids as Python ints in an object array (as a list of uids might be) are integers.
+    with RolloutLogWriter(tmp_path / "groups") as w:
+        w.append_padded(input_ids=ids, loss_mask=mask, group_ids=np.array([3, 4], dtype=object), step=0)
+    assert read_log(tmp_path / "groups").schema.field("group_id").type == pa.int64()
 
 
 # --------------------------------------------------------------------------- files
@@ -268,6 +272,29 @@ def test_an_existing_part_is_never_overwritten(tmp_path):
     assert visible(log) == ["part-000000-step-000000.parquet", "part-000001-step-000000.parquet"]
 
 
+def test_an_error_while_writing_a_part_removes_it_keeps_earlier_parts_and_closes_the_writer(tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    w = RolloutLogWriter(log)
+    append(w, batch(8), step=0)
+    w.flush()
+    first = (log / "part-000000-step-000000.parquet").read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full_disk)
+    append(w, batch(8), step=1)  # buffered
+    with pytest.raises(OSError, match="No space left"):
+        w.flush()
+    assert w.closed and visible(log) == ["part-000000-step-000000.parquet"]
+    assert [p.name for p in log.iterdir() if p.name.startswith(".")] == []
+    assert (log / "part-000000-step-000000.parquet").read_bytes() == first
+    assert w.rows_written == 8 and w.rows_appended == 16
+    with pytest.raises(InvalidOptionError, match=r"closed .*No space left"):
+        append(w, batch(8), step=2)
+    w.close()  # idempotent after the failure
+
+
 _KILLED_CHILD = textwrap.dedent(
     """
     import sys
@@ -314,6 +341,43 @@ def test_kill_9_mid_write_leaves_no_partial_file_and_earlier_parts_intact(tmp_pa
     with RolloutLogWriter(log) as w:
         append(w, batch(4), step=1000)
     assert w.files[0].name == f"part-{len(names):06d}-step-001000.parquet"
+
+
+_PAUSED_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from mpo_rs import synthetic
+    from mpo_rs.rollout_log import RolloutLogWriter
+    b = synthetic.flat_batch(64, seed=1, turns=(2, 4), turn_len=(20, 60), obs_len=(10, 40), values="critic", tokens=True)
+    w = RolloutLogWriter(sys.argv[1], max_file_bytes=10**9, row_group_bytes=1)
+    kw = dict(token_ids=b.token_ids, loss_mask=b.mask, offsets=b.offsets, values=b.values, rewards=b.rewards,
+              scores=b.scores, group_ids=b.group_ids)
+    w.append_flat(**kw, step=0)
+    w.flush()                      # part 0 finished
+    w.append_flat(**kw, step=1)    # a row group written into part 1's temporary
+    w.append_flat(**kw, step=2)
+    print(len(w.files), w.rows_appended, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_kill_9_with_a_part_half_written_loses_exactly_the_rows_since_the_last_finished_part(tmp_path):
+    log = tmp_path / "log"
+    child = subprocess.Popen([sys.executable, "-c", _PAUSED_CHILD, str(log)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().split() == ["1", "192"]
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+    (temp,) = [p for p in log.iterdir() if p.name.startswith(".")]
+    assert temp.name.startswith(".part-000001-step-000001.parquet.mpo-rs-") and temp.stat().st_size > 0
+    assert visible(log) == ["part-000000-step-000000.parquet"]
+    assert pq.read_table(log / visible(log)[0]).num_rows == 64  # the 128 rows of steps 1-2 are lost
+    assert cli_main(["diagnose", str(log)]) == 0
 
 
 # --------------------------------------------------------------------------- errors

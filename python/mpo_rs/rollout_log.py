@@ -20,6 +20,7 @@ import atexit
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -92,7 +93,9 @@ class RolloutLogWriter:
     What a kill loses: the rows appended since the last finished file (those buffered in
     memory and those in the current file's hidden temporary). Finished files are complete
     and durable. :meth:`flush` finishes the current file now; :meth:`close` (or leaving the
-    ``with`` block, or the interpreter's normal exit) finishes it too.
+    ``with`` block, or the interpreter's normal exit) finishes it too. An error while writing
+    a part (a full disk, Ctrl-C) loses the same rows, removes the part's temporary, closes
+    the writer and is raised. One call at a time runs (a lock), so threads may share it.
     """
 
     def __init__(
@@ -152,6 +155,8 @@ class RolloutLogWriter:
         self._file: Any = None  # (temp path, python file, pq.ParquetWriter, first step)
         self._rows_in_file = 0
         self._closed = False
+        self._failure: str | None = None
+        self._lock = threading.RLock()  # one append, flush or close at a time
         self.rows_written = 0
         """Rows in finished files (durable)."""
         self.rows_appended = 0
@@ -162,7 +167,8 @@ class RolloutLogWriter:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
+        """Whether :meth:`close` was called, or an error while writing a part closed the
+        writer (the error was raised then)."""
         return self._closed
 
     @property
@@ -264,20 +270,22 @@ class RolloutLogWriter:
     def flush(self) -> None:
         """Writes the buffered rows and finishes the current file, so that everything
         appended so far is in finished files. The next append starts a new file."""
-        self._check_open()
-        self._write_buffer()
-        self._finish_file()
+        with self._lock:
+            self._check_open()
+            self._write_buffer()
+            self._finish_file()
 
     def close(self) -> None:
         """Finishes the current file (as :meth:`flush`) and closes the writer; idempotent."""
-        if self._closed:
-            return
-        try:
-            self._write_buffer()
-            self._finish_file()
-        finally:
-            self._closed = True
-            _open_writers.discard(self)
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._write_buffer()
+                self._finish_file()
+            finally:
+                self._closed = True
+                _open_writers.discard(self)
 
     def __enter__(self) -> RolloutLogWriter:
         return self
@@ -295,7 +303,8 @@ class RolloutLogWriter:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise InvalidOptionError(f"RolloutLogWriter({str(self.directory)!r}) is closed")
+            why = "" if self._failure is None else f" (by an error while writing a part: {self._failure})"
+            raise InvalidOptionError(f"RolloutLogWriter({str(self.directory)!r}) is closed{why}")
 
     def _append(
         self,
@@ -348,12 +357,14 @@ class RolloutLogWriter:
             arrays[n["group_id"]] = groups
         arrays[n["step"]] = pa.array(np.full(n_rows, int(step), np.int64))
         batch = pa.RecordBatch.from_pydict(arrays)
-        self._check_schema(batch, method)
-        self._buffer.append(batch)
-        self._buffer_bytes += batch.nbytes
-        self.rows_appended += n_rows
-        if self._buffer_bytes >= self.row_group_bytes:
-            self._write_buffer()
+        with self._lock:
+            self._check_open()
+            self._check_schema(batch, method)
+            self._buffer.append(batch)
+            self._buffer_bytes += batch.nbytes
+            self.rows_appended += n_rows
+            if self._buffer_bytes >= self.row_group_bytes:
+                self._write_buffer()
 
     def _check_schema(self, batch: Any, method: str) -> None:
         schema = batch.schema
@@ -380,16 +391,40 @@ class RolloutLogWriter:
         import pyarrow as pa
 
         table = pa.Table.from_batches(self._buffer, schema=self._schema)
-        if self._file is None:
-            step = int(table.column(self.names["step"])[0].as_py())
-            self._start_file(step)
-        _, handle, writer, _ = self._file
-        writer.write_table(table, row_group_size=max(1, table.num_rows))
+        try:
+            if self._file is None:
+                step = int(table.column(self.names["step"])[0].as_py())
+                self._start_file(step)
+            _, handle, writer, _ = self._file
+            writer.write_table(table, row_group_size=max(1, table.num_rows))
+        except BaseException as e:
+            self._fail(e)
+            raise
         self._rows_in_file += table.num_rows
         self._buffer.clear()
         self._buffer_bytes = 0
         if handle.tell() >= self.max_file_bytes:
             self._finish_file()
+
+    def _fail(self, exc: BaseException | None = None) -> None:
+        """After an error (a full disk, Ctrl-C) while writing a part: the part's temporary
+        is removed, its rows and the buffer are dropped (as a kill would), and the writer
+        is closed; finished parts stay as they are."""
+        if self._file is not None:
+            temp, handle, writer, _ = self._file
+            self._file = None
+            for step in (writer.close, handle.close):
+                try:
+                    step()
+                except Exception:  # the part is abandoned anyway
+                    pass
+            temp.unlink(missing_ok=True)
+        self._buffer.clear()
+        self._buffer_bytes = 0
+        self._rows_in_file = 0
+        self._closed = True
+        _open_writers.discard(self)
+        self._failure = "interrupted" if exc is None else f"{type(exc).__name__}: {exc}"
 
     def _start_file(self, step: int) -> None:
         import pyarrow.parquet as pq
@@ -415,30 +450,29 @@ class RolloutLogWriter:
         if self._file is None:
             return
         temp, handle, writer, step = self._file
-        self._file = None
+        target: Path | None = None
         try:
             writer.close()
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
-            while True:
-                target = self._target(self._next_part, step)
+            while target is None:
+                candidate = self._target(self._next_part, step)
                 self._next_part += 1
                 try:
-                    os.link(temp, target)  # never replaces an existing file (unlike rename)
-                    break
+                    os.link(temp, candidate)  # never replaces an existing file (unlike rename)
+                    target = candidate
                 except FileExistsError:
                     continue  # another writer took that number: the next one
+            self._file = None
+            self._files.append(target)  # complete and visible from here on
+            self.rows_written += self._rows_in_file
+            self._rows_in_file = 0
             temp.unlink()
             _sync_dir(self.directory)
-        except BaseException:
-            if not handle.closed:
-                handle.close()
-            temp.unlink(missing_ok=True)
+        except BaseException as e:
+            self._fail(e)
             raise
-        self._files.append(target)
-        self.rows_written += self._rows_in_file
-        self._rows_in_file = 0
 
     def _scan_directory(self) -> tuple[int, Any]:
         """The next part number, and the schema of the existing parts (None if none);
@@ -608,6 +642,8 @@ def _groups(group_ids: Any, n_rows: int, method: str) -> Any:
     if g.dtype.kind in "iu":
         if g.dtype.kind == "u" and g.size and g.max() > np.iinfo(np.int64).max:
             raise InvalidBatchError(f"{method}: `group_ids` holds {g.max()}, beyond int64")
+        return pa.array(g.astype(np.int64))
+    if g.dtype.kind == "O" and g.size and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in g):
         return pa.array(g.astype(np.int64))
     if g.dtype.kind in "UO":
         values = g.tolist()
