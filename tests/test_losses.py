@@ -445,6 +445,20 @@ def test_turn_ratio_statistics_leave_the_loss_bitwise_unchanged():
             assert torch.equal(loss, expected) and torch.equal(grad, expected_grad)
 
 
+def test_turn_ratio_statistics_alone_equal_those_of_policy_loss():
+    torch.manual_seed(4)
+    new = torch.randn(3, 20, requires_grad=True)
+    old = new.detach() + 0.3 * torch.randn(3, 20)
+    mask = torch.rand(3, 20) > 0.4
+    _, metrics = losses.policy_loss(new, old, torch.randn(3, 20), mask, clip_low=0.1, clip_high=0.3)
+    alone = losses.turn_ratio_statistics(new, old, mask, clip_low=0.1, clip_high=0.3)
+    assert set(alone) == set(losses.TURN_RATIO_STATISTICS)
+    for name, value in alone.items():
+        assert torch.equal(value, metrics[name]) and not value.requires_grad, name
+    with pytest.raises(InvalidRolloutError, match="token_turn"):
+        losses.turn_ratio_statistics(new.reshape(-1), old.reshape(-1), mask.reshape(-1))
+
+
 def test_turn_ratio_statistics_are_nan_without_turns():
     x = torch.zeros(2, 3, requires_grad=True)
     _, metrics = losses.policy_loss(x, x.detach(), torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.bool))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("verl.trainer.ppo.core_algos")
+core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -144,3 +144,25 @@ def test_a_batch_without_responses_or_step_is_refused_by_name(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("x")
     with pytest.raises(InvalidOptionError, match=r"notes\.txt"):
         rollout_log.writer_for(tmp_path / "other")
+
+
+def test_verls_mpo_loss_reports_the_turn_ratio_statistics_of_policy_loss():
+    from verl.workers.config import ActorConfig
+
+    from mpo_rs.torch import losses
+
+    config = ActorConfig(
+        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, clip_ratio=0.2,
+        clip_ratio_low=0.15, clip_ratio_high=0.3, clip_ratio_c=3.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    new = torch.randn(4, 24, dtype=torch.float64)
+    old = new + 0.3 * torch.randn(4, 24, dtype=torch.float64)
+    mask = (torch.rand(4, 24) > 0.4).long()
+    adv = torch.randn(4, 24, dtype=torch.float64)
+    for mode in ("mpo", "mpo_geo_mean"):
+        loss_fn = core_algos.get_policy_loss_fn(mode)
+        _, metrics = loss_fn(old, new, adv, mask, "token-mean", config)
+        _, want = losses.policy_loss(new, old, adv, mask.bool(), clip_low=0.15, clip_high=0.3)
+        for name in losses.TURN_RATIO_STATISTICS:
+            assert metrics[f"actor/{name}"] == pytest.approx(float(want[name]), rel=1e-6), name

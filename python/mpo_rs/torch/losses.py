@@ -47,6 +47,7 @@ __all__ = [
     "importance_ratio",
     "policy_loss",
     "turn_index_from_mask",
+    "turn_ratio_statistics",
     "value_loss",
 ]
 
@@ -556,6 +557,41 @@ TURN_RATIO_STATISTICS = tuple(
     f"turn_ratio_{form}_{stat}" for form in ("product", "geo") for stat in ("mean", "min", "max", "outside_clip")
 )
 """The metric names of :func:`policy_loss`'s turn-ratio statistics (when the turns are known)."""
+
+
+def turn_ratio_statistics(
+    log_prob: Tensor,
+    old_log_prob: Any,
+    mask: Any,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    token_turn: Any = None,
+) -> dict[str, Tensor]:
+    """The turn-ratio statistics :func:`policy_loss` reports (:data:`TURN_RATIO_STATISTICS`),
+    alone, for a loss of your own (verl's ``mpo`` loss mode uses it): per turn, the product
+    and geometric-mean ratios before any clamp or clip; their mean, min, max over the turns
+    and the share outside ``[1 - clip_low, 1 + clip_high]``. Detached 0-dim tensors, no host
+    synchronisation. Padded ``(B, L)`` inputs, or flat ones with ``token_turn``, as in
+    :func:`policy_loss`."""
+    _check_log_prob(log_prob)
+    check_clip_range(clip_low, clip_high, None)
+    padded = log_prob.dim() == 2
+    if padded and token_turn is not None:
+        raise InvalidRolloutError("`token_turn` is for flat 1-D inputs; padded (B, L) rows give the turns")
+    if not padded and token_turn is None:
+        raise InvalidRolloutError(
+            "flat 1-D inputs need `token_turn` (mpo_rs.segment_turns(mask, offsets).token_turn) for the turn ratios"
+        )
+    dtype = _compute_dtype(log_prob)
+    mask_b = _bool_mask(mask, log_prob)
+    m = mask_b.reshape(-1)
+    with torch.no_grad():
+        new = log_prob.detach().reshape(-1).to(dtype)
+        old = _float(old_log_prob, log_prob, dtype, "old_log_prob").reshape(-1)
+        log_ratio = torch.where(m, new - old, 0.0)
+        index, _ = turn_index_from_mask(mask_b) if padded else _flat_turn_index(token_turn, m)
+        return _turn_ratio_statistics(log_ratio, m.to(dtype), index, clip_low, clip_high)
 
 
 def _turn_ratio_statistics(
