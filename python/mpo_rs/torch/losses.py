@@ -607,21 +607,36 @@ def _turn_ratio_statistics(
     counts = mask_f.new_zeros(n_buckets).index_add_(0, turn_index, mask_f)
     # Every turn holds a policy token; empty buckets (bucket 0, unused ids) are not turns.
     is_turn = counts > 0
-    n_turns = is_turn.sum().to(lr.dtype)
-    has_turns = n_turns > 0
     nan = torch.full((), float("nan"), dtype=lr.dtype, device=lr.device)
+    if lr.device.type == "cpu":
+        # No device to synchronise with: keep only the turns' buckets (far fewer than B*L+1).
+        sums, counts = sums[is_turn], counts[is_turn]
+        weight = None
+        n_turns = torch.tensor(float(sums.shape[0]), dtype=lr.dtype)
+    else:
+        weight = is_turn.to(lr.dtype)
+        n_turns = weight.sum()
+    has_turns = n_turns > 0
+    denominator = n_turns.clamp_min(1.0)
     out: dict[str, Tensor] = {}
     for form, log_rho in (("product", sums), ("geo", sums / counts.clamp_min(1.0))):
         rho = torch.exp(log_rho)
-        outside = is_turn & ((rho < 1.0 - clip_low) | (rho > 1.0 + clip_high))
-        out[f"turn_ratio_{form}_mean"] = torch.where(
-            has_turns, torch.where(is_turn, rho, 0.0).sum() / n_turns.clamp_min(1.0), nan
-        )
-        out[f"turn_ratio_{form}_min"] = torch.where(has_turns, torch.where(is_turn, rho, float("inf")).amin(), nan)
-        out[f"turn_ratio_{form}_max"] = torch.where(has_turns, torch.where(is_turn, rho, float("-inf")).amax(), nan)
-        out[f"turn_ratio_{form}_outside_clip"] = torch.where(
-            has_turns, outside.sum().to(lr.dtype) / n_turns.clamp_min(1.0), nan
-        )
+        if weight is None:
+            total = rho.sum()
+            low = torch.exp(log_rho.amin()) if log_rho.numel() else nan
+            high = torch.exp(log_rho.amax()) if log_rho.numel() else nan
+        else:
+            # Non-turn buckets hold log-ratio 0: out of the sum by the weight, out of the
+            # extremes by +-inf.
+            total = torch.dot(rho, weight)
+            low = torch.exp(torch.where(is_turn, log_rho, float("inf")).amin())
+            high = torch.exp(torch.where(is_turn, log_rho, float("-inf")).amax())
+        # A non-turn bucket's ratio is exactly 1, inside every clip range: no mask needed.
+        outside = ((rho < 1.0 - clip_low) | (rho > 1.0 + clip_high)).sum().to(lr.dtype)
+        out[f"turn_ratio_{form}_mean"] = torch.where(has_turns, total / denominator, nan)
+        out[f"turn_ratio_{form}_min"] = torch.where(has_turns, low, nan)
+        out[f"turn_ratio_{form}_max"] = torch.where(has_turns, high, nan)
+        out[f"turn_ratio_{form}_outside_clip"] = torch.where(has_turns, outside / denominator, nan)
     return out
 
 
