@@ -459,6 +459,20 @@ def test_turn_ratio_statistics_alone_equal_those_of_policy_loss():
         losses.turn_ratio_statistics(new.reshape(-1), old.reshape(-1), mask.reshape(-1))
 
 
+def test_turn_ratio_statistics_masked_path_equals_the_compact_one():
+    # The masked reduction (CUDA's, without a host sync) and the compact one (CPU's) agree.
+    torch.manual_seed(5)
+    for rows, cols, keep in ((3, 40, 0.6), (2, 5, 0.0), (1, 1, 1.0)):
+        mask = torch.rand(rows, cols) < keep
+        log_ratio = torch.where(mask, 0.4 * torch.randn(rows, cols, dtype=F64), 0.0).reshape(-1)
+        index, _ = losses.turn_index_from_mask(mask)
+        mask_f = mask.reshape(-1).to(F64)
+        compact = losses._turn_ratio_statistics(log_ratio, mask_f, index, 0.2, 0.28, compact=True)
+        masked = losses._turn_ratio_statistics(log_ratio, mask_f, index, 0.2, 0.28, compact=False)
+        for name in losses.TURN_RATIO_STATISTICS:
+            torch.testing.assert_close(masked[name], compact[name], equal_nan=True, rtol=1e-12, atol=0.0)
+
+
 def test_turn_ratio_statistics_are_nan_without_turns():
     x = torch.zeros(2, 3, requires_grad=True)
     _, metrics = losses.policy_loss(x, x.detach(), torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.bool))
@@ -616,6 +630,10 @@ def test_gpu_matches_cpu_without_host_sync():
         torch.testing.assert_close(loss_tm.cpu(), cpu_loss, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(log_prob.grad.cpu(), cpu_grad, rtol=1e-5, atol=1e-8)
         assert all(v.device.type == "cuda" for v in metrics.values())
+        # The turn-ratio statistics (masked on CUDA, compact on CPU) agree.
+        _, cpu_metrics = losses.policy_loss(new, old, adv, mask, ratio=ratio, dual_clip=3.0, agg="seq-mean-token-mean")
+        for name in losses.TURN_RATIO_STATISTICS:
+            torch.testing.assert_close(metrics[name].cpu(), cpu_metrics[name], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.gpu

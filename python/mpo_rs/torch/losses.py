@@ -595,12 +595,19 @@ def turn_ratio_statistics(
 
 
 def _turn_ratio_statistics(
-    log_ratio: Tensor, mask_f: Tensor, turn_index: Tensor, clip_low: float, clip_high: float
+    log_ratio: Tensor,
+    mask_f: Tensor,
+    turn_index: Tensor,
+    clip_low: float,
+    clip_high: float,
+    compact: bool | None = None,
 ) -> dict[str, Tensor]:
     """One ratio per turn, in both forms, before any clamp or clip: the product
     rho_t = exp(sum_i l_{t,i}) and the geometric mean exp(mean_i l_{t,i}). Their mean, min
     and max over the batch's turns (each turn counts once) and the share of turns outside
-    ``[1 - clip_low, 1 + clip_high]``; NaN without turns. No host synchronisation."""
+    ``[1 - clip_low, 1 + clip_high]``; NaN without turns. No host synchronisation: on CPU
+    (``compact``, the default there) the turns' buckets are selected first, elsewhere every
+    bucket is reduced with a mask."""
     n_buckets = mask_f.shape[0] + 1
     lr = log_ratio.detach()
     sums = lr.new_zeros(n_buckets).index_add_(0, turn_index, lr)
@@ -608,7 +615,9 @@ def _turn_ratio_statistics(
     # Every turn holds a policy token; empty buckets (bucket 0, unused ids) are not turns.
     is_turn = counts > 0
     nan = torch.full((), float("nan"), dtype=lr.dtype, device=lr.device)
-    if lr.device.type == "cpu":
+    if compact is None:
+        compact = lr.device.type == "cpu"
+    if compact:
         # No device to synchronise with: keep only the turns' buckets (far fewer than B*L+1).
         sums, counts = sums[is_turn], counts[is_turn]
         weight = None
