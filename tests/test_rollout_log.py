@@ -457,6 +457,14 @@ def test_bad_settings_raise_invalid_option_error(tmp_path, kw, message):
         RolloutLogWriter(tmp_path / "log", **kw)
 
 
+@pytest.mark.parametrize("codec", ["none", "snappy", "lz4", "gzip"])
+def test_every_codec_pyarrow_writes_reads_back(tmp_path, codec):
+    b = batch(8)
+    with RolloutLogWriter(tmp_path / "log", compression=codec) as w:
+        append(w, b, step=0)
+    assert read_log(tmp_path / "log").column("values").to_pylist() == synthetic.to_arrow(b).column("values").to_pylist()
+
+
 def test_renamed_columns_are_what_the_tools_are_told(tmp_path):
     b = batch(8)
     with RolloutLogWriter(tmp_path / "log", columns={"loss_mask": "response_mask", "values": "critic"}) as w:

@@ -133,7 +133,7 @@ class RolloutLogWriter:
         import pyarrow as pa
 
         try:
-            available = pa.Codec.is_available(compression)
+            available = str(compression).lower() == "none" or pa.Codec.is_available(compression)
         except (ValueError, TypeError):
             available = False
         if not available:
