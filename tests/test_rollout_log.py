@@ -295,6 +295,34 @@ def test_an_error_while_writing_a_part_removes_it_keeps_earlier_parts_and_closes
     w.close()  # idempotent after the failure
 
 
+_EXITING_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    from mpo_rs import synthetic
+    from mpo_rs.rollout_log import RolloutLogWriter
+    b = synthetic.flat_batch(16, seed=1, tokens=True)
+    w = RolloutLogWriter(sys.argv[1])
+    w.append_flat(token_ids=b.token_ids, loss_mask=b.mask, offsets=b.offsets, step=5)
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # a forked child's exit must not finish its parent's part
+    os.waitpid(pid, 0)
+    print(sorted(os.listdir(sys.argv[1])) == [] or sorted(os.listdir(sys.argv[1])), flush=True)
+    # no close(): the interpreter's exit finishes the part
+    """
+)
+
+
+def test_a_writer_never_closed_finishes_its_part_at_exit_in_its_own_process_only(tmp_path):
+    log = tmp_path / "log"
+    out = subprocess.run([sys.executable, "-c", _EXITING_CHILD, str(log)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "True"  # nothing visible after the fork's child exited
+    assert visible(log) == ["part-000000-step-000005.parquet"]
+    assert [p.name for p in log.iterdir() if p.name.startswith(".")] == []
+    assert pq.read_table(log / visible(log)[0]).num_rows == 16
+
+
 _KILLED_CHILD = textwrap.dedent(
     """
     import sys

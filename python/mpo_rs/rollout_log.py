@@ -62,8 +62,11 @@ _open_writers: set[RolloutLogWriter] = set()
 
 @atexit.register
 def _close_open_writers() -> None:
-    """A trainer that exits without close() still finishes its last file."""
+    """A trainer that exits without close() still finishes its last file (only in the
+    process that opened the writer: a forked child must not finish its parent's part)."""
     for writer in list(_open_writers):
+        if writer._pid != os.getpid():
+            continue
         try:
             writer.close()
         except Exception:  # at exit, one failing log must not hide the others
@@ -157,6 +160,7 @@ class RolloutLogWriter:
         self._closed = False
         self._failure: str | None = None
         self._lock = threading.RLock()  # one append, flush or close at a time
+        self._pid = os.getpid()
         self.rows_written = 0
         """Rows in finished files (durable)."""
         self.rows_appended = 0
