@@ -39,6 +39,7 @@ __all__ = [
     "AGGREGATIONS",
     "RATIO_MODES",
     "TURN_RATIOS",
+    "TURN_RATIO_STATISTICS",
     "Surrogate",
     "aggregate",
     "check_clip_range",
@@ -46,6 +47,7 @@ __all__ = [
     "importance_ratio",
     "policy_loss",
     "turn_index_from_mask",
+    "turn_ratio_statistics",
     "value_loss",
 ]
 
@@ -315,6 +317,7 @@ class _Ratio:
     layout: _Layout
     mask_f: Tensor
     num_turns: Tensor | None
+    turn_index: Tensor | None  # bucket 1 + turn id per token (see turn_index_from_mask)
 
 
 def _check_log_prob(log_prob: Any) -> None:
@@ -387,7 +390,7 @@ def _importance_ratio(
         # this token's own grad log pi (scaled by rho_t). The clamp bounds the forward value
         # only; a one-token group gives exactly the token ratio.
         rho = _SharedRatio.apply(log_ratio, group)
-    return _Ratio(rho, log_ratio, layout, mask_f, num_turns)
+    return _Ratio(rho, log_ratio, layout, mask_f, num_turns, turn_index)
 
 
 def importance_ratio(
@@ -506,7 +509,12 @@ def policy_loss(
         active), ``dual_clip_frac`` (with ``dual_clip``), ``approx_kl`` (k3 estimator of
         KL(pi_old || pi_theta) per token), ``ratio_mean``/``ratio_min``/``ratio_max`` (of the
         ratio used by the surrogate, over policy tokens; NaN without any), ``num_tokens``
-        and, when turns are known (padded inputs, or flat with ``token_turn``), ``num_turns``.
+        and, when turns are known (padded inputs, or flat with ``token_turn``), ``num_turns``
+        and the turn-ratio statistics :data:`TURN_RATIO_STATISTICS`: for each turn-ratio
+        form (``product``: exp of the turn's summed log-ratio; ``geo``: exp of its mean),
+        whatever ``ratio`` is, the mean, min and max over the turns (each turn once) of the
+        ratio before the clamp and the clip, and ``..._outside_clip``, the share of turns
+        whose ratio lies outside ``[1-clip_low, 1+clip_high]``; NaN without turns.
     """
     _check_choice(agg, AGGREGATIONS, "agg")
     check_clip_range(clip_low, clip_high, dual_clip)
@@ -540,7 +548,105 @@ def policy_loss(
             metrics["dual_clip_frac"] = _masked_mean((dual_active & m).to(dtype), mask_f)
         if r.num_turns is not None:
             metrics["num_turns"] = r.num_turns
+        if r.turn_index is not None:
+            metrics.update(_turn_ratio_statistics(r.log_ratio, mask_f, r.turn_index, clip_low, clip_high))
     return loss, metrics
+
+
+TURN_RATIO_STATISTICS = tuple(
+    f"turn_ratio_{form}_{stat}" for form in ("product", "geo") for stat in ("mean", "min", "max", "outside_clip")
+)
+"""The metric names of :func:`policy_loss`'s turn-ratio statistics (when the turns are known)."""
+
+
+def turn_ratio_statistics(
+    log_prob: Tensor,
+    old_log_prob: Any,
+    mask: Any,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    token_turn: Any = None,
+) -> dict[str, Tensor]:
+    """The turn-ratio statistics :func:`policy_loss` reports (:data:`TURN_RATIO_STATISTICS`),
+    alone, for a loss of your own (verl's ``mpo`` loss mode uses it): per turn, the product
+    and geometric-mean ratios before any clamp or clip; their mean, min, max over the turns
+    and the share outside ``[1 - clip_low, 1 + clip_high]``. Detached 0-dim tensors, no host
+    synchronisation. Padded ``(B, L)`` inputs, or flat ones with ``token_turn``, as in
+    :func:`policy_loss`."""
+    _check_log_prob(log_prob)
+    check_clip_range(clip_low, clip_high, None)
+    padded = log_prob.dim() == 2
+    if padded and token_turn is not None:
+        raise InvalidRolloutError("`token_turn` is for flat 1-D inputs; padded (B, L) rows give the turns")
+    if not padded and token_turn is None:
+        raise InvalidRolloutError(
+            "flat 1-D inputs need `token_turn` (mpo_rs.segment_turns(mask, offsets).token_turn) for the turn ratios"
+        )
+    dtype = _compute_dtype(log_prob)
+    mask_b = _bool_mask(mask, log_prob)
+    m = mask_b.reshape(-1)
+    with torch.no_grad():
+        new = log_prob.detach().reshape(-1).to(dtype)
+        old = _float(old_log_prob, log_prob, dtype, "old_log_prob").reshape(-1)
+        log_ratio = torch.where(m, new - old, 0.0)
+        index, _ = turn_index_from_mask(mask_b) if padded else _flat_turn_index(token_turn, m)
+        return _turn_ratio_statistics(log_ratio, m.to(dtype), index, clip_low, clip_high)
+
+
+def _turn_ratio_statistics(
+    log_ratio: Tensor,
+    mask_f: Tensor,
+    turn_index: Tensor,
+    clip_low: float,
+    clip_high: float,
+    compact: bool | None = None,
+) -> dict[str, Tensor]:
+    """One ratio per turn, in both forms, before any clamp or clip: the product
+    rho_t = exp(sum_i l_{t,i}) and the geometric mean exp(mean_i l_{t,i}). Their mean, min
+    and max over the batch's turns (each turn counts once) and the share of turns outside
+    ``[1 - clip_low, 1 + clip_high]``; NaN without turns. No host synchronisation: on CPU
+    (``compact``, the default there) the turns' buckets are selected first, elsewhere every
+    bucket is reduced with a mask."""
+    n_buckets = mask_f.shape[0] + 1
+    lr = log_ratio.detach()
+    sums = lr.new_zeros(n_buckets).index_add_(0, turn_index, lr)
+    counts = mask_f.new_zeros(n_buckets).index_add_(0, turn_index, mask_f)
+    # Every turn holds a policy token; empty buckets (bucket 0, unused ids) are not turns.
+    is_turn = counts > 0
+    nan = torch.full((), float("nan"), dtype=lr.dtype, device=lr.device)
+    if compact is None:
+        compact = lr.device.type == "cpu"
+    if compact:
+        # No device to synchronise with: keep only the turns' buckets (far fewer than B*L+1).
+        sums, counts = sums[is_turn], counts[is_turn]
+        weight = None
+        n_turns = torch.tensor(float(sums.shape[0]), dtype=lr.dtype)
+    else:
+        weight = is_turn.to(lr.dtype)
+        n_turns = weight.sum()
+    has_turns = n_turns > 0
+    denominator = n_turns.clamp_min(1.0)
+    out: dict[str, Tensor] = {}
+    for form, log_rho in (("product", sums), ("geo", sums / counts.clamp_min(1.0))):
+        rho = torch.exp(log_rho)
+        if weight is None:
+            total = rho.sum()
+            low = torch.exp(log_rho.amin()) if log_rho.numel() else nan
+            high = torch.exp(log_rho.amax()) if log_rho.numel() else nan
+        else:
+            # Non-turn buckets hold log-ratio 0: out of the sum by the weight, out of the
+            # extremes by +-inf.
+            total = torch.dot(rho, weight)
+            low = torch.exp(torch.where(is_turn, log_rho, float("inf")).amin())
+            high = torch.exp(torch.where(is_turn, log_rho, float("-inf")).amax())
+        # A non-turn bucket's ratio is exactly 1, inside every clip range: no mask needed.
+        outside = ((rho < 1.0 - clip_low) | (rho > 1.0 + clip_high)).sum().to(lr.dtype)
+        out[f"turn_ratio_{form}_mean"] = torch.where(has_turns, total / denominator, nan)
+        out[f"turn_ratio_{form}_min"] = torch.where(has_turns, low, nan)
+        out[f"turn_ratio_{form}_max"] = torch.where(has_turns, high, nan)
+        out[f"turn_ratio_{form}_outside_clip"] = torch.where(has_turns, outside / denominator, nan)
+    return out
 
 
 def value_loss(

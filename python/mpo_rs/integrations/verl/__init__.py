@@ -32,11 +32,13 @@ installed on import unless ``MPO_RS_VERL_VALUES_HOOK=0``; the critic itself runs
 for ``mpo_grpo`` as it does for ``grpo`` (:data:`SESSION_GROUPED_ESTIMATORS`). Estimator
 options beyond ``algorithm.gamma`` / ``algorithm.lam`` live under ``algorithm.mpo`` (see
 :class:`MPOOptions`); :func:`estimator_options` builds each estimator's ``mpo_rs.Estimator``
-from them, the Rust options table judging every value. Details: ``docs/integrations.md``.
+from them, the Rust options table judging every value. ``algorithm.mpo.rollout_log_dir=DIR``
+(or ``MPO_RS_VERL_ROLLOUT_LOG_DIR``) appends every training batch to a Parquet rollout log
+through the same hook (:mod:`.rollout_log`). Details: ``docs/integrations.md``.
 
 The package's rooms: ``config`` (names, errors, :class:`MPOOptions`, :func:`estimator_options`), ``estimators``
 (through :mod:`mpo_rs.torch`'s padded-tensor API), ``loss`` (the clipped surrogate of
-:mod:`mpo_rs.torch.losses` with the turn ratio), ``values_hook``; this module registers.
+:mod:`mpo_rs.torch.losses` with the turn ratio), ``values_hook``, ``rollout_log``; this module registers.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from .estimators import (
     compute_mpo_rloo_advantage,
 )
 from .loss import compute_policy_loss_mpo, compute_policy_loss_mpo_geo_mean
+from .rollout_log import ROLLOUT_LOG_ENV, log_batch
 from .values_hook import VALUES_HOOK_ENV, install_values_hook
 
 __all__ = [
@@ -84,6 +87,7 @@ __all__ = [
     "CRITIC_FREE_ESTIMATORS",
     "ESTIMATORS",
     "LOSS_MODES",
+    "ROLLOUT_LOG_ENV",
     "SESSION_GROUPED_ESTIMATORS",
     "VALUES_HOOK_ENV",
     "EstimatorOptions",
@@ -101,6 +105,7 @@ __all__ = [
     "compute_policy_loss_mpo_geo_mean",
     "estimator_options",
     "install_values_hook",
+    "log_batch",
     "register",
 ]
 

@@ -72,6 +72,10 @@ class MPOOptions:
     """Whiten advantages over the batch's LLM tokens (verl's ``masked_whiten`` formula): true,
     false, or None = the estimator's default (on for ``mpo_gae``, as verl's ``gae``; off
     otherwise)."""
+    rollout_log_dir: Any = None
+    """Not an estimator option: a directory to which every training batch is appended as
+    Parquet (``mpo_rs.integrations.verl.rollout_log``); None = no log (or
+    ``$MPO_RS_VERL_ROLLOUT_LOG_DIR``)."""
 
     @classmethod
     def from_config(cls, config: Any) -> MPOOptions:

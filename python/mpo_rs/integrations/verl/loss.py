@@ -93,6 +93,10 @@ def _turn_ratio_loss(
             "actor/mpo_turn_ratio_mean": _masked_mean(rho_d, policy).item() if has_tokens else float("nan"),
             "actor/mpo_turn_ratio_max": rho_d[mask].max().item() if has_tokens else float("nan"),
         }
+        # Per-turn ratios before the clamp and the clip, both forms (one host read for all).
+        stats = losses.turn_ratio_statistics(log_prob, old_log_prob, mask, clip_low=low, clip_high=high)
+        values = torch.stack([v.float() for v in stats.values()]).tolist()
+        metrics.update({f"actor/{name}": value for name, value in zip(stats, values, strict=True)})
     return loss, metrics
 
 
@@ -113,7 +117,8 @@ def compute_policy_loss_mpo(
     ``[1 - clip_ratio_low, 1 + clip_ratio_high]``, dual clip ``clip_ratio_c`` for negative
     advantages, ``rollout_is_weights`` multiplied in, reduced by verl's ``agg_loss`` with
     ``loss_agg_mode`` and the actor's ``global_batch_info``. Metrics as verl's ``vanilla``
-    plus the turn-ratio mean and max.
+    plus the turn-ratio mean and max and ``actor/turn_ratio_*``, the per-turn statistics of
+    :func:`mpo_rs.torch.losses.turn_ratio_statistics`.
     """
     return _turn_ratio_loss(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, "product"

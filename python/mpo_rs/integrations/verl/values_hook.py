@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from .config import CRITIC_ESTIMATORS, SESSION_GROUPED_ESTIMATORS, MissingCriticValuesError
+from .rollout_log import after_compute_advantage
 
 __all__ = ["VALUES_HOOK_ENV", "critic_values", "install_values_hook"]
 
@@ -66,6 +67,12 @@ def _wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def compute_advantage(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
+        out = _compute_advantage(data, adv_estimator, *args, **kwargs)
+        # The rollout log (off unless configured) records the batch the estimator saw.
+        after_compute_advantage(out, kwargs.get("config", args[4] if len(args) > 4 else None))
+        return out
+
+    def _compute_advantage(data: Any, adv_estimator: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(adv_estimator, "value", adv_estimator)
         session = _SESSION_ESTIMATOR.get()
         if session is not None and name == SESSION_GROUPED_ESTIMATORS[session]:
