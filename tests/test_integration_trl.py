@@ -114,3 +114,71 @@ def test_trl_recipe_trains_with_mpo_advantages(tmp_path: Path) -> None:
         "group_ids",
         "step",
     }
+
+
+def test_trl_mae_at_lam_1_beta_0_is_trls_grpo(tmp_path: Path) -> None:
+    """With lam=1, beta=0 and TRL's eps (1e-4) in the baseline, MPO's per-token advantages
+    are TRL's own GRPO advantages on every policy token; TRL's loss (turn_ratio=None) trains."""
+    trainer = trl_mpo.build_trainer(
+        tmp_path,
+        max_steps=2,
+        estimator=Estimator("mae", lam=1.0, beta=0.0),
+        baseline=Estimator("grpo", eps=1e-4),
+        turn_ratio=None,
+    )
+    trainer.train()
+    last = trainer.mpo_last
+    assert last is not None
+    mask = last.loss_mask.cpu().numpy() == 1
+    grpo = last.grpo_advantages.cpu().numpy()[:, None] * np.ones(mask.shape, dtype=np.float32)
+    np.testing.assert_allclose(last.advantages.cpu().numpy()[mask], grpo[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_trl_settings_mpo_cannot_carry_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match="MAE estimator"):
+        trl_mpo.build_trainer(tmp_path, estimator="gae")
+    with pytest.raises(InvalidOptionError, match="group estimator"):
+        trl_mpo.build_trainer(tmp_path, baseline="mae")
+    with pytest.raises(InvalidOptionError, match="turn_ratio"):
+        trl_mpo.build_trainer(tmp_path, turn_ratio="sum")
+    with pytest.raises(InvalidOptionError, match="append_padded"):
+        trl_mpo.build_trainer(tmp_path, rollout_log=object())
+    with pytest.raises(InvalidOptionError, match="lam_intra"):
+        trl_mpo.build_trainer(tmp_path, estimator=Estimator("mae", lam_intra=1.5))
+
+
+def test_trl_turn_ratio_loss_refuses_loss_types_it_does_not_reduce(tmp_path: Path, monkeypatch) -> None:
+    real = trl_mpo.GRPOConfig
+
+    def config(**kwargs):
+        return real(**{**kwargs, "loss_type": "cispo"})
+
+    monkeypatch.setattr(trl_mpo, "GRPOConfig", config)
+    with pytest.raises(InvalidOptionError, match="loss_type='cispo'"):
+        trl_mpo.build_trainer(tmp_path)
+    trl_mpo.build_trainer(tmp_path, turn_ratio=None)  # TRL's own loss takes any loss_type
+
+
+def test_trl_values_from_a_value_model_go_to_mae(tmp_path: Path) -> None:
+    """A trainer with a critic overrides mpo_values; MAE then uses the values (no baseline)."""
+
+    class WithCritic(mpo_trl.MPOGRPOTrainer):
+        def mpo_values(self, output):
+            ids = output["completion_ids"]
+            return (ids.float() % 3) / 3.0  # a stand-in value head: any (B, C) tensor
+
+    trainer = trl_mpo.build_trainer(tmp_path, max_steps=1)
+    trainer.__class__ = WithCritic
+    trainer.train()
+    last = trainer.mpo_last
+    assert last is not None and last.values is not None
+    mask = last.loss_mask.cpu().numpy().astype(np.uint8)
+    rows, cols = mask.shape
+    direct = mpo_rs.mae_advantages(
+        last.values.cpu().numpy().astype(np.float32).reshape(-1),
+        mask.reshape(-1),
+        np.arange(rows + 1, dtype=np.int64) * cols,
+        scores=last.scores,
+        estimator=trainer.mpo_estimator,
+    )
+    np.testing.assert_array_equal(last.advantages.cpu().numpy().reshape(-1), direct.advantages)
