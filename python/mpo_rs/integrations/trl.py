@@ -21,6 +21,7 @@ table's, checked there. See docs/integrations.md ("TRL").
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,8 @@ from .._deps import missing
 try:
     import torch
     from torch import Tensor
-    from trl import GRPOTrainer
+    # Any, for mypy: the subclass reads TRL's attributes, whose types vary between releases.
+    _GRPOTrainer: Any = importlib.import_module("trl").GRPOTrainer
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.integrations.trl", "trl", _e) from None
 
@@ -77,7 +79,7 @@ def _estimator(estimator: str | Estimator) -> Estimator:
     return e
 
 
-class MPOGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
     """``trl.GRPOTrainer`` with MPO's per-token advantages and turn-ratio loss.
 
     Args (beyond ``GRPOTrainer``'s, keyword only):
@@ -287,9 +289,11 @@ class MPOGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if training:
                 normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            return loss * n_tokens / normalizer
+            scaled: Tensor = loss * n_tokens / normalizer
+            return scaled
         if self.loss_type == "dr_grpo":
-            return loss * n_tokens / (rows * self.max_completion_length) / accumulation
+            scaled = loss * n_tokens / (rows * int(self.max_completion_length)) / accumulation
+            return scaled
         return loss / accumulation
 
     def _mpo_log(self, metrics: dict[str, Tensor], entropies: Tensor, mask: Tensor) -> None:
