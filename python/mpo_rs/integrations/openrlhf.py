@@ -27,7 +27,7 @@ try:
     import torch
     from torch import Tensor, nn
 except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.integrations.openrlhf", "torch", _e) from None
+    raise missing("mpo_rs.integrations.openrlhf", "openrlhf", _e) from None
 
 import numpy as np
 
