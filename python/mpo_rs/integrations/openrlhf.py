@@ -33,8 +33,7 @@ import numpy as np
 
 from ..exceptions import InvalidBatchError, InvalidOptionError
 from ..options import Estimator, resolve
-from ..torch import losses, padded
-from . import _critic_free
+from ..torch import critic_free, losses, padded
 
 __all__ = ["MPOExperienceMixin", "MPOPolicyLoss", "mpo_experience_maker", "token_rewards"]
 
@@ -141,13 +140,13 @@ class MPOExperienceMixin:
         # A sample's group is its prompt: OpenRLHF's `index` is its place in prompt order.
         index = np.fromiter(itertools.chain.from_iterable(e.index for e in experiences), dtype=np.int64)
         scores = torch.cat([e.rewards.detach().float().cpu() for e in experiences]).numpy()
-        baseline, scale = _critic_free.row_baselines(scores, index // max(group_size, 1), self.mpo_baseline)
+        baseline, scale = critic_free.row_baselines(scores, index // max(group_size, 1), self.mpo_baseline)
         start = 0
         for experience, reward in zip(experiences, rewards, strict=True):
             rows = slice(start, start + int(experience.action_mask.shape[0]))
             start = rows.stop
             batch = padded.PaddedBatch.of(experience.action_mask, like=reward, like_name="rewards")
-            flat = _critic_free.mae_over_baselines(
+            flat = critic_free.mae_over_baselines(
                 batch,
                 baseline[rows],
                 scale[rows],

@@ -30,6 +30,7 @@ from .._deps import missing
 try:
     import torch
     from torch import Tensor
+
     # Any, for mypy: the subclass reads TRL's attributes, whose types vary between releases.
     _GRPOTrainer: Any = importlib.import_module("trl").GRPOTrainer
 except ModuleNotFoundError as _e:
@@ -39,8 +40,7 @@ import numpy as np
 
 from ..exceptions import InvalidBatchError, InvalidOptionError
 from ..options import Estimator, resolve
-from ..torch import losses, padded
-from . import _critic_free
+from ..torch import critic_free, losses, padded
 
 __all__ = ["LOSS_AGGREGATIONS", "MPOBatch", "MPOGRPOTrainer"]
 
@@ -203,8 +203,8 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         values = self.mpo_values(output)
         if values is None:
             batch = padded.PaddedBatch.of(loss_mask)
-            baseline, scale = _critic_free.row_baselines(scores_all, ids_all, self.mpo_baseline)
-            flat = _critic_free.mae_over_baselines(
+            baseline, scale = critic_free.row_baselines(scores_all, ids_all, self.mpo_baseline)
+            flat = critic_free.mae_over_baselines(
                 batch, baseline[local], scale[local], self.mpo_estimator, scores=scores
             )
             advantages = batch.padded(flat)

@@ -12,8 +12,7 @@ from torch import Tensor
 
 from ... import estimators
 from ...exceptions import InvalidBatchError
-from ...torch import padded
-from .. import _critic_free
+from ...torch import critic_free, padded
 from .config import estimator_options
 from .values_hook import critic_values
 
@@ -155,8 +154,8 @@ def _mae_with_group_baseline(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
         batch = padded.PaddedBatch.of(response_mask, like=token_level_rewards)
         rows, _ = batch.shape
         ids = _group_ids(index, rows, name)
-        baseline, row_scale = _critic_free.row_baselines(batch.row_scores(token_level_rewards), ids, group)
-        advantages = _critic_free.mae_over_baselines(
+        baseline, row_scale = critic_free.row_baselines(batch.row_scores(token_level_rewards), ids, group)
+        advantages = critic_free.mae_over_baselines(
             batch,
             baseline,
             row_scale,
