@@ -182,3 +182,31 @@ def test_trl_values_from_a_value_model_go_to_mae(tmp_path: Path) -> None:
         estimator=trainer.mpo_estimator,
     )
     np.testing.assert_array_equal(last.advantages.cpu().numpy().reshape(-1), direct.advantages)
+
+
+@pytest.mark.parametrize("loss_type", sorted(mpo_trl.LOSS_AGGREGATIONS))
+def test_trl_turn_ratio_loss_at_ratio_1_is_trls_loss(tmp_path: Path, loss_type: str) -> None:
+    """Before the first update the old log-probs are the current ones, every ratio is 1 and
+    the turn-ratio loss must be TRL's own loss for the same advantages: the reduction and
+    TRL's normaliser of each loss_type carried over (and a gradient that matches)."""
+    trainer = trl_mpo.build_trainer(tmp_path, max_steps=1)
+    trainer.loss_type = loss_type
+    checked: list[tuple[float, float]] = []
+    original = trainer._compute_loss
+
+    def compare(model, inputs):
+        if not checked:
+            ours = mpo_trl.MPOGRPOTrainer._compute_loss(trainer, model, inputs)
+            theirs = trl.GRPOTrainer._compute_loss(trainer, model, inputs)
+            ours_grad = torch.autograd.grad(ours, [p for p in model.parameters() if p.requires_grad])
+            theirs_grad = torch.autograd.grad(theirs, [p for p in model.parameters() if p.requires_grad])
+            checked.append((float(ours), float(theirs)))
+            for a, b in zip(ours_grad, theirs_grad, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        return original(model, inputs)
+
+    trainer._compute_loss = compare
+    trainer.train()
+    assert checked
+    ours, theirs = checked[0]
+    assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
