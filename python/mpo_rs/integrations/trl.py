@@ -48,6 +48,20 @@ LOSS_AGGREGATIONS = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo"
 """TRL's ``loss_type`` -> the :func:`mpo_rs.torch.losses.policy_loss` aggregation the turn-ratio
 loss reduces with (``dapo`` and ``dr_grpo`` then rescale the token mean to TRL's normaliser)."""
 
+# The multimodal inputs TRL's own loss passes to the forward pass, passed on the same way.
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
 # TRL's ``scale_rewards`` -> the table's group estimator of the critic-free baseline.
 _BASELINES = {"group": "grpo", "none": "drgrpo"}
 
@@ -254,7 +268,12 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
         per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+            model,
+            input_ids,
+            attention_mask,
+            completion_ids.size(1),
+            compute_entropy=True,
+            **{key: inputs.get(key) for key in _FORWARD_KEYS},
         )
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old
