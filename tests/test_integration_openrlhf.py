@@ -210,3 +210,76 @@ def test_openrlhf_policy_loss_is_mpo_rs_turn_ratio_loss(token_level_loss: bool, 
     scaled = loss_fn(log_probs, old, advantages, mask, None, 2, 100.0, 10.0)[0]
     factor = (n_tokens / 100.0 if token_level_loss else n_seqs / 10.0) * 2
     assert torch.allclose(scaled, direct.detach() * factor)
+
+
+def _openrlhf_models_modules():
+    """OpenRLHF's real ``models/utils.py`` and ``models/loss.py``, loaded without the
+    ``openrlhf.models`` package's ``__init__`` (which imports the Actor and so flash-attn,
+    CUDA only). ``models/utils.py`` imports DeepSpeed: skipped where it is absent (as in
+    ``make test``; it ran with DeepSpeed 0.19.8 installed by hand)."""
+    import importlib.util
+    import types
+
+    pytest.importorskip("deepspeed", reason="openrlhf.models.utils imports DeepSpeed (not installed by make test)")
+    name = "openrlhf.models"
+    if name not in sys.modules or not hasattr(sys.modules[name], "_mpo_rs_bare"):
+        package = types.ModuleType(name)
+        package.__path__ = [str(PACKAGE / "models")]
+        package._mpo_rs_bare = True
+        sys.modules[name] = package
+    modules = []
+    for sub in ("utils", "loss"):
+        full = f"{name}.{sub}"
+        if full not in sys.modules:
+            spec = importlib.util.spec_from_file_location(full, PACKAGE / "models" / f"{sub}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[full] = module
+            spec.loader.exec_module(module)
+        modules.append(sys.modules[full])
+    return modules
+
+
+def _one_token_turns(rows: int = 6, cols: int = 10, seed: int = 0) -> torch.Tensor:
+    """Masks whose every turn is one token (policy tokens never adjacent): the turn ratio is
+    then the token ratio, and MPOPolicyLoss must be OpenRLHF's PPO loss."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(rows, cols, dtype=torch.bool)
+    mask[:, ::2] = torch.rand(rows, (cols + 1) // 2, generator=g) < 0.8
+    return mask
+
+
+@pytest.mark.parametrize("token_level_loss", [True, False])
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+def test_openrlhf_policy_loss_with_one_token_turns_is_openrlhfs(token_level_loss: bool, dual_clip) -> None:
+    _, loss_module = _openrlhf_models_modules()
+    mask = _one_token_turns()
+    g = torch.Generator().manual_seed(4)
+    old = -torch.rand(mask.shape, generator=g)
+    log_probs = (old + 0.4 * torch.randn(mask.shape, generator=g)).requires_grad_()
+    advantages = torch.randn(mask.shape, generator=g)
+    theirs_fn = loss_module.PolicyLoss(0.2, 0.28, dual_clip=dual_clip, token_level_loss=token_level_loss)
+    ours_fn = mpo_openrlhf.MPOPolicyLoss(0.2, 0.28, dual_clip=dual_clip, token_level_loss=token_level_loss)
+    for extra in ((), (None, 2, 40.0, 5.0)):
+        lp_theirs = log_probs.detach().clone().requires_grad_()
+        theirs = theirs_fn(lp_theirs, old, advantages, mask.float(), *extra)
+        ours = ours_fn(log_probs, old, advantages, mask, *extra)
+        torch.testing.assert_close(ours[0], theirs[0], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(ours[1], theirs[1])  # clip_ratio
+        torch.testing.assert_close(ours[2], theirs[2])  # ppo_kl
+        assert ours[3] is None and theirs[3] is None and ours[4] is None and theirs[4] is None
+        ours[0].backward()
+        theirs[0].backward()
+        torch.testing.assert_close(log_probs.grad, lp_theirs.grad, rtol=1e-6, atol=1e-7)
+        log_probs.grad = None
+
+
+def test_openrlhf_token_rewards_are_compute_reward() -> None:
+    utils, _ = _openrlhf_models_modules()
+    experiences = _experiences(seed=7)
+    for experience in experiences:
+        for clip in (None, (-0.5, 0.5)):
+            theirs = utils.compute_reward(
+                experience.rewards, 0.05, experience.kl, action_mask=experience.action_mask, reward_clip_range=clip
+            )
+            ours = mpo_openrlhf.token_rewards(experience.rewards, experience.action_mask, experience.kl, 0.05, clip)
+            assert torch.equal(ours, theirs)
