@@ -104,6 +104,12 @@ def test_trl_recipe_trains_with_mpo_advantages(tmp_path: Path) -> None:
         np.testing.assert_array_equal(last.advantages.cpu().numpy(), expected)
         assert np.all(last.advantages.cpu().numpy()[mask == 0] == 0)
     assert len(log.batches) == len(seen)
+    for batch, last in zip(log.batches, seen, strict=True):
+        assert torch.equal(batch["loss_mask"], last.loss_mask)
+        np.testing.assert_array_equal(batch["scores"], last.scores)
+    # Group ids in the log are unique over the run: one group per prompt of each batch.
+    logged = np.concatenate([b["group_ids"] for b in log.batches])
+    assert len(np.unique(logged)) == sum(len(np.unique(last.group_ids)) for last in seen)
     assert {k for k in log.batches[0]} == {
         "input_ids",
         "loss_mask",

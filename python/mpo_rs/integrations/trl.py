@@ -107,7 +107,8 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
             TRL's own loss (token ratio) with MPO's per-token advantages.
         rollout_log: an object with ``append_padded(input_ids=, loss_mask=, attention_mask=,
             values=, token_rewards=, scores=, group_ids=, step=)`` (``mpo_rs.rollout_log``'s
-            writer), called with each batch of completions; or None.
+            writer), called with each batch of completions, with group ids unique over the
+            run (a log of many steps groups only each prompt's completions); or None.
     """
 
     def __init__(
@@ -132,6 +133,7 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         self.mpo_rollout_log = rollout_log
         self.mpo_last: MPOBatch | None = None
         self._mpo_rewards_per_func: Tensor | None = None
+        self._mpo_groups_logged = 0  # groups of earlier batches: the log's group ids stay unique
         super().__init__(*args, **kwargs)
         self.mpo_baseline = self._baseline(baseline)
         self._check_settings()
@@ -227,6 +229,9 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         self.mpo_last = MPOBatch(loss_mask, scores, ids, advantages, output["advantages"], values)
         output["advantages"] = advantages.to(device=completion_mask.device, dtype=torch.float32)
         if self.mpo_rollout_log is not None:
+            # Unique over the run, so a log of many steps groups each prompt's completions only.
+            run_ids = ids + self._mpo_groups_logged
+            self._mpo_groups_logged += int(ids_all[-1]) + 1 if ids_all.shape[0] else 0
             self.mpo_rollout_log.append_padded(
                 input_ids=output["completion_ids"],
                 loss_mask=loss_mask,
@@ -234,7 +239,7 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
                 values=values,
                 token_rewards=None,
                 scores=scores,
-                group_ids=ids,
+                group_ids=run_ids,
                 step=int(self.state.global_step),
             )
         return output
