@@ -142,6 +142,75 @@ def build_trainer(output_dir: Path | str, *, rollout_log: Any = None, max_steps:
     )
 
 
+# --------------------------------------------------------------------------- tools: environment_factory
+
+
+class LookupEnv:
+    """TRL's ``environment_factory``: one instance per rollout; each public method is a tool
+    the model may call (TRL renders it from the signature and docstring). TRL's tool loop
+    sets the tool mask to 0 on each tool response, so a completion that calls the tool once
+    has two turns."""
+
+    def reset(self, **kwargs: Any) -> None:
+        self.value: str | None = None
+
+    def lookup(self, key: str) -> str:
+        """Look up a key.
+
+        Args:
+            key: The key to look up.
+
+        Returns:
+            The value stored under the key.
+        """
+        self.value = "a" if key == "x" else "b"
+        return self.value
+
+
+def lookup_reward(completions: list[Any], environments: list[LookupEnv], **kwargs: Any) -> list[float]:
+    """The share of the answer's first two characters that are the looked-up value."""
+    rewards = []
+    for completion, environment in zip(completions, environments, strict=True):
+        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        value = environment.value
+        rewards.append(sum(ch == value for ch in (text or "")[:2]) / 2 if value else 0.0)
+    return rewards
+
+
+def build_environment_trainer(
+    model: Any, tokenizer: Any, output_dir: Path | str, *, max_steps: int = 2, **mpo: Any
+) -> MPOGRPOTrainer:
+    """MPOGRPOTrainer on TRL's tool path: a chat model whose template supports tool calls
+    (e.g. a Qwen3), conversational prompts and ``environment_factory``."""
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"look up q{i}"}] for i in range(8)]})
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        steps_per_generation=2,
+        max_completion_length=256,
+        max_steps=max_steps,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+    )
+    options: dict[str, Any] = {"estimator": Estimator("mae", lam=0.8), "baseline": "grpo", "turn_ratio": "product"}
+    options.update(mpo)
+    return MPOGRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[lookup_reward],
+        args=args,
+        train_dataset=dataset,
+        environment_factory=LookupEnv,
+        **options,
+    )
+
+
 if __name__ == "__main__":
     trainer = build_trainer(sys.argv[1] if len(sys.argv) > 1 else "trl-mpo-out")
     trainer.train()

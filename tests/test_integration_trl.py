@@ -31,8 +31,9 @@ import trl_mpo  # noqa: E402
 pytestmark = pytest.mark.filterwarnings(
     # transformers 5.24 deprecates the gradient_checkpointing* names that trl 1.16 still uses.
     r"ignore:`\w*gradient_checkpointing\w*` is deprecated:FutureWarning",
-    # TRL's notice that rollout_func is experimental (the recipe uses it on purpose).
+    # TRL's notices that rollout_func and environment_factory are experimental (used on purpose).
     "ignore:You are using 'rollout_func', which is an experimental feature:UserWarning",
+    "ignore:You are using 'environment_factory', which is an experimental feature:UserWarning",
 )
 
 
@@ -216,3 +217,104 @@ def test_trl_turn_ratio_loss_at_ratio_1_is_trls_loss(tmp_path: Path, loss_type: 
     assert checked
     ours, theirs = checked[0]
     assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
+
+
+def _byte_tokenizer_with_qwen3_template():
+    """A byte-level tokenizer (any text round-trips) with Qwen3's special tokens and TRL's
+    shipped Qwen3 chat template, which TRL knows how to parse tool calls from."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen3_chat_template
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    special = [
+        "<|im_start|>",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_response>",
+        "</tool_response>",
+    ]
+    tokenizer.add_special_tokens({"additional_special_tokens": special})
+    tokenizer.chat_template = qwen3_chat_template
+    return tokenizer
+
+
+def _scripted_llama(tokenizer, seed: int = 0):
+    """A randomly initialised Llama whose sampling is scripted (a random model never writes
+    a well-formed tool call): first it calls ``lookup`` with a random key, after the tool's
+    response it answers two random letters. Its forward pass (the log-probs the loss
+    trains) is the real model's."""
+    import random
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rng = random.Random(seed)
+
+    class ScriptedLlama(LlamaForCausalLM):
+        def generate(self, input_ids=None, attention_mask=None, **kwargs):
+            rows = []
+            for r in range(input_ids.shape[0]):
+                context = tokenizer.decode(input_ids[r][attention_mask[r].bool()])
+                if "<tool_response>" in context:
+                    text = rng.choice("ab") + rng.choice("ab") + "<|im_end|>"
+                else:
+                    key = rng.choice("xy")
+                    text = (
+                        '<tool_call>\n{"name": "lookup", "arguments": {"key": "' + key + '"}}\n</tool_call><|im_end|>'
+                    )
+                rows.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+            width = input_ids.shape[1] + max(map(len, rows))
+            out = torch.full((input_ids.shape[0], width), tokenizer.pad_token_id, dtype=input_ids.dtype)
+            out[:, : input_ids.shape[1]] = input_ids
+            for r, ids in enumerate(rows):
+                out[r, input_ids.shape[1] : input_ids.shape[1] + len(ids)] = torch.tensor(ids)
+            return out.to(input_ids.device)
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    return ScriptedLlama(config)
+
+
+def test_trl_environment_factory_tool_mask_gives_the_turns(tmp_path: Path) -> None:
+    """TRL's own tool loop (environment_factory, Qwen3's template, TRL's response parser):
+    the tool response is 0 in TRL's tool mask, so each completion is two turns, and the
+    advantages equal mpo_rs's on the captured batch."""
+    tokenizer = _byte_tokenizer_with_qwen3_template()
+    trainer = trl_mpo.build_environment_trainer(_scripted_llama(tokenizer), tokenizer, tmp_path)
+    seen: list[mpo_trl.MPOBatch] = []
+    original = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        out = original(inputs)
+        assert "tool_mask" in out, "TRL's tool loop produced no tool mask"
+        seen.append(trainer.mpo_last)
+        return out
+
+    trainer._generate_and_score_completions = capture
+    trainer.train()
+    assert seen
+    for last in seen:
+        mask = last.loss_mask.cpu().numpy()
+        rows, cols = mask.shape
+        turns = mpo_rs.segment_turns(mask.reshape(-1).astype(np.uint8), np.arange(rows + 1, dtype=np.int64) * cols)
+        assert np.all(np.diff(turns.traj_offsets) == 2)
+        expected = _expected_critic_free(last, trainer.mpo_estimator, trainer.mpo_baseline)
+        np.testing.assert_array_equal(last.advantages.cpu().numpy(), expected)
+    assert any(last.scores.std() > 0 for last in seen)
