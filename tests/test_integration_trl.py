@@ -318,3 +318,18 @@ def test_trl_environment_factory_tool_mask_gives_the_turns(tmp_path: Path) -> No
         expected = _expected_critic_free(last, trainer.mpo_estimator, trainer.mpo_baseline)
         np.testing.assert_array_equal(last.advantages.cpu().numpy(), expected)
     assert any(last.scores.std() > 0 for last in seen)
+
+
+def test_trl_a_completion_without_reward_is_refused_naming_it(tmp_path: Path, monkeypatch) -> None:
+    """TRL gives a completion every reward function scored None advantage 0 and leaves it out
+    of its group's baseline; MPO needs every score of a group, so it refuses the batch."""
+
+    scored = trl_mpo.reward
+
+    def reward(completion_ids, **kwargs):
+        return [None, *scored(completion_ids[1:])]
+
+    monkeypatch.setattr(trl_mpo, "reward", reward)
+    trainer = trl_mpo.build_trainer(tmp_path, max_steps=1)
+    with pytest.raises(mpo_rs.InvalidBatchError, match="completion 0 of the batch has no reward"):
+        trainer.train()
