@@ -22,8 +22,8 @@ import sys
 import torch
 
 from mpo_rs.envs import make
-from mpo_rs.learner import Learner, LearnerConfig
 from mpo_rs.torch.critic import value_head_critic
+from mpo_rs.torch.learner import Learner, LearnerConfig
 from mpo_rs.torch.models import TinyCausalLM
 from mpo_rs.torch.sampler import sample
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -170,9 +171,16 @@ def test_polars_written_large_list_file(log, tmp_path):
     assert back.select(pl.from_arrow(table_of(log)).columns).equals(pl.read_parquet(path))
 
 
+def earlier_output(path: Path) -> bytes:
+    """Writes an earlier output of the tool at `path` (a small log with the advantage
+    columns appended: only such a file may be replaced) and returns its bytes."""
+    pq.write_table(mpo_rs.arrow.with_advantages(table_of(make_log(8, seed=9))), path)
+    return path.read_bytes()
+
+
 def test_quiet_prints_nothing_and_output_is_replaced(log_file, tmp_path):
     out = tmp_path / "out.parquet"
-    out.write_bytes(b"an earlier output")
+    earlier_output(out)
     r = ok("advantages", log_file, "-o", out, "--quiet")
     assert r.stdout == "" and r.stderr == ""
     assert pq.read_metadata(out).num_rows == 400
@@ -185,10 +193,10 @@ def test_directory_output_replaces_an_earlier_one_whole(log, tmp_path):
     pq.write_table(table_of(log, slice(0, 100)), src / "a.parquet")
     out = tmp_path / "out"
     out.mkdir()
-    (out / "stale.parquet").write_bytes(b"old")
+    earlier_output(out / "stale.parquet")
     ok("advantages", src, "-o", out, "-q")
     assert sorted(p.name for p in out.iterdir()) == ["a.parquet"]
-    # A directory holding anything but Parquet output is not replaced.
+    # A directory holding anything but earlier outputs is not replaced.
     (out / "notes.txt").write_text("mine")
     r = run_cli("advantages", src, "-o", out)
     assert r.returncode == 2 and "refusing to replace it" in r.stderr
@@ -255,29 +263,27 @@ def big_log_file(tmp_path_factory) -> Path:
     return path
 
 
-def _input_and_earlier_output(big_log_file: Path, tmp_path: Path, kind: str) -> tuple[Path, Path]:
-    """(INPUT, OUTPUT) for a run to interrupt: a file, or a directory of one file, with an
-    earlier OUTPUT of the same kind holding b"an earlier output"."""
+def _input_and_earlier_output(big_log_file: Path, tmp_path: Path, kind: str) -> tuple[Path, Path, bytes]:
+    """(INPUT, OUTPUT, the earlier output's bytes) for a run to interrupt: a file, or a
+    directory of one file, with an earlier OUTPUT of the same kind."""
     if kind == "file":
         out = tmp_path / "out.parquet"
-        out.write_bytes(b"an earlier output")
-        return big_log_file, out
+        return big_log_file, out, earlier_output(out)
     src, out = tmp_path / "in", tmp_path / "out"
     src.mkdir()
     shutil.copy(big_log_file, src / "a.parquet")
     out.mkdir()
-    (out / "a.parquet").write_bytes(b"an earlier output")
-    return src, out
+    return src, out, earlier_output(out / "a.parquet")
 
 
 @pytest.mark.parametrize("kind", ["file", "directory"])
 def test_sigkill_midway_leaves_the_earlier_output_and_no_partial_file(big_log_file, tmp_path, kind):
-    src, out = _input_and_earlier_output(big_log_file, tmp_path, kind)
+    src, out, before = _input_and_earlier_output(big_log_file, tmp_path, kind)
     proc = subprocess.Popen([sys.executable, "-c", _slow_run_script(src, out)])
     _kill_when_staged(proc, tmp_path, min_bytes=1)
     assert proc.returncode == -signal.SIGKILL
     earlier = out if kind == "file" else out / "a.parquet"
-    assert earlier.read_bytes() == b"an earlier output"
+    assert earlier.read_bytes() == before
     if kind == "directory":
         assert [p.name for p in out.iterdir()] == ["a.parquet"]
     # What a killed run leaves is hidden and recognisable; a rerun succeeds.
@@ -292,10 +298,10 @@ def test_sigkill_of_the_command_itself(big_log_file, tmp_path):
     src = tmp_path / "big.parquet"
     shutil.copy(big_log_file, src)
     out = tmp_path / "out.parquet"
-    out.write_bytes(b"an earlier output")
+    before = earlier_output(out)
     proc = subprocess.Popen([sys.executable, "-m", "mpo_rs.cli", "advantages", str(src), "-o", str(out)])
     _kill_when_staged(proc, tmp_path, min_bytes=1)
-    assert out.read_bytes() == b"an earlier output"
+    assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["big.parquet", "out.parquet"]
 
 
@@ -309,7 +315,7 @@ def _default_signals() -> None:
 
 def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
     out = tmp_path / "out.parquet"
-    out.write_bytes(b"an earlier output")
+    before = earlier_output(out)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mpo_rs.cli", "advantages", str(big_log_file), "-o", str(out)],
         stderr=subprocess.PIPE,
@@ -326,7 +332,7 @@ def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
     assert proc.returncode == 130, err
     assert err == "mpo-rs: error: interrupted\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
-    assert out.read_bytes() == b"an earlier output"
+    assert out.read_bytes() == before
 
 
 # What the installed `mpo-rs` script runs (pip writes the same three lines), so the tests
@@ -349,7 +355,7 @@ def _console_script(*args: object, **kw) -> subprocess.Popen[str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("kind", ["file", "directory"])
 def test_sigterm_midway_stops_like_ctrl_c(big_log_file, tmp_path, kind, sig):
-    src, out = _input_and_earlier_output(big_log_file, tmp_path, kind)
+    src, out, before = _input_and_earlier_output(big_log_file, tmp_path, kind)
     proc = _console_script("advantages", src, "-o", out)
     _signal_when_staged(proc, tmp_path, min_bytes=1, sig=sig)
     _, err = proc.communicate(timeout=60)
@@ -358,7 +364,7 @@ def test_sigterm_midway_stops_like_ctrl_c(big_log_file, tmp_path, kind, sig):
     # No temporary is left behind, and the earlier output is as it was.
     assert sorted(p.name for p in tmp_path.iterdir()) == (["out.parquet"] if kind == "file" else ["in", "out"])
     earlier = out if kind == "file" else out / "a.parquet"
-    assert earlier.read_bytes() == b"an earlier output"
+    assert earlier.read_bytes() == before
     if kind == "directory":
         assert [p.name for p in out.iterdir()] == ["a.parquet"]
 
@@ -368,14 +374,14 @@ def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, s
     # In the first few tenths of a second the command is still importing numpy and the
     # extension; a signal there must be as quiet as one during the run.
     out = tmp_path / "out.parquet"
-    out.write_bytes(b"an earlier output")
+    before = earlier_output(out)
     message = "interrupted" if sig == signal.SIGINT else "terminated by SIGTERM"
 
     def check(proc: subprocess.Popen[str], err: str, when: object) -> None:
         assert proc.returncode in (128 + sig, -sig), (when, proc.returncode, err)
         assert err in ("", f"mpo-rs: error: {message}\n"), (when, err)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet"]
-        assert out.read_bytes() == b"an earlier output"
+        assert out.read_bytes() == before
 
     for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5):
         proc = _console_script("advantages", big_log_file, "-o", out)
@@ -669,6 +675,82 @@ def test_an_input_linked_to_a_file_inside_output_is_refused_and_kept(log_file, t
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "replacing OUTPUT would delete it" in r.stderr, r.stderr
     assert real.read_bytes() == before
+
+
+def test_dev_null_output_is_refused(log_file):
+    # Defect 1 (issue 18): as root, the atomic rename turned /dev/null into a Parquet file.
+    r = run_cli("advantages", log_file, "-o", "/dev/null")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "/dev/null is a character device" in r.stderr and "never replaced" in r.stderr, r.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("through_symlink", [False, True])
+def test_fifo_output_is_refused_and_not_opened(log_file, tmp_path, through_symlink):
+    # Defect 1: a FIFO (or a symlink to one; symlinks are resolved) is never replaced, and
+    # never opened (opening a FIFO with no writer would block: the timeout would show it).
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = fifo
+    if through_symlink:
+        out = tmp_path / "out.parquet"
+        out.symlink_to(fifo)
+    r = run_cli("advantages", log_file, "-o", out, timeout=30)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is a FIFO" in r.stderr, r.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"fifo", out.name})
+
+
+def test_output_directory_holding_a_raw_log_is_refused_and_kept(log, tmp_path):
+    # Defect 3: "holds nothing but Parquet files" is true of every log directory.
+    src, dst = tmp_path / "dsA", tmp_path / "dsB"
+    src.mkdir()
+    dst.mkdir()
+    pq.write_table(table_of(log, slice(0, 50)), src / "a.parquet")
+    pq.write_table(table_of(log, slice(50, 100)), dst / "precious_raw.parquet")
+    before = (dst / "precious_raw.parquet").read_bytes()
+    r = run_cli("advantages", src, "-o", dst)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "precious_raw.parquet, which is not an output of mpo-rs advantages" in r.stderr, r.stderr
+    assert "remove it or choose a new directory" in r.stderr, r.stderr
+    assert [p.name for p in dst.iterdir()] == ["precious_raw.parquet"]
+    assert (dst / "precious_raw.parquet").read_bytes() == before
+    # A directory of earlier outputs (and hidden names) is replaced.
+    (dst / "precious_raw.parquet").unlink()
+    earlier_output(dst / "a.parquet")
+    (dst / "_SUCCESS").write_text("")
+    ok("advantages", src, "-o", dst, "-q")
+    assert sorted(p.name for p in dst.iterdir()) == ["a.parquet"]
+
+
+def test_output_file_that_is_not_an_earlier_output_is_refused_and_kept(log_file, tmp_path):
+    # Defect 3, a file OUTPUT: a raw log, or anything else, is not replaced.
+    out = tmp_path / "precious.parquet"
+    shutil.copy(log_file, out)
+    before = out.read_bytes()
+    r = run_cli("advantages", log_file, "-o", out)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "precious.parquet is not an output of mpo-rs advantages" in r.stderr, r.stderr
+    assert "remove it or choose a new path" in r.stderr, r.stderr
+    assert out.read_bytes() == before
+    # An earlier output is replaced.
+    ok("advantages", log_file, "-o", tmp_path / "first.parquet", "-q")
+    ok("advantages", log_file, "-o", tmp_path / "first.parquet", "-q", "--estimator", "gae")
+    assert pq.read_metadata(tmp_path / "first.parquet").num_rows == 400
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_an_input_listed_twice_through_a_link_is_refused(log_file, tmp_path, link):
+    # Defect 6: `b.parquet -> a.parquet` was read twice, and GRPO counted it twice.
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(log_file, src / "a.parquet")
+    (os.symlink if link == "symlink" else os.link)(src / "a.parquet", src / "b.parquet")
+    for estimator in ("mae", "grpo"):
+        r = run_cli("advantages", src, "-o", tmp_path / "out", "--estimator", estimator)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert f"{src / 'a.parquet'} and {src / 'b.parquet'} are the same file" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_progress_line_on_a_terminal(log_file, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -59,8 +60,9 @@ def test_hand_made_trajectories_have_their_known_shares(tmp_path):
 
 
 def test_the_streamed_and_the_in_memory_summaries_are_one_aggregate(tmp_path):
-    """summary.json, Diagnosis.summary() and mpo_rs.diagnostics.summarize: same keys, same numbers."""
-    from mpo_rs.diagnostics import summarize, value_structure
+    """summary.json, Diagnosis.summary() and summarize_value_structure: same keys, same numbers."""
+    from mpo_rs.diagnose import summarize_value_structure as summarize
+    from mpo_rs.diagnose import value_structure
 
     rows = [
         ([0, 0, 9, 1, 1], [1, 1, 0, 1, 1]),
@@ -285,6 +287,101 @@ def test_report_dir_that_is_a_file_is_refused_before_reading(tmp_path, capsys):
     code, _, err = _run(capsys, log, "-o", target)
     assert code == 2 and "is a file" in _one_line_error(err)
     assert target.read_text() == "keep me"
+
+
+def test_non_empty_report_dir_not_written_by_diagnose_is_refused_and_kept(tmp_path, capsys):
+    # Issue 18 (output safety): `-o` wrote summary.json and figures into any directory.
+    log = tmp_path / "l.parquet"
+    write_rollout_log(log, 8, row_group_rows=4)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "summary.json").write_text("the user's own")
+    code, _, err = _run(capsys, log, "-o", docs)
+    assert code == 2 and "not written by mpo-rs diagnose" in _one_line_error(err), err
+    assert "summary.json" in err and "choose a new directory" in err, err
+    assert [p.name for p in docs.iterdir()] == ["summary.json"]
+    assert (docs / "summary.json").read_text() == "the user's own"
+    # A directory that is another tool's output is refused the same way.
+    from mpo_rs import _native
+
+    other = tmp_path / "repro"
+    _native.claim_output_dir(other, "reproduce", "abc123")
+    code, _, err = _run(capsys, log, "-o", other)
+    assert code == 2 and "is the output of mpo-rs reproduce, not of mpo-rs diagnose" in _one_line_error(err)
+
+
+def test_report_dir_of_an_earlier_diagnose_is_marked_and_reused(tmp_path, capsys):
+    from mpo_rs import _native
+    from mpo_rs.diagnose import write_report
+
+    log = tmp_path / "l.parquet"
+    write_rollout_log(log, 8, row_group_rows=4)
+    out = tmp_path / "new" / "report"  # parents are created
+    assert _run(capsys, log, "-o", out)[0] == 0
+    assert _native.output_dir_marker(out) == ("diagnose", None)
+    assert _run(capsys, log, "-o", out)[0] == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _run(capsys, log, "-o", empty)[0] == 0
+    # The library function follows the same rule; `overwrite` is the explicit way past it.
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    diag = diagnose_logs(log)
+    with pytest.raises(_native.InvalidOptionError, match="not written by mpo-rs diagnose"):
+        write_report(diag, foreign, figures=False)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    write_report(diag, foreign, figures=False, overwrite=True)
+    assert (foreign / "notes.txt").read_text() == "mine" and (foreign / "summary.json").exists()
+
+
+@pytest.mark.parametrize("rows", ["99999999999999999999", str(2**63)])
+def test_huge_batch_rows_is_a_usage_error_not_a_traceback(tmp_path, capsys, rows):
+    # Defect 12 (issue 18): pyarrow's OverflowError escaped as a traceback.
+    log = tmp_path / "l.parquet"
+    write_rollout_log(log, 4, row_group_rows=4)
+    code, _, err = _run(capsys, log, "--batch-rows", rows)
+    assert code == 2 and "--batch-rows must be at most 2**63 - 1" in _one_line_error(err), err
+    assert _run(capsys, log, "--batch-rows", str(2**63 - 1))[0] == 0
+    from mpo_rs import InvalidOptionError
+
+    for bad in (2**63, 0, 2.5, True):
+        with pytest.raises(InvalidOptionError, match="batch_rows"):
+            diagnose_logs(log, batch_rows=bad)
+
+
+def test_reward_on_an_observation_token_is_refused_as_advantages_refuses_it(tmp_path, capsys):
+    # Defect 12 (issue 18): diagnose summed the rewards and accepted what advantages refuses.
+    t = pa.table(
+        {
+            "values": pa.array([[0.0, 1.0, 2.0, 3.0]] * 2, pa.list_(pa.float32())),
+            "loss_mask": pa.array([[1, 1, 0, 1]] * 2, pa.list_(pa.uint8())),
+            "rewards": pa.array([[0, 0, 0, 1], [0, 0, 0.5, 1]], pa.list_(pa.float32())),
+        }
+    )
+    path = tmp_path / "obs.parquet"
+    pq.write_table(t, path)
+    code, _, err = _run(capsys, path)
+    message = "obs.parquet: row group 0: row 1, column `rewards`: reward 0.5 at observation token 2"
+    assert code == 1 and message in _one_line_error(err), err
+    assert main(["advantages", str(path), "-o", str(tmp_path / "o.parquet")]) == 1
+    assert message in _one_line_error(capsys.readouterr().err)
+    from mpo_rs import InvalidBatchError
+
+    with pytest.raises(InvalidBatchError, match=r"reward 0\.5 at observation token 2"):
+        diagnose_logs(path)
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_an_input_listed_twice_through_a_link_is_refused(tmp_path, capsys, link):
+    # Defect 6 (issue 18): the one listing refuses two names of one file in both commands.
+    log = tmp_path / "log"
+    log.mkdir()
+    write_rollout_log(log / "a.parquet", 8, row_group_rows=4)
+    (os.symlink if link == "symlink" else os.link)(log / "a.parquet", log / "b.parquet")
+    code, _, err = _run(capsys, log)
+    assert code == 2 and "are the same file" in _one_line_error(err), err
+    assert str(log / "a.parquet") in err and str(log / "b.parquet") in err
 
 
 _RSS_SCRIPT = textwrap.dedent(

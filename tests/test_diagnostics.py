@@ -7,7 +7,8 @@ import reference as ref
 from hypothesis import given
 from strategies import batches
 
-from mpo_rs.diagnostics import summarize, value_structure
+from mpo_rs.diagnose import summarize_value_structure as summarize
+from mpo_rs.diagnose import value_structure
 
 
 @given(batches())

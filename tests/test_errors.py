@@ -226,18 +226,6 @@ def test_float64_beyond_float32_is_named_with_its_value_and_no_warning(fn):
 
 PACKAGE = Path(mpo_rs.__file__).resolve().parent
 
-# Files still raising plain ValueError / TypeError, being moved to mpo_rs.exceptions by
-# other parts of issue 18 (the learner's modules, reproduce/). Remove each entry when its
-# file is clean; the list should end empty.
-PLAIN_ERRORS_PENDING = {
-    "torch/learner.py",
-    "torch/batch.py",
-    "torch/critic.py",
-    "torch/models.py",
-    "reproduce/run.py",
-}
-
-
 def plain_raises(path: Path) -> list[str]:
     """``raise ValueError(...)`` / ``raise TypeError`` statements of a module, as file:line."""
     found = []
@@ -255,9 +243,4 @@ def test_no_plain_value_or_type_error_on_a_public_path():
     the data, an option or a configuration is at fault."""
     modules = sorted(PACKAGE.rglob("*.py"))
     assert len(modules) > 20
-    plain = [hit for path in modules for hit in plain_raises(path)]
-    pending = [hit for hit in plain if hit.split(":")[0] in PLAIN_ERRORS_PENDING]
-    assert [hit for hit in plain if hit not in pending] == []
-    # The allow-list names only files that exist and still need it.
-    for name in PLAIN_ERRORS_PENDING:
-        assert (PACKAGE / name).is_file(), name
+    assert [hit for path in modules for hit in plain_raises(path)] == []

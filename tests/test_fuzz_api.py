@@ -5,7 +5,9 @@ Each call gets a batch from tests/strategies.py and then, maybe, one adversarial
 NaN/inf or huge numbers where they are read or where they are not, float64 values beyond
 float32, other dtypes (float64, float16, int, bool, object, str, complex), strided views,
 broken offsets, empty batches, 2-D arrays, out-of-domain parameters, group ids of every
-kind (ints, strings, objects, NaN, mixed). Whatever the input:
+kind (ints, strings, objects, NaN, mixed). The torch learner's ``LearnerConfig`` gets random
+values per field (an accepted config has its fields' kinds and trains a step; anything
+else is ``InvalidOptionError``). Whatever the input:
 
 - the call returns, or raises one of ``mpo_rs.exceptions`` (``InvalidBatchError``, ...) with a
   one-line message -- never another exception, never a panic;
@@ -21,6 +23,8 @@ kind (ints, strings, objects, NaN, mixed). Whatever the input:
 from __future__ import annotations
 
 import copy
+import dataclasses
+import importlib.util
 import math
 import os
 import warnings
@@ -28,7 +32,7 @@ import warnings
 import numpy as np
 import pytest
 import reference as ref
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from strategies import Batch, batches, gae_params, mae_params
 
@@ -485,3 +489,123 @@ def test_vector_env_calls_are_all_or_nothing(data, kind, n):
             assert len(observations) == n and rewards.shape == dones.shape == (n,)
             assert (vec.turns - np.asarray(before[1]) == ~was_done).all()
             assert all(observations[j] == [] for j in range(n) if was_done[j])
+
+
+# ----------------------------------------------------------------- the learner's config
+
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+# Values of every kind a config file or a command line might hand over: numbers of both
+# signs and none, non-finite, huge, bools, numpy scalars, strings, containers, objects.
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.sampled_from([0, 1, 2, -1, 10**400, np.int64(4), np.True_, np.float32(0.5)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0.5, 1.0, 1.5, -0.5, 2.5, math.nan, math.inf, -math.inf, 1e-300, 1e300]),
+    st.sampled_from(["", "mae", "gae", "rloo", "vapo", "turn", "token", "whiten", "none", "product", "cpu", "1"]),
+    st.sampled_from(["token-mean", "seq-mean-token-sum", "sequence", "geo_mean", "gpu0", "cpu:0"]),
+    st.sampled_from([[], [1], {"lam": 0.9}, object(), b"mae", (0.2,)]),
+)
+
+
+def _learner_field_values():
+    """Up to 4 fields, each set to a value it accepts or to anything (``_ANY_VALUE``)."""
+    from mpo_rs.torch import learner_config as lc
+    from mpo_rs.torch.losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS
+
+    def unit(lo, hi):
+        return st.floats(lo, hi, allow_nan=False)
+
+    valid = {
+        "estimator": st.one_of(
+            st.sampled_from(mpo_rs.Estimator.names()),
+            st.sampled_from([mpo_rs.Estimator(n) for n in mpo_rs.Estimator.names()]),
+            st.builds(lambda lam, beta: mpo_rs.Estimator("mae", lam=lam, beta=beta), unit(0, 1), unit(0, 3)),
+        ),
+        "advantage_scale": st.sampled_from(lc.ADVANTAGE_SCALES),
+        "normalize_advantages": st.booleans(),
+        "ratio": st.sampled_from((None, *RATIO_MODES)),
+        "turn_ratio": st.sampled_from(TURN_RATIOS),
+        "clip_low": unit(0, 0.99),
+        "clip_high": unit(0, 10),
+        "dual_clip": st.one_of(st.none(), unit(1.01, 10)),
+        "log_ratio_clamp": unit(0.01, 50),
+        "agg": st.sampled_from(AGGREGATIONS),
+        "value_clip": st.one_of(st.none(), unit(0.01, 10)),
+        "entropy_coef": unit(-1, 1),
+        "ppo_epochs": st.integers(1, 3),
+        "minibatch_size": st.integers(1, 8),
+        "micro_batch_size": st.one_of(st.none(), st.integers(1, 8)),
+        "max_grad_norm": st.one_of(st.none(), unit(1e-3, 10)),
+        "bf16": st.booleans(),
+        "temperature": unit(0.1, 5),
+        "shuffle": st.booleans(),
+        "seed": st.integers(0, 2**64),
+        "device": st.sampled_from([None, "cpu"]),
+    }
+    assert valid.keys() == {f.name for f in dataclasses.fields(lc.LearnerConfig)}
+    return st.lists(st.sampled_from(sorted(valid)), max_size=4, unique=True).flatmap(
+        lambda names: st.fixed_dictionaries({n: st.one_of(valid[n], _ANY_VALUE) for n in names})
+    )
+
+
+@pytest.mark.skipif(not _HAS_TORCH, reason="needs torch")
+@fuzz_settings
+@given(data=st.data())
+def test_learner_config_fields_give_a_config_or_an_invalid_option_error(data):
+    """Random values per LearnerConfig field (wrong types, NaN, inf, negatives, bools): a
+    valid config whose fields have their kinds, or InvalidOptionError, never another
+    exception; an accepted config on the CPU also trains one step."""
+    import torch
+
+    from mpo_rs.torch.learner import Learner, LearnerConfig, RolloutBatch
+
+    kwargs = data.draw(_learner_field_values(), label="fields")
+    try:
+        config = LearnerConfig(**kwargs)
+    except mpo_rs.InvalidOptionError as e:
+        assert "\n" not in str(e) and str(e), repr(e)
+        event("refused")
+        return
+    event("accepted")
+    assert isinstance(config.estimator, mpo_rs.Estimator)
+    for name in ("ppo_epochs", "minibatch_size", "seed"):
+        value = getattr(config, name)
+        assert type(value) is int and value >= 0, (name, value)
+    assert config.micro_batch_size is None or (type(config.micro_batch_size) is int and config.micro_batch_size >= 1)
+    for name in ("clip_low", "clip_high", "log_ratio_clamp", "entropy_coef", "temperature"):
+        value = getattr(config, name)
+        assert type(value) is float and math.isfinite(value), (name, value)
+    for name in ("max_grad_norm", "value_clip", "dual_clip"):
+        value = getattr(config, name)
+        assert value is None or (type(value) is float and math.isfinite(value) and value > 0), (name, value)
+    for name in ("normalize_advantages", "bf16", "shuffle"):
+        assert type(getattr(config, name)) is bool, name
+    if config.device not in (None, "cpu") or config.ppo_epochs > 3:
+        return  # a device this machine may not have; 10**20 epochs are valid but endless
+    torch.manual_seed(0)
+    offsets = np.array([0, 3, 6, 9, 12])
+    batch = RolloutBatch(
+        token_ids=np.tile([0, 1, 2], 4),
+        mask=np.tile([False, True, True], 4),
+        offsets=offsets,
+        scores=np.array([1.0, 0.0, 1.0, 0.5], np.float32),
+        group_ids=[0, 0, 1, 1],
+        values=np.zeros(12, np.float32),
+    )
+
+    class Policy(torch.nn.Module):  # logits (B, L, 4) from the token alone
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(4, 4)
+
+        def forward(self, input_ids, attention_mask):
+            return self.embed(input_ids)
+
+    model = Policy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. bf16 autocast on a CPU without it
+        metrics = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), config).step(batch)
+    assert all(isinstance(v, float) for v in metrics.values())

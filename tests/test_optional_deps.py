@@ -43,6 +43,8 @@ def _child(hidden: tuple[str, ...], code: str) -> dict | None:
 @pytest.mark.parametrize(
     "hidden, code, feature, extra",
     [
+        (("torch",), "import mpo_rs.torch.losses", "mpo_rs.torch", "torch"),
+        # The deprecated second names still name themselves.
         (("torch",), "import mpo_rs.losses", "mpo_rs.losses", "torch"),
         (("torch",), "import mpo_rs.learner", "mpo_rs.learner", "torch"),
         (("torch",), "import mpo_rs.torch", "mpo_rs.torch", "torch"),
@@ -116,4 +118,4 @@ def test_diagnose_without_matplotlib_writes_the_summary_and_says_which_extra(log
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "figures skipped" in r.stderr and "pip install 'mpo-rs[plot]'" in r.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".mpo-rs-output", "summary.json"]  # the report's marker

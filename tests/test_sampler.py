@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from mpo_rs import InvalidConfigError, InvalidOptionError, InvalidRolloutError, estimators  # noqa: E402
-from mpo_rs.learner import Learner, LearnerConfig, token_log_probs, token_values  # noqa: E402
 from mpo_rs.torch.critic import value_head_critic  # noqa: E402
+from mpo_rs.torch.learner import Learner, LearnerConfig, token_log_probs, token_values  # noqa: E402
 from mpo_rs.torch.models import TinyCausalLM, tiny_hf_model  # noqa: E402
 from mpo_rs.torch.sampler import sample  # noqa: E402
 

@@ -328,17 +328,28 @@ def test_cuda_tensors_give_results_on_their_device_equal_to_the_cpu_ones():
     torch.testing.assert_close(mt.whiten(adv, mask.cuda()).cpu(), mt.whiten(cpu[0], mask), rtol=1e-6, atol=1e-7)
 
 
-def test_the_compatibility_modules_are_the_torch_modules():
-    import mpo_rs.learner
-    import mpo_rs.losses
-    import mpo_rs.torch.learner
-    import mpo_rs.torch.losses
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("mpo_rs.learner", "mpo_rs.torch.learner"),
+        ("mpo_rs.losses", "mpo_rs.torch.losses"),
+        ("mpo_rs.diagnostics", "mpo_rs.diagnose"),
+    ],
+)
+def test_the_deprecated_module_names_warn_and_still_work(monkeypatch, old, new):
+    import importlib
+    import re
+    import sys
 
-    for name in mpo_rs.torch.losses.__all__:
-        assert getattr(mpo_rs.losses, name) is getattr(mpo_rs.torch.losses, name), name
-    for name in mpo_rs.torch.learner.__all__:
-        assert getattr(mpo_rs.learner, name) is getattr(mpo_rs.torch.learner, name), name
-    assert mpo_rs.learner.RolloutBatch is mt.RolloutBatch is padded_module_batch()
+    canonical = importlib.import_module(new)
+    monkeypatch.delitem(sys.modules, old, raising=False)  # so the import runs (and warns) again
+    with pytest.warns(DeprecationWarning, match=rf"{re.escape(old)} is deprecated: import .*{re.escape(new)}"):
+        module = importlib.import_module(old)
+    renamed = {"summarize": "summarize_value_structure"}
+    for name in module.__all__:
+        assert getattr(module, name) is getattr(canonical, renamed.get(name, name)), name
+    if old == "mpo_rs.learner":
+        assert module.RolloutBatch is mt.RolloutBatch is padded_module_batch()
 
 
 def padded_module_batch():

@@ -2,8 +2,8 @@
 
 The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
 ``group_advantages``) need only numpy; ``Estimator`` names one with its options. Errors
-are the classes of ``mpo_rs.exceptions`` (``MpoError``, a ValueError, and its subclasses). ``mpo_rs.losses`` and ``mpo_rs.learner`` need the
-``torch`` extra and are imported on demand. A module or command whose optional
+are the classes of ``mpo_rs.exceptions`` (``MpoError``, a ValueError, and its subclasses). ``mpo_rs.torch`` (the losses, the learner) needs
+the ``torch`` extra and is imported on demand. A module or command whose optional
 dependency is not installed raises ``MissingDependencyError`` (an ImportError) whose one-line
 message names the extra that installs it, e.g. ``pip install 'mpo-rs[torch]'``.
 """

@@ -3,7 +3,7 @@
 ``import mpo_rs`` needs only numpy. Every other dependency belongs to an extra of the
 ``mpo-rs`` package (pyproject.toml); a module or command that needs one raises
 :class:`MissingDependencyError` when it is not installed, with a message such as
-"`mpo_rs.losses` needs torch: pip install 'mpo-rs[torch]'".
+"`mpo_rs.torch` needs torch: pip install 'mpo-rs[torch]'".
 """
 
 from __future__ import annotations

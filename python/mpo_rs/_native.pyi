@@ -188,3 +188,19 @@ def annotate_batch(
     score_col: str | None,
     group_col: str,
 ) -> _ArrowStream: ...
+
+# Report directories under the output-safety rule (rust/python/src/safety.rs).
+__all__ += ["check_output_dir", "claim_output_dir", "output_dir_marker"]
+
+def check_output_dir(
+    path: str | os.PathLike[str], tool: str, *, overwrite: bool = False, label: str | None = None
+) -> str | None: ...
+def claim_output_dir(
+    path: str | os.PathLike[str],
+    tool: str,
+    config: str | None = None,
+    *,
+    overwrite: bool = False,
+    label: str | None = None,
+) -> str | None: ...
+def output_dir_marker(path: str | os.PathLike[str]) -> tuple[str, str | None] | None: ...

@@ -143,9 +143,14 @@ def advantages_parquet(
 
     ``estimator`` and ``options`` are those of :func:`with_advantages`.
 
+    OUTPUT must be new or an earlier output of the tool (the output-safety rule,
+    docs/reliability.md): an existing file or directory that is not, a device or a FIFO is
+    never replaced.
+
     Raises :class:`mpo_rs.InvalidBatchError` for bad or corrupt data (the message names the
     file, row group, row and column), :class:`mpo_rs.InvalidOptionError` for unusable
-    options or paths (OUTPUT equal to INPUT, ...), and :class:`OSError` for I/O failures.
+    options or paths (OUTPUT equal to INPUT, an OUTPUT that is not an earlier output, two
+    names of one input file, ...), and :class:`OSError` for I/O failures.
     """
     return _native.advantages_parquet(
         os.fspath(input),

@@ -61,7 +61,10 @@ def _parser() -> argparse.ArgumentParser:
         "--output",
         metavar="OUTPUT",
         required=True,
-        help="output file (INPUT a file) or directory (INPUT a directory); replaced atomically",
+        help=(
+            "output file (INPUT a file) or directory (INPUT a directory): a new path or an earlier "
+            "output of this command, replaced atomically (nothing else is ever replaced)"
+        ),
     )
     adv.add_argument(
         "--estimator",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .command import add_parser, run
 from .plot import write_report
 from .read import Diagnosis, TrajectoryTrace, diagnose_logs
-from .summary import ValueStructure, format_table, value_structure
+from .summary import ValueStructure, format_table, summarize_value_structure, value_structure
 
 __all__ = [
     "Diagnosis",
@@ -26,6 +26,7 @@ __all__ = [
     "diagnose_logs",
     "format_table",
     "run",
+    "summarize_value_structure",
     "value_structure",
     "write_report",
 ]

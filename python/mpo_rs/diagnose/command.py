@@ -4,15 +4,15 @@ and calls it; exit codes and message formatting stay with the CLI)."""
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import _native
 from .._deps import MissingDependencyError
 from .._native import InvalidOptionError
-from .plot import require_matplotlib, write_report
-from .read import diagnose_logs, require_pyarrow
+from .plot import REPORT_DIR, TOOL, require_matplotlib, write_report
+from .read import check_batch_rows, diagnose_logs, require_pyarrow
 from .summary import format_table
 
 __all__ = ["add_parser", "run"]
@@ -29,7 +29,12 @@ def add_parser(commands: Any) -> None:
         ),
     )
     p.add_argument("input", metavar="INPUT", help="a Parquet file or a directory of Parquet files")
-    p.add_argument("-o", "--output", metavar="REPORT_DIR", help="write summary.json and PNG figures here")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar=REPORT_DIR,
+        help="write summary.json and PNG figures here (a new or empty directory, or an earlier report)",
+    )
     p.add_argument(
         "--trajectories", metavar="K", help="comma-separated row numbers to draw (default: a success and a failure)"
     )
@@ -47,7 +52,8 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     """Runs the command; returns the table and the files written. Raises InvalidBatchError
     (bad data), InvalidOptionError (usage), MissingDependencyError (pyarrow) or OSError.
 
-    Everything that can fail without reading the log is checked first: options, REPORT_DIR,
+    Everything that can fail without reading the log is checked first: options, REPORT_DIR
+    (new, empty, or an earlier report of diagnose: docs/reliability.md, "Output safety"),
     pyarrow, matplotlib. Without matplotlib the figures are skipped -- ``note`` gets one
     line saying so and naming the ``plot`` extra -- and summary.json is still written."""
     keep = None
@@ -58,12 +64,12 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
             raise InvalidOptionError(
                 f"--trajectories must be comma-separated row numbers, got {args.trajectories!r}"
             ) from None
-    if args.batch_rows < 1:
-        raise InvalidOptionError("--batch-rows must be at least 1")
+    check_batch_rows(args.batch_rows, "--batch-rows")
     if args.score_col and args.rewards_col:
         raise InvalidOptionError("give --score-col or --rewards-col, not both")
-    if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
-        raise InvalidOptionError(f"REPORT_DIR {args.output} is a file; give a directory")
+    if args.output:
+        # The output-safety rule (rust/logs/src/safety.rs): new, empty, or an earlier report.
+        _native.check_output_dir(args.output, TOOL, label=REPORT_DIR)
     require_pyarrow()
     figures = bool(args.output)
     if figures:

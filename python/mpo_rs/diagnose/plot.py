@@ -12,22 +12,36 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from .._deps import require
 from .read import Diagnosis, TrajectoryTrace
 from .summary import value_structure, write_summary_json
 
 __all__ = ["require_matplotlib", "write_report"]
 
+TOOL = "diagnose"
+"""The tool named in a report directory's marker."""
+REPORT_DIR = "REPORT_DIR"
+"""How messages name the report directory."""
+
 
 def require_matplotlib() -> None:
     require("matplotlib", "mpo-rs diagnose", "plot")
 
 
-def write_report(diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: bool = True) -> list[Path]:
+def write_report(
+    diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: bool = True, overwrite: bool = False
+) -> list[Path]:
     """Writes summary.json and, with ``figures``, the PNG figures; returns the paths
     written. summary.json is written first (atomically), so it is there even when the
     figures fail; figures without matplotlib raise MissingDependencyError naming the
-    ``plot`` extra."""
+    ``plot`` extra.
+
+    ``out_dir`` must be new, empty, or an earlier report (it holds the ``.mpo-rs-output``
+    marker naming diagnose), else :class:`mpo_rs.InvalidOptionError` is raised before
+    anything is written; ``overwrite`` writes into any directory. The directory is created
+    and marked as a report of diagnose (docs/reliability.md, "Output safety")."""
+    _native.claim_output_dir(out_dir, TOOL, overwrite=overwrite, label=REPORT_DIR)
     out = Path(out_dir)
     written = [write_summary_json(diag.summary(), out)]
     if not figures:

@@ -23,7 +23,7 @@ from .._deps import require
 from .._native import InvalidBatchError, InvalidOptionError
 from .summary import between_share, summarize
 
-__all__ = ["Diagnosis", "TrajectoryTrace", "diagnose_logs", "require_pyarrow"]
+__all__ = ["Diagnosis", "TrajectoryTrace", "check_batch_rows", "diagnose_logs", "require_pyarrow"]
 
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 
@@ -92,6 +92,24 @@ class Diagnosis:
             outcome=self.outcome,
             step=self.step,
         )
+
+
+MAX_BATCH_ROWS = 2**63 - 1
+"""The largest batch the Parquet reader takes (an int64); a row group is never exceeded."""
+
+
+def check_batch_rows(batch_rows: object, name: str = "batch_rows") -> int:
+    """``batch_rows`` as rows per streamed batch: an int from 1 to :data:`MAX_BATCH_ROWS`,
+    else :class:`mpo_rs.InvalidOptionError` naming ``name``."""
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, (int, np.integer)):
+        raise InvalidOptionError(f"{name} must be an integer, got {type(batch_rows).__name__}")
+    if batch_rows < 1:
+        raise InvalidOptionError(f"{name} must be at least 1")
+    if batch_rows > MAX_BATCH_ROWS:
+        raise InvalidOptionError(
+            f"{name} must be at most 2**63 - 1 ({MAX_BATCH_ROWS}); a batch never exceeds a row group"
+        )
+    return int(batch_rows)
 
 
 def _one_line(e: BaseException) -> str:
@@ -184,7 +202,8 @@ def diagnose_logs(
 
     ``path`` is a Parquet file or a directory, whose files are found as ``mpo-rs
     advantages`` finds them (one implementation, in Rust: recursively, in name order,
-    hidden and ``_`` names skipped). Every file is opened and its columns checked before
+    hidden and ``_`` names skipped; two names of one file, a symlink or a hard link beside
+    its target, raise :class:`mpo_rs.InvalidOptionError`). Every file is opened and its columns checked before
     any row is read; every batch is checked as ``advantages`` checks it (types, nulls,
     list lengths, mask values, finite values and outcomes), and bad data raises
     :class:`mpo_rs.InvalidBatchError` naming file, row group, row (in the file) and column.
@@ -196,6 +215,7 @@ def diagnose_logs(
     over the whole log), else for the first success and the first failure with at least
     two turns.
     """
+    batch_rows = check_batch_rows(batch_rows)
     require_pyarrow()
     parts: dict[str, list[np.ndarray]] = {
         k: [] for k in ("total", "between", "within", "n_turns", "outcome", "step", "jumps", "jump_row")

@@ -6,7 +6,7 @@ its policy tokens exactly into a between-turn part (turn means around the trajec
 and a within-turn part (tokens around their turn mean), and gives the boundary jumps
 ΔV = V_{t+1,1} - V_{t,L_t}. :func:`summarize` turns per-trajectory results into the
 paper's aggregates; it is what ``summary.json``, :meth:`Diagnosis.summary
-<mpo_rs.diagnose.Diagnosis.summary>` and :func:`mpo_rs.diagnostics.summarize` return.
+<mpo_rs.diagnose.Diagnosis.summary>` and :func:`summarize_value_structure` return.
 Every key is described in docs/diagnostics.md.
 """
 
@@ -130,7 +130,7 @@ def summarize(
 
 
 def summarize_value_structure(vs: ValueStructure, outcome: Any = None) -> dict[str, Any]:
-    """:func:`summarize` of in-memory results (``mpo_rs.diagnostics.summarize``); split by
+    """:func:`summarize` of in-memory results (``mpo_rs.diagnose.summarize_value_structure``); split by
     outcome (success = outcome > 0) when ``outcome`` (one value per trajectory) is given."""
     finite = np.isfinite(vs.jumps)
     jump_trajectory = np.repeat(np.arange(len(vs.total)), vs.n_turns)[finite]

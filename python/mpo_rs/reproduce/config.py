@@ -30,7 +30,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import InvalidOptionError
+from ..exceptions import InvalidConfigError, InvalidOptionError
+from ..options import Estimator
 
 __all__ = [
     "ARMS",
@@ -72,7 +73,7 @@ class Arm:
     task: str
     """Registry name of the environment (``mpo_rs.envs.make``)."""
     estimator: str
-    """``grpo``, ``gae`` or ``mae``."""
+    """``grpo``, ``gae`` or ``mae``; with the knobs below, :meth:`estimator_spec`."""
     ratio: str
     """Importance-sampling ratio: ``token``, ``turn`` or ``sequence`` (GSPO)."""
     advantage_scale: str
@@ -85,11 +86,23 @@ class Arm:
     lam_critic: float = 1.0
     """Lambda of the critic's targets: 1 = Monte-Carlo returns, for every critic."""
 
+    def estimator_spec(self) -> Estimator:
+        """The arm's estimator with its options, for the learner: MAE with ``lam``,
+        ``lam_intra``, ``beta`` and ``lam_critic``; GAE with ``lam`` and ``lam_critic``;
+        GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by the group's
+        std). Options the arm leaves None take the table's defaults."""
+        if self.estimator == "grpo":
+            return Estimator("grpo" if self.advantage_scale == "group-std" else "drgrpo")
+        knobs: dict[str, Any] = {"lam": self.lam, "lam_critic": self.lam_critic}
+        if self.estimator == "mae":
+            knobs.update(lam_intra=self.lam_intra, beta=self.beta)
+        return Estimator(self.estimator, **{k: v for k, v in knobs.items() if v is not None})
+
     def __post_init__(self) -> None:
         if self.advantage_scale not in ADVANTAGE_SCALES:
-            raise InvalidOptionError(f"Arm {self.key}: advantage_scale must be one of {ADVANTAGE_SCALES}")
+            raise InvalidConfigError(f"Arm {self.key}: advantage_scale must be one of {ADVANTAGE_SCALES}")
         if self.estimator == "grpo" and self.advantage_scale == "whiten":
-            raise InvalidOptionError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
+            raise InvalidConfigError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
 
 
 def _mpo(key: str, label: str, family: str, task: str = "key_door", **knobs: Any) -> Arm:

@@ -41,8 +41,10 @@ except ModuleNotFoundError as _e:
 
 from ..envs import make
 from ..exceptions import InvalidOptionError
+from ..torch.batching import chunks, pad_rows
 from ..torch.critic import value_head_critic
 from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
+from ..torch.metrics import explained_variance
 from ..torch.models import TinyCausalLM
 from ..torch.sampler import sample
 from .config import Arm, ReproduceConfig
@@ -67,46 +69,21 @@ TRAIN_SEED_STRIDE = 1 << 32
 
 
 def learner_config(arm: Arm, config: ReproduceConfig, seed: int) -> LearnerConfig:
-    """The learner's configuration for ``arm``: the shared budget plus the arm's knobs."""
+    """The learner's configuration for ``arm``: the shared budget plus the arm's knobs
+    (its estimator with options, :meth:`Arm.estimator_spec`; ratio; advantage scale)."""
     budget = config.budget
-    fields = {f.name for f in dataclasses.fields(LearnerConfig)}
-    kwargs: dict[str, Any] = dict(
-        estimator=arm.estimator,
-        lam=arm.lam,
-        lam_intra=arm.lam_intra,
-        beta=arm.beta,
-        lam_critic=arm.lam_critic,
+    return LearnerConfig(
+        estimator=arm.estimator_spec(),
         ratio=arm.ratio,
+        advantage_scale="whiten" if arm.advantage_scale == "whiten" else "none",
         clip_low=budget.clip,
         clip_high=budget.clip,
+        entropy_coef=budget.entropy_coef,
         ppo_epochs=budget.ppo_epochs,
         minibatch_size=budget.minibatch_size,
         max_grad_norm=budget.max_grad_norm,
-        grpo_norm_std=arm.advantage_scale == "group-std",
         seed=seed,
     )
-    whiten = arm.advantage_scale == "whiten"
-    if "advantage_scale" in fields:
-        kwargs["advantage_scale"] = "whiten" if whiten else "none"
-    else:
-        kwargs["normalize_advantages"] = whiten
-    if "entropy_coef" in fields:
-        kwargs["entropy_coef"] = budget.entropy_coef
-    elif budget.entropy_coef:
-        raise ValueError("this LearnerConfig has no entropy_coef; set Budget.entropy_coef = 0")
-    return LearnerConfig(**kwargs)
-
-
-def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
-    """1 - Var(G - V) / Var(G) over the given tokens; NaN when the returns do not vary
-    (no variance to explain) or there are no tokens."""
-    if returns.size == 0:
-        return math.nan
-    ret = returns.astype(np.float64)
-    var = float(ret.var())
-    if not var > 0:
-        return math.nan
-    return 1.0 - float((ret - values.astype(np.float64)).var()) / var
 
 
 def pass_at_k(successes: np.ndarray, k: int) -> float:
@@ -125,16 +102,11 @@ def pass_at_k(successes: np.ndarray, k: int) -> float:
 def _values(critic: torch.nn.Module, batch: RolloutBatch, device: torch.device, rows_per_pass: int) -> np.ndarray:
     """V(tokens < q) for every flat token, from right-padded passes of the critic."""
     out = np.zeros(batch.token_ids.shape[0], np.float32)
-    offsets = batch.offsets
-    for lo in range(0, batch.n_trajectories, rows_per_pass):
-        rows = np.arange(lo, min(lo + rows_per_pass, batch.n_trajectories))
-        starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
-        width = int(lengths.max())
-        valid = np.arange(width)[None, :] < lengths[:, None]
-        index = np.where(valid, starts[:, None] + np.arange(width)[None, :], 0)
-        ids = torch.from_numpy(np.where(valid, batch.token_ids[index], 0)).to(device)
-        v = token_values(critic, ids, torch.from_numpy(valid.astype(np.int64)).to(device)).cpu().numpy()
-        out[index[valid]] = v[valid]
+    for rows in chunks(np.arange(batch.n_trajectories), rows_per_pass):
+        padded = pad_rows({"token_ids": batch.token_ids}, batch.offsets, rows)
+        ids = torch.from_numpy(padded.arrays["token_ids"]).to(device)
+        v = token_values(critic, ids, torch.from_numpy(padded.arrays["attention_mask"]).to(device)).cpu().numpy()
+        out[padded.positions] = v[padded.valid]
     return out
 
 
@@ -207,7 +179,7 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
     try:
         learner = Learner(policy, policy_opt, cfg, critic=critic, critic_optimizer=critic_opt)
         critic_trained = True
-    except ValueError:
+    except InvalidOptionError:
         # A learner whose GRPO is critic-free: the critic stays untrained (EV is reported as-is).
         learner = Learner(policy, policy_opt, cfg)
         critic_trained = False

@@ -8,7 +8,11 @@
 * :class:`RolloutBatch` (:mod:`mpo_rs.torch.batch`), the flat batch of the learner;
 * :mod:`mpo_rs.torch.losses`: the clipped policy loss with turn / token / sequence ratios
   and the critic loss;
-* :mod:`mpo_rs.torch.learner`: a PPO-style training loop.
+* :mod:`mpo_rs.torch.learner`: a PPO-style training loop, configured by
+  :class:`LearnerConfig` (any estimator of the options table, a name or an
+  :class:`mpo_rs.Estimator`), built from :mod:`~mpo_rs.torch.advantages` (the estimator
+  adapter), :mod:`~mpo_rs.torch.model_io`, :mod:`~mpo_rs.torch.batching` and
+  :mod:`~mpo_rs.torch.metrics`.
 
 Without torch, importing this package raises ``MissingDependencyError``. See docs/torch.md.
 """

@@ -17,7 +17,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.batch", "torch", _e) from None
 
-from ..exceptions import InvalidRolloutError
+from ..estimators import as_group_ids
+from ..exceptions import InvalidBatchError, InvalidRolloutError
 
 __all__ = ["RolloutBatch"]
 
@@ -32,7 +33,7 @@ def _host(x: Any, name: str) -> np.ndarray:
     try:
         return np.asarray(x)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"`{name}` cannot be read as an array: {e}") from None
+        raise InvalidRolloutError(f"`{name}` cannot be read as an array: {e}") from None
 
 
 @dataclass
@@ -53,7 +54,10 @@ class RolloutBatch:
     scores: npt.NDArray[np.float32] | None = None
     """float32[N]: one outcome reward per trajectory."""
     group_ids: Any = None
-    """[N]: rollouts of one prompt share an id (needed by ``grpo``)."""
+    """[N]: rollouts of one prompt share an id (needed by the group estimators). Ids
+    follow the group-id rule of :func:`mpo_rs.estimators.group_codes`: numbers compare by
+    value, strings are a kind of their own (``1`` and ``"1"`` are two groups), so a list
+    is kept as an object array rather than stringified by numpy."""
     values: npt.NDArray[np.float32] | None = None
     """float32[T]: critic values at rollout time; None = computed by the learner's critic."""
 
@@ -87,7 +91,11 @@ class RolloutBatch:
         if (self.rewards is None) == (self.scores is None):
             raise InvalidRolloutError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
         if self.group_ids is not None:
-            self.group_ids = _host(self.group_ids, "group_ids")
+            ids = _host(self.group_ids, "group_ids") if isinstance(self.group_ids, Tensor) else self.group_ids
+            try:
+                self.group_ids = as_group_ids(ids)
+            except InvalidBatchError as e:
+                raise InvalidRolloutError(str(e)) from None
             if self.group_ids.shape != (self.n_trajectories,):
                 raise InvalidRolloutError(
                     f"`group_ids` has shape {self.group_ids.shape}, expected ({self.n_trajectories},)"

@@ -2,7 +2,7 @@
 
 :func:`value_head_critic` copies a causal LM and swaps its LM head for a scalar head, so
 the critic starts from the policy's trunk and outputs one value per position:
-``(B, L, 1)`` logits, which :func:`mpo_rs.learner.token_values` reads as V(tokens < q)
+``(B, L, 1)`` logits, which :func:`mpo_rs.torch.model_io.token_values` reads as V(tokens < q)
 from the output at q - 1, like the policy's log-probs.
 """
 
@@ -18,6 +18,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.critic", "torch", _e) from None
 
+from ..exceptions import InvalidOptionError
+
 __all__ = ["value_head_critic"]
 
 
@@ -31,7 +33,7 @@ def value_head_critic(policy: nn.Module) -> nn.Module:
     get_head = getattr(critic, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else getattr(critic, "lm_head", None)
     if not isinstance(head, nn.Linear):
-        raise TypeError(
+        raise InvalidOptionError(
             f"value_head_critic: {type(policy).__name__} has no linear LM head "
             "(get_output_embeddings() or .lm_head); build the critic by hand"
         )

@@ -5,8 +5,9 @@ One :meth:`Learner.step` takes a rollout batch of N trajectories, flat token by 
 
 1. fills in what the rollout did not record: critic values and old log-probs, from a
    no-grad pass of the current critic and policy;
-2. computes advantages and critic targets with the Rust core on the host (``mae``,
-   ``gae`` or ``grpo``, see :class:`LearnerConfig`), scaled as ``advantage_scale`` says;
+2. computes advantages and critic targets with the Rust core on the host (any
+   estimator of the options table, :mod:`mpo_rs.torch.advantages`), scaled as
+   ``advantage_scale`` says (:class:`LearnerConfig`);
 3. runs ``ppo_epochs`` passes over shuffled minibatches of trajectories: each minibatch
    is right-padded to ``(B, L)``, copied to the device (pinned memory, non-blocking),
    scored by the policy (and critic), and gives one optimizer step per model, with
@@ -17,11 +18,16 @@ One :meth:`Learner.step` takes a rollout batch of N trajectories, flat token by 
 
 Conventions. ``old_log_probs[q]`` is log pi(token q | tokens < q) and ``values[q]`` is
 V(tokens < q), so the model output at position q-1 scores token q; the first token of a
-trajectory has no context and must not be a policy token. The policy is any module
-called as ``policy(input_ids=..., attention_mask=...)`` returning logits ``(B, L, V)``
-or an object with ``.logits`` (a Hugging Face causal LM); the critic returns values
-``(B, L)`` or ``(B, L, 1)`` the same way. Modules are used in whatever train/eval mode
-the caller left them.
+trajectory has no context and must not be a policy token. The policy and critic are
+called as :mod:`mpo_rs.torch.model_io` says. Modules are used in whatever train/eval
+mode the caller left them.
+
+Rooms. This module holds the training loop; the settings are
+:mod:`~mpo_rs.torch.learner_config`, the estimator adapter
+:mod:`~mpo_rs.torch.advantages`, the model I/O (``token_log_probs``, ``token_values``)
+:mod:`~mpo_rs.torch.model_io`, the flat -> padded gather :mod:`~mpo_rs.torch.batching`
+and ``explained_variance`` :mod:`~mpo_rs.torch.metrics`; their public names are
+importable from here too.
 """
 
 from __future__ import annotations
@@ -45,9 +51,13 @@ except ModuleNotFoundError as _e:
 
 from .. import estimators
 from ..exceptions import InvalidOptionError, InvalidRolloutError
-from ..options import Estimator, default, family_estimators
+from .advantages import as_estimator, estimate
 from .batch import RolloutBatch
-from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, aggregate, check_clip_range, policy_loss, value_loss
+from .batching import PaddedRows, chunks, pad_rows
+from .learner_config import ADVANTAGE_SCALES, ESTIMATORS, LearnerConfig
+from .losses import aggregate, policy_loss, value_loss
+from .metrics import explained_variance
+from .model_io import token_log_probs, token_log_probs_and_entropy, token_values
 from .padded import whiten
 
 __all__ = [
@@ -61,264 +71,6 @@ __all__ = [
     "token_log_probs_and_entropy",
     "token_values",
 ]
-
-# One per family of the options table (mae, gae, grpo); Dr. GRPO and RLOO are grpo with
-# grpo_norm_std=False / grpo_leave_one_out=True.
-ESTIMATORS = family_estimators()
-ADVANTAGE_SCALES = ("none", "whiten")
-# Below this variance of the returns the explained variance is reported as NaN.
-_EV_MIN_RETURN_VAR = 1e-8
-# MPO updates with the turn ratio; PPO and GRPO mean token ratios unless asked.
-_NATURAL_RATIO = {"mae": "turn", "gae": "token", "grpo": "token"}
-
-
-@dataclass
-class LearnerConfig:
-    # Advantage estimation (Rust core).
-    estimator: str = "mae"
-    """``"mae"`` (MPO), ``"gae"`` (token GAE, PPO) or ``"grpo"`` (critic-free group baseline)."""
-    # The estimator options' defaults are the Rust options table's (mpo_rs.Estimator).
-    lam: float | None = None
-    """MAE's turn-level lambda or GAE's lambda; None = the chosen estimator's default
-    (0.8 for mae, 0.95 for gae)."""
-    lam_intra: float = default("mae", "lam_intra")
-    beta: float = default("mae", "beta")
-    gamma: float = default("mae", "gamma")
-    lam_critic: float = default("mae", "lam_critic")
-    gae_length_adaptive_alpha: float | None = default("gae", "length_adaptive_alpha")
-    grpo_norm_std: bool = default("grpo", "norm_std")
-    """GRPO's own scale: divide by the group's std (Dr. GRPO: False)."""
-    grpo_leave_one_out: bool = default("grpo", "leave_one_out")
-    grpo_eps: float = default("grpo", "eps")
-    """GRPO's ``std + eps`` denominator."""
-    advantage_scale: str = "none"
-    """``"none"`` or ``"whiten"``: whiten the advantages over the batch's policy tokens
-    after estimation, as verl does for GAE (:func:`mpo_rs.torch.whiten`: masked mean,
-    unbiased variance, ``rsqrt(var + 1e-8)``; needs 2 policy tokens or more). Applies to
-    every estimator; GRPO's per-group std is ``grpo_norm_std``, part of the estimator."""
-    normalize_advantages: bool = False
-    """Older spelling of ``advantage_scale="whiten"`` (kept working; True sets it)."""
-
-    # Policy loss (see mpo_rs.torch.losses.policy_loss).
-    ratio: str | None = None
-    """``"turn"`` | ``"token"`` | ``"sequence"`` (GSPO); None = the estimator's natural
-    ratio (:attr:`policy_ratio`): turn for mae, token for gae and grpo."""
-    turn_ratio: str = "product"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = None
-    log_ratio_clamp: float = 20.0
-    agg: str = "token-mean"
-    value_clip: float | None = 0.5
-    entropy_coef: float = 0.0
-    """Entropy bonus: the loss is ``policy_loss - entropy_coef * entropy``, the entropy of
-    the policy (at ``temperature``) per policy token, aggregated with ``agg``."""
-
-    # Optimisation.
-    ppo_epochs: int = 1
-    minibatch_size: int = 16
-    """Trajectories per optimizer step."""
-    micro_batch_size: int | None = None
-    """Trajectories per forward/backward (gradient accumulation); None = whole minibatch."""
-    max_grad_norm: float | None = 1.0
-    bf16: bool = False
-    """Run the models under bf16 autocast; losses are computed in fp32."""
-    temperature: float = 1.0
-    """Divides the logits, as the sampler did."""
-    shuffle: bool = True
-    seed: int = 0
-    device: str | None = None
-    """Where to train; None = where the policy's parameters are (modules are moved only
-    when this is set)."""
-
-    def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("estimator", self.estimator, ESTIMATORS),
-            ("ratio", self.policy_ratio, RATIO_MODES),
-            ("turn_ratio", self.turn_ratio, TURN_RATIOS),
-            ("agg", self.agg, AGGREGATIONS),
-            ("advantage_scale", self.advantage_scale, ADVANTAGE_SCALES),
-        ):
-            if value not in allowed:
-                raise InvalidOptionError(f"unknown {name}={value!r}; expected one of {', '.join(map(repr, allowed))}")
-        if self.normalize_advantages:
-            self.advantage_scale = "whiten"
-        if self.ppo_epochs < 1 or self.minibatch_size < 1:
-            raise InvalidOptionError("ppo_epochs and minibatch_size must be at least 1")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise InvalidOptionError("micro_batch_size must be at least 1 (or None)")
-        if not self.temperature > 0:
-            raise InvalidOptionError(f"temperature must be positive, got {self.temperature}")
-        if not math.isfinite(self.entropy_coef):
-            raise InvalidOptionError(f"entropy_coef must be finite, got {self.entropy_coef}")
-        if self.value_clip is not None and not self.value_clip > 0:
-            raise InvalidOptionError(f"value_clip must be positive (or None), got {self.value_clip}")
-        if not self.log_ratio_clamp > 0:
-            raise InvalidOptionError(f"log_ratio_clamp must be positive, got {self.log_ratio_clamp}")
-        check_clip_range(self.clip_low, self.clip_high, self.dual_clip)
-        self._check_estimator_options()
-
-    def _check_estimator_options(self) -> None:
-        """Runs the chosen estimator once on a one-trajectory batch, so an option out of
-        range raises here, with the Rust core's exception and message, not at the first
-        step; the ranges are declared once, in the core."""
-        values = np.zeros(2, np.float32)
-        mask = np.array([False, True])
-        offsets = np.array([0, 2], np.int64)
-        scores = np.ones(1, np.float32)
-        if self.estimator == "mae":
-            self._mae(values, mask, offsets, {"scores": scores})
-        elif self.estimator == "gae":
-            self._gae(values, mask, offsets, {"scores": scores})
-        else:
-            self._group(scores, np.zeros(1, np.int64))
-            self._monte_carlo_returns(values, mask, offsets, {"scores": scores})  # a critic's targets
-
-    # The estimator calls, shared by the check above and the learner.
-
-    def _mae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]) -> Any:
-        return estimators.mae_advantages(
-            values, mask, offsets, **rewards,
-            lam=self.estimator_lam, lam_intra=self.lam_intra, beta=self.beta,
-            gamma=self.gamma, lam_critic=self.lam_critic,
-        )  # fmt: skip
-
-    def _gae(self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]) -> Any:
-        return estimators.gae_advantages(
-            values, mask, offsets, **rewards,
-            gamma=self.gamma, lam=self.estimator_lam, lam_critic=self.lam_critic,
-            length_adaptive_alpha=self.gae_length_adaptive_alpha,
-        )  # fmt: skip
-
-    def _group(self, scores: np.ndarray, group_ids: Any) -> np.ndarray:
-        return estimators.group_advantages(
-            scores, group_ids, norm_std=self.grpo_norm_std, eps=self.grpo_eps, leave_one_out=self.grpo_leave_one_out
-        )
-
-    def _monte_carlo_returns(
-        self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]
-    ) -> Any:
-        """Discounted Monte-Carlo returns (lambda_critic = 1) per token, whatever the values."""
-        gae = estimators.gae_advantages(values, mask, offsets, **rewards, gamma=self.gamma, lam=1.0, lam_critic=1.0)
-        return gae.returns
-
-    @property
-    def estimator_lam(self) -> float:
-        """``lam``, or the chosen estimator's default from the options table (1.0 for one
-        without a lambda: grpo's critic targets are Monte-Carlo returns)."""
-        if self.lam is not None:
-            return self.lam
-        lam: float = Estimator(self.estimator).options.get("lam", 1.0)
-        return lam
-
-    @property
-    def policy_ratio(self) -> str:
-        """The ratio the policy loss uses: ``ratio``, or the estimator's natural one."""
-        if self.ratio is not None:
-            return self.ratio
-        return _NATURAL_RATIO.get(self.estimator, "turn")
-
-    @property
-    def whitens(self) -> bool:
-        # normalize_advantages may also be set on a config after construction.
-        return self.advantage_scale == "whiten" or self.normalize_advantages
-
-
-# --------------------------------------------------------------------------- model I/O
-
-
-def _model_output(module: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    out = module(input_ids=input_ids, attention_mask=attention_mask)
-    if hasattr(out, "logits"):
-        out = out.logits
-    elif isinstance(out, (tuple, list)):
-        out = out[0]
-    if not isinstance(out, Tensor):
-        raise TypeError(f"the model returned {type(out).__name__}; expected a tensor or an object with .logits")
-    return out
-
-
-def _scaled_logits(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float) -> Tensor:
-    """The fp32 logits at positions 0..L-2 (each scores the next token), over ``temperature``."""
-    logits = _model_output(policy, input_ids, attention_mask)
-    if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
-        raise InvalidRolloutError(f"policy logits have shape {tuple(logits.shape)}, expected (B, L, vocab)")
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return logits
-
-
-def _chosen_log_probs(logits: Tensor, input_ids: Tensor, log_norm: Tensor) -> Tensor:
-    chosen = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return nn.functional.pad(chosen - log_norm, (1, 0))
-
-
-def token_log_probs(policy: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0) -> Tensor:
-    """log pi(token q | tokens < q) for every position of ``(B, L)`` rows, 0 at q = 0; fp32."""
-    logits = _scaled_logits(policy, input_ids, attention_mask, temperature)
-    return _chosen_log_probs(logits, input_ids, torch.logsumexp(logits, dim=-1))
-
-
-def token_log_probs_and_entropy(
-    policy: nn.Module,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    temperature: float = 1.0,
-    *,
-    entropy_grad: bool = True,
-) -> tuple[Tensor, Tensor]:
-    """``token_log_probs`` and the entropy of the distribution each token was drawn from,
-    H_q = -sum_v pi(v | tokens < q) log pi(v | tokens < q) at ``temperature`` (0 at q = 0);
-    ``entropy_grad=False`` computes the entropy without a graph (a metric only)."""
-    logits = _scaled_logits(policy, input_ids, attention_mask, temperature)
-    log_norm = torch.logsumexp(logits, dim=-1)
-    log_probs = _chosen_log_probs(logits, input_ids, log_norm)
-    with torch.enable_grad() if entropy_grad else torch.no_grad():
-        # H = logsumexp(z) - sum_v softmax(z)_v z_v: one (B, L, V) temporary.
-        entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
-    return log_probs, nn.functional.pad(entropy, (1, 0))
-
-
-def token_values(critic: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """V(tokens < q) for every position of ``(B, L)`` rows (0 at q = 0); fp32."""
-    out = _model_output(critic, input_ids, attention_mask)
-    if out.dim() == 3 and out.shape[-1] == 1:
-        out = out.squeeze(-1)
-    if out.shape != input_ids.shape:
-        raise InvalidRolloutError(f"critic output has shape {tuple(out.shape)}, expected (B, L) or (B, L, 1)")
-    return nn.functional.pad(out[:, :-1].float(), (1, 0))
-
-
-# --------------------------------------------------------------------------- batching
-
-
-@dataclass
-class _Padded:
-    """Right-padded ``(B, L)`` host arrays of some trajectories, ready for the device."""
-
-    arrays: dict[str, np.ndarray]
-    n_policy_tokens: int
-    n_policy_seqs: int
-
-
-def _pad(flat: dict[str, np.ndarray], offsets: np.ndarray, rows: np.ndarray) -> _Padded:
-    starts = offsets[rows]
-    lengths = offsets[rows + 1] - starts
-    width = max(int(lengths.max(initial=0)), 1)
-    columns = np.arange(width)
-    valid = columns[None, :] < lengths[:, None]
-    index = np.where(valid, starts[:, None] + columns[None, :], 0)
-    arrays = {name: np.where(valid, arr[index], 0).astype(arr.dtype, copy=False) for name, arr in flat.items()}
-    arrays["attention_mask"] = valid.astype(np.int64)
-    mask = arrays["mask"]
-    return _Padded(arrays, int(mask.sum()), int(mask.any(axis=1).sum()))
-
-
-def _chunks(items: np.ndarray, size: int) -> Iterator[np.ndarray]:
-    for start in range(0, items.shape[0], size):
-        yield items[start : start + size]
-
 
 # --------------------------------------------------------------------------- learner
 
@@ -402,9 +154,15 @@ class Learner:
         self.critic_optimizer = critic_optimizer
         if self.config.device is not None:
             self.device = torch.device(self.config.device)
-            policy.to(self.device)
-            if critic is not None:
-                critic.to(self.device)
+            try:
+                policy.to(self.device)
+                if critic is not None:
+                    critic.to(self.device)
+            except (RuntimeError, AssertionError) as e:  # torch: a device type it was built without
+                first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise InvalidOptionError(
+                    f"LearnerConfig.device={self.config.device!r} cannot be used here: {first_line}"
+                ) from None
         else:
             first = next(policy.parameters(), None)
             self.device = first.device if first is not None else torch.device("cpu")
@@ -412,7 +170,7 @@ class Learner:
 
     # -- data movement
 
-    def _to_device(self, padded: _Padded) -> dict[str, Tensor]:
+    def _to_device(self, padded: PaddedRows) -> dict[str, Tensor]:
         pin = self.device.type == "cuda"
         out = {}
         for name, arr in padded.arrays.items():
@@ -443,11 +201,10 @@ class Learner:
         log_probs_out = np.zeros(n_tokens, np.float32) if need_log_probs else None
         size = self.config.micro_batch_size or self.config.minibatch_size
         flat = {"token_ids": batch.token_ids, "mask": batch.mask}
-        for rows in _chunks(np.arange(batch.n_trajectories), size):
-            padded = _pad(flat, batch.offsets, rows)
+        for rows in chunks(np.arange(batch.n_trajectories), size):
+            padded = pad_rows(flat, batch.offsets, rows)
             dev = self._to_device(padded)
-            valid = padded.arrays["attention_mask"].astype(bool)
-            positions = (batch.offsets[rows][:, None] + np.arange(valid.shape[1])[None, :])[valid]
+            valid, positions = padded.valid, padded.positions
             with self._autocast():
                 if need_values:
                     assert self.critic is not None and values_out is not None
@@ -463,24 +220,11 @@ class Learner:
         self, batch: RolloutBatch, values: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Per-token advantages (scaled as ``advantage_scale`` says) and critic targets
-        from the Rust core. Targets are None only for grpo without values; grpo with
-        values (a critic) gets the Monte-Carlo returns, its advantages stay critic-free."""
+        from the Rust core (:func:`mpo_rs.torch.advantages.estimate`). Targets are None
+        only for a group estimator without values; with values (a critic) it gets the
+        Monte-Carlo returns, its advantages stay critic-free."""
         cfg = self.config
-        rewards = {"rewards": batch.rewards} if batch.rewards is not None else {"scores": batch.scores}
-        returns: np.ndarray | None
-        if cfg.estimator == "grpo":
-            if batch.group_ids is None:
-                raise InvalidRolloutError("estimator='grpo' needs `group_ids` in the batch")
-            per_traj = cfg._group(batch.trajectory_scores(), batch.group_ids)
-            advantages = estimators.broadcast_to_tokens(per_traj, batch.mask, batch.offsets)
-            returns = None if values is None else cfg._monte_carlo_returns(values, batch.mask, batch.offsets, rewards)
-        else:
-            if values is None:
-                raise InvalidRolloutError(
-                    f"estimator={cfg.estimator!r} needs values: give the learner a critic or the batch `values`"
-                )
-            estimate = (cfg._mae if cfg.estimator == "mae" else cfg._gae)(values, batch.mask, batch.offsets, rewards)
-            advantages, returns = estimate.advantages, estimate.returns
+        advantages, returns = estimate(as_estimator(cfg.estimator), batch, values)
         if cfg.whitens and batch.mask.any():
             advantages = whiten(torch.from_numpy(advantages), torch.from_numpy(batch.mask)).numpy()
         return advantages, returns
@@ -488,7 +232,7 @@ class Learner:
     # -- update
 
     @staticmethod
-    def _micro_weights(minibatch: list[_Padded], agg: str) -> list[float]:
+    def _micro_weights(minibatch: list[PaddedRows], agg: str) -> list[float]:
         """Share of each micro-batch in the minibatch's loss, so that accumulated gradients
         equal those of the whole minibatch under aggregation ``agg``."""
         per_token = agg == "token-mean"
@@ -514,8 +258,9 @@ class Learner:
         """One update from ``batch``; returns metrics named ``actor/*``, ``critic/*``,
         ``advantages/*``, ``batch/*`` and ``timing/*``."""
         cfg = self.config
-        if cfg.estimator != "grpo" and self.critic is None and batch.values is None:
-            raise InvalidRolloutError(f"estimator={cfg.estimator!r} needs a critic or the batch `values`")
+        est = as_estimator(cfg.estimator)
+        if est.family != "group" and self.critic is None and batch.values is None:
+            raise InvalidRolloutError(f"estimator={est.name!r} needs a critic or the batch `values`")
         clock = _Clock(self.device)
         step_start = clock.now()
         with clock.measure("forward"):
@@ -539,8 +284,8 @@ class Learner:
         micro = cfg.micro_batch_size or cfg.minibatch_size
         for _ in range(cfg.ppo_epochs):
             order = self._rng.permutation(batch.n_trajectories) if cfg.shuffle else np.arange(batch.n_trajectories)
-            for rows in _chunks(order, cfg.minibatch_size):
-                parts = [_pad(flat, batch.offsets, r) for r in _chunks(rows, micro)]
+            for rows in chunks(order, cfg.minibatch_size):
+                parts = [pad_rows(flat, batch.offsets, r) for r in chunks(rows, micro)]
                 if sum(p.n_policy_tokens for p in parts) == 0:
                     continue  # nothing to learn from; do not step optimizers on zero grads
                 policy_weights = self._micro_weights(parts, cfg.agg)
@@ -638,16 +383,3 @@ class Learner:
         if self.critic is not None and returns is not None and values is not None:
             out["critic/explained_variance"] = explained_variance(values[on_policy], returns[on_policy])
         return out
-
-
-def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
-    """1 - Var(G - V) / Var(G) over the given tokens (float64). NaN when the returns have
-    (near) zero variance -- e.g. every trajectory of the batch got the same score -- where
-    the ratio says nothing about the critic (clamping Var(G) would read about -1e7)."""
-    g = returns.astype(np.float64)
-    if g.size == 0:
-        return math.nan
-    return_var = float(g.var())
-    if not return_var > _EV_MIN_RETURN_VAR:
-        return math.nan
-    return 1.0 - float((g - values.astype(np.float64)).var()) / return_var

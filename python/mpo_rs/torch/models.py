@@ -23,6 +23,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.models", "torch", _e) from None
 
+from ..exceptions import InvalidOptionError, InvalidRolloutError
+
 __all__ = ["CausalLMOutput", "TinyCausalLM", "tiny_hf_model"]
 
 KVCache = tuple[tuple[Tensor, Tensor], ...]
@@ -83,10 +85,10 @@ class TinyCausalLM(nn.Module):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("width", width), ("layers", layers), ("heads", heads),
                             ("max_len", max_len)):  # fmt: skip
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"TinyCausalLM: `{name}` must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidOptionError(f"TinyCausalLM: `{name}` must be a positive integer, got {value!r}")
         if width % heads:
-            raise ValueError(f"TinyCausalLM: `width` ({width}) must be a multiple of `heads` ({heads})")
+            raise InvalidOptionError(f"TinyCausalLM: `width` ({width}) must be a multiple of `heads` ({heads})")
         self.vocab_size, self.width, self.max_len = vocab_size, width, max_len
         self.embed = nn.Embedding(vocab_size, width)
         self.position = nn.Embedding(max_len, width)
@@ -114,7 +116,7 @@ class TinyCausalLM(nn.Module):
         **_: Any,
     ) -> CausalLMOutput:
         if input_ids.dim() != 2:
-            raise ValueError(f"TinyCausalLM: `input_ids` must be (B, L), got shape {tuple(input_ids.shape)}")
+            raise InvalidRolloutError(f"TinyCausalLM: `input_ids` must be (B, L), got shape {tuple(input_ids.shape)}")
         batch, length = input_ids.shape
         past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
         total = past + length
@@ -123,7 +125,7 @@ class TinyCausalLM(nn.Module):
             attended = torch.ones(batch, total, dtype=torch.bool, device=device)
         else:
             if attention_mask.shape != (batch, total):
-                raise ValueError(
+                raise InvalidRolloutError(
                     f"TinyCausalLM: `attention_mask` has shape {tuple(attention_mask.shape)}, expected "
                     f"({batch}, {total}) (cached + new positions)"
                 )
@@ -131,7 +133,7 @@ class TinyCausalLM(nn.Module):
         if position_ids is None:
             position_ids = (attended.long().cumsum(1) - 1).clamp(min=0)[:, past:]
         if length and int(position_ids.max()) >= self.max_len:
-            raise ValueError(
+            raise InvalidRolloutError(
                 f"TinyCausalLM: position {int(position_ids.max())} is beyond max_len={self.max_len}; "
                 "build the model with a larger max_len"
             )
@@ -187,4 +189,4 @@ def tiny_hf_model(
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, **extra,
         )  # fmt: skip
         return transformers.GPT2LMHeadModel(gpt2_config)
-    raise ValueError(f"tiny_hf_model: unknown kind={kind!r}; expected 'llama' or 'gpt2'")
+    raise InvalidOptionError(f"tiny_hf_model: unknown kind={kind!r}; expected 'llama' or 'gpt2'")

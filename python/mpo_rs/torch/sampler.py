@@ -4,7 +4,7 @@
 running episode generates up to ``env.action_tokens`` tokens (fewer when it samples
 ``stop_token``), the environment answers with an observation, and so on until the
 environment says done or ``max_turns`` is reached. It returns the learner's
-:class:`~mpo_rs.learner.RolloutBatch` (behaviour log-probs, policy mask, one summed score
+:class:`~mpo_rs.torch.batch.RolloutBatch` (behaviour log-probs, policy mask, one summed score
 per episode, group ids) and per-episode statistics.
 
 The environment protocol (one episode per object)::

@@ -219,8 +219,10 @@ fn from_core(e: MpoError, columns: &Columns) -> DataError {
 }
 
 /// Rewards must be 0 on observation tokens; the critic estimators check this in the core,
-/// the group estimators only sum rewards, so they check here.
-fn check_observation_rewards(rewards: &[f32], mask: &[u8], offsets: &[i64], column: &str) -> Result<(), DataError> {
+/// the group estimators only sum rewards, so they check here (and so does `mpo-rs
+/// diagnose`, which refuses what `advantages` refuses). Rows and tokens are those of the
+/// batch.
+pub fn check_observation_rewards(rewards: &[f32], mask: &[u8], offsets: &[i64], column: &str) -> Result<(), DataError> {
     for (row, w) in offsets.windows(2).enumerate() {
         for q in w[0] as usize..w[1] as usize {
             if mask[q] == 0 && rewards[q] != 0.0 {

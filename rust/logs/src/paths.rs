@@ -1,12 +1,11 @@
-//! INPUT and OUTPUT of a run: finding the Parquet files, and refusing combinations that
-//! could modify or destroy an input or unrelated files.
+//! INPUT and OUTPUT of a run: finding the Parquet files. What may be written where, and
+//! which inputs alias each other or OUTPUT, is decided by [`crate::safety`].
 
-use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::atomic::parent_of;
 use crate::error::LogError;
+use crate::safety::{self, is_hidden, is_parquet, sorted_entries};
 
 /// The files of a run, each with the output path relative to OUTPUT.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,71 +18,16 @@ pub enum Targets {
 }
 
 impl Targets {
-    /// Checks the paths and lists the inputs. Nothing is written.
+    /// Checks the paths by the output-safety rule ([`crate::safety`]) and lists the
+    /// inputs. Nothing is written.
     pub fn resolve(input: &Path, output: &Path) -> Result<Self, LogError> {
-        let in_meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
-        let in_canon = fs::canonicalize(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
-        let out_meta = fs::metadata(output).ok();
-        let out_canon = match &out_meta {
-            Some(_) => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
-            None => {
-                let parent = parent_of(output);
-                let name = output.file_name().ok_or_else(|| {
-                    LogError::Usage(format!("OUTPUT {} does not name a file or directory", output.display()))
-                })?;
-                fs::canonicalize(&parent)
-                    .map_err(|e| LogError::io(&parent, "cannot use the output's directory", e))?
-                    .join(name)
-            }
-        };
-        if in_canon == out_canon || out_meta.as_ref().is_some_and(|m| same_file(&in_meta, m)) {
-            return Err(LogError::Usage(format!(
-                "OUTPUT {} is INPUT; write to a new path (inputs are never modified)",
-                output.display()
-            )));
+        let checked = safety::check_run(input, output)?;
+        if !checked.input_is_dir {
+            return Ok(Targets::File { input: input.to_path_buf(), output: output.to_path_buf() });
         }
-        if in_meta.is_dir() {
-            if out_canon.starts_with(&in_canon) {
-                return Err(LogError::Usage(format!(
-                    "OUTPUT {} is inside the INPUT directory; choose a path outside it",
-                    output.display()
-                )));
-            }
-            if in_canon.starts_with(&out_canon) {
-                return Err(LogError::Usage(format!(
-                    "INPUT {} is inside OUTPUT; replacing OUTPUT would delete it",
-                    input.display()
-                )));
-            }
-            if let Some(m) = &out_meta {
-                if !m.is_dir() {
-                    return Err(LogError::Usage(format!(
-                        "INPUT is a directory, so OUTPUT must be a directory, but {} is a file",
-                        output.display()
-                    )));
-                }
-                if let Some(stranger) = first_non_parquet(output)? {
-                    return Err(LogError::Usage(format!(
-                        "OUTPUT directory {} holds {}, which is not Parquet output; refusing to replace it",
-                        output.display(),
-                        stranger.display()
-                    )));
-                }
-            }
-            let files = dir_inputs(input)?;
-            if out_meta.is_some() {
-                refuse_inputs_inside_output(input, &files, output, &out_canon)?;
-            }
-            Ok(Targets::Dir { input: input.to_path_buf(), output: output.to_path_buf(), files })
-        } else {
-            if out_meta.as_ref().is_some_and(|m| m.is_dir()) {
-                return Err(LogError::Usage(format!(
-                    "INPUT is a file, so OUTPUT must be a file path, but {} is a directory",
-                    output.display()
-                )));
-            }
-            Ok(Targets::File { input: input.to_path_buf(), output: output.to_path_buf() })
-        }
+        let files = dir_inputs(input)?;
+        checked.check_listing(input, &files, output)?;
+        Ok(Targets::Dir { input: input.to_path_buf(), output: output.to_path_buf(), files })
     }
 
     /// (input path, output path relative to OUTPUT) of every file, in processing order.
@@ -98,7 +42,8 @@ impl Targets {
 /// The Parquet files a run reads from INPUT, in processing order: INPUT itself if it is
 /// not a directory, else the files under it as [`Targets::resolve`] lists them. One
 /// listing for every command that reads a log (`advantages`, `diagnose`); nothing is
-/// written, and a directory without Parquet files is a usage error.
+/// written. A directory without Parquet files, or with two names of one file (a symlink
+/// or a hard link beside its target), is a usage error.
 pub fn list_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
     let meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
     if !meta.is_dir() {
@@ -107,98 +52,17 @@ pub fn list_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
     Ok(dir_inputs(input)?.into_iter().map(|f| input.join(f)).collect())
 }
 
-/// The Parquet files under the directory `input`, relative to it; none is a usage error.
+/// The Parquet files under the directory `input`, relative to it; none, or two names of
+/// one file, is a usage error.
 fn dir_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
     let mut files = Vec::new();
     list_parquet(input, Path::new(""), &mut files)?;
     if files.is_empty() {
         return Err(LogError::Usage(format!("INPUT directory {} holds no .parquet files", input.display())));
     }
+    let paths: Vec<PathBuf> = files.iter().map(|f| input.join(f)).collect();
+    safety::refuse_duplicate_inputs(&paths)?;
     Ok(files)
-}
-
-/// Replacing OUTPUT deletes every file in its tree, so no input may be one of them: not
-/// through a symlink (its resolved path), a hard link or a bind mount (its device and
-/// inode, which every name of a file shares).
-fn refuse_inputs_inside_output(
-    input: &Path,
-    files: &[PathBuf],
-    output: &Path,
-    out_canon: &Path,
-) -> Result<(), LogError> {
-    let mut in_output = HashSet::new();
-    file_ids_under(output, &mut in_output)?;
-    for file in files {
-        let path = input.join(file);
-        let canon = fs::canonicalize(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
-        let meta = fs::metadata(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
-        if canon.starts_with(out_canon) || file_id(&meta).is_some_and(|id| in_output.contains(&id)) {
-            return Err(LogError::Usage(format!(
-                "INPUT file {} is a file inside OUTPUT {} (through a link or a mount); replacing OUTPUT would delete it",
-                path.display(),
-                output.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// (device, inode) of a file; `None` where the platform has no such identity.
-#[cfg(unix)]
-fn file_id(m: &fs::Metadata) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    Some((m.dev(), m.ino()))
-}
-
-#[cfg(not(unix))]
-fn file_id(_: &fs::Metadata) -> Option<(u64, u64)> {
-    None
-}
-
-/// The ids of the files a replacement of `dir` would delete: its tree, symlinks not
-/// followed (deleting a symlink leaves its target alone).
-fn file_ids_under(dir: &Path, ids: &mut HashSet<(u64, u64)>) -> Result<(), LogError> {
-    for entry in sorted_entries(dir)? {
-        let path = entry.path();
-        let meta = fs::symlink_metadata(&path).map_err(|e| LogError::io(&path, "cannot read", e))?;
-        if meta.is_dir() {
-            file_ids_under(&path, ids)?;
-        } else if meta.is_file() {
-            ids.extend(file_id(&meta));
-        }
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn same_file(a: &fs::Metadata, b: &fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    a.dev() == b.dev() && a.ino() == b.ino()
-}
-
-#[cfg(not(unix))]
-fn same_file(_: &fs::Metadata, _: &fs::Metadata) -> bool {
-    false
-}
-
-/// Hidden and underscore names (`.part.tmp`, `_SUCCESS`, `_metadata`) are not data, as in
-/// Spark, pyarrow and polars.
-fn is_hidden(name: &std::ffi::OsStr) -> bool {
-    let name = name.to_string_lossy();
-    name.starts_with('.') || name.starts_with('_')
-}
-
-fn is_parquet(name: &std::ffi::OsStr) -> bool {
-    Path::new(name).extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
-}
-
-fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>, LogError> {
-    let mut entries = fs::read_dir(dir)
-        .map_err(|e| LogError::io(dir, "cannot list directory", e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LogError::io(dir, "cannot list directory", e))?;
-    entries.sort_by_key(|e| e.file_name());
-    Ok(entries)
 }
 
 /// Appends the Parquet files under `root/relative` to `out` in name order. Directory
@@ -220,26 +84,10 @@ fn list_parquet(root: &Path, relative: &Path, out: &mut Vec<PathBuf>) -> Result<
     Ok(())
 }
 
-/// The first entry under `dir` that an earlier run of the tool would not have written.
-fn first_non_parquet(dir: &Path) -> Result<Option<PathBuf>, LogError> {
-    for entry in sorted_entries(dir)? {
-        let path = entry.path();
-        let ty = entry.file_type().map_err(|e| LogError::io(&path, "cannot read", e))?;
-        if ty.is_dir() {
-            if let Some(p) = first_non_parquet(&path)? {
-                return Ok(Some(p));
-            }
-        } else if !(ty.is_file() && (is_parquet(&entry.file_name()) || is_hidden(&entry.file_name()))) {
-            return Ok(Some(path));
-        }
-    }
-    Ok(None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::scratch;
+    use crate::test_util::{our_output, scratch};
 
     #[test]
     fn directories_are_listed_recursively_in_name_order() {
@@ -297,7 +145,7 @@ mod tests {
         // would delete it.
         let out = d.join("out");
         fs::create_dir_all(&out).unwrap();
-        fs::write(out.join("real.parquet"), b"x").unwrap();
+        our_output(&out.join("real.parquet"));
         let linked = d.join("linked");
         fs::create_dir_all(&linked).unwrap();
         #[cfg(unix)]

@@ -267,18 +267,21 @@ impl Log {
 fn bad_data_names_file_row_group_row_and_column_and_leaves_old_output() {
     let d = scratch("bad");
     let mut log = Log::generate(50, 3);
+    let input = d.join("in.parquet");
+    let output = d.join("out.parquet");
+    // An earlier output (only an output of the tool may be replaced).
+    log.write(&input, 0..50, 10, false);
+    run(&job(&input, &output, "mae"), None, &mut never_stop()).unwrap();
+    let earlier = fs::read(&output).unwrap();
     // Row 27 gets a NaN value on a policy token.
     let q = (log.offsets[27]..log.offsets[28]).find(|&q| log.mask[q as usize] == 1).unwrap() as usize;
     log.values[q] = f32::NAN;
-    let input = d.join("in.parquet");
-    let output = d.join("out.parquet");
     log.write(&input, 0..50, 10, false);
-    fs::write(&output, b"earlier output").unwrap();
     let e = run(&job(&input, &output, "mae"), None, &mut never_stop()).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, LogError::Data { .. }), "{msg}");
     assert!(msg.contains("in.parquet: row group 2: row 27, column `values`: NaN is not finite"), "{msg}");
-    assert_eq!(fs::read(&output).unwrap(), b"earlier output");
+    assert_eq!(fs::read(&output).unwrap(), earlier);
     let leftovers: Vec<_> = fs::read_dir(&d)
         .unwrap()
         .map(|e| e.unwrap().file_name())

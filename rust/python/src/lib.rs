@@ -9,6 +9,7 @@ mod numpy;
 mod options;
 mod parquet;
 mod pool;
+mod safety;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -39,5 +40,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     numpy::register(m)?;
     arrow::register(m)?;
     groups::register(m)?;
-    parquet::register(m)
+    parquet::register(m)?;
+    safety::register(m)
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes as dt;
 use mpo_core::MpoError;
-use mpo_logs::{read_row_scores, RewardData, Rollouts};
+use mpo_logs::{check_observation_rewards, read_row_scores, RewardData, Rollouts};
 use mpo_logs::{run, Columns, DataError, FileAt, Job, LogError, Phase, Progress, RewardColumn, Tuning};
 use numpy::PyArray1;
 use pyo3::exceptions::PyRuntimeError;
@@ -211,8 +211,13 @@ fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> R
     let r = Rollouts::read(batch, columns)?;
     let outcome: Vec<f64> = match &r.rewards {
         RewardData::Score(s) => s.iter().map(|&x| x as f64).collect(),
-        // The sum of each row's rewards; NaN/Inf refused naming the token.
-        RewardData::Token(_) => read_row_scores(batch, &columns.reward)?.iter().map(|&x| x as f64).collect(),
+        // The sum of each row's rewards; NaN/Inf refused naming the token, and a reward on
+        // an observation token as `advantages` refuses it.
+        RewardData::Token(t) => {
+            let sums = read_row_scores(batch, &columns.reward)?;
+            check_observation_rewards(t, &r.mask, &r.offsets, columns.reward.name())?;
+            sums.iter().map(|&x| x as f64).collect()
+        }
     };
     if let Some(row) = outcome.iter().position(|x| !x.is_finite()) {
         // A sum of finite f32 rewards can overflow f32.

@@ -1,0 +1,93 @@
+"""The learner's estimator adapter: runs an :class:`mpo_rs.Estimator` on a
+:class:`~mpo_rs.torch.batch.RolloutBatch` (needs torch).
+
+The estimator is a name or an ``Estimator`` (options resolved once, by the Rust options
+table, :func:`mpo_rs.options.resolve`); every estimator of the table works: ``mae``,
+``gae`` (critic estimators: advantages and critic targets from the values) and the group
+family ``grpo``, ``drgrpo``, ``rloo`` (critic-free: one advantage per trajectory from the
+group baseline, written on its policy tokens). A group estimator used with a critic gives
+the critic discounted Monte-Carlo returns as targets (:func:`critic_targets_estimator`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .._deps import missing
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.torch.advantages", "torch", _e) from None
+
+from .. import estimators
+from ..exceptions import InvalidOptionError, InvalidRolloutError
+from ..options import Estimator, resolve
+from .batch import RolloutBatch
+
+__all__ = ["NATURAL_RATIO", "as_estimator", "critic_targets_estimator", "estimate", "natural_ratio"]
+
+NATURAL_RATIO = {"mae": "turn", "gae": "token", "group": "token"}
+"""The policy loss's ratio per estimator family when the learner is not told one: MPO
+updates with the turn ratio, PPO and the GRPO family with token ratios."""
+
+
+def as_estimator(estimator: Any, name: str = "estimator") -> Estimator:
+    """``estimator`` (a name or an ``Estimator``) as an ``Estimator``; raises
+    :class:`mpo_rs.InvalidOptionError` for anything else or an unknown name."""
+    if isinstance(estimator, Estimator):
+        return estimator
+    if not isinstance(estimator, str):
+        raise InvalidOptionError(f"`{name}` must be an estimator name or an mpo_rs.Estimator, got {estimator!r:.80}")
+    return resolve(estimator, {}, "mae")
+
+
+def natural_ratio(estimator: Estimator) -> str:
+    """The policy ratio of ``estimator``'s family (:data:`NATURAL_RATIO`)."""
+    return NATURAL_RATIO[estimator.family]
+
+
+def critic_targets_estimator(estimator: Estimator) -> Estimator:
+    """The GAE whose ``returns`` are a group estimator's critic targets: discounted
+    Monte-Carlo returns (``lam = lam_critic = 1``), discounted by ``estimator``'s gamma if
+    it has one, else 1 (the group family has none)."""
+    return _monte_carlo(float(estimator.options.get("gamma", 1.0)))
+
+
+@lru_cache(maxsize=8)
+def _monte_carlo(gamma: float) -> Estimator:
+    return Estimator("gae", gamma=gamma, lam=1.0, lam_critic=1.0)
+
+
+def estimate(
+    estimator: Estimator, batch: RolloutBatch, values: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-token advantages (0 off-policy) and critic targets of ``batch`` by the Rust core.
+
+    Critic estimators need ``values`` (one per token) and return their own targets. A group
+    estimator needs ``batch.group_ids``; its targets are the Monte-Carlo returns when
+    ``values`` are given (a critic is trained alongside), None otherwise. Raises
+    :class:`mpo_rs.InvalidRolloutError` naming what is missing.
+    """
+    rewards: dict[str, Any] = {"rewards": batch.rewards} if batch.rewards is not None else {"scores": batch.scores}
+    if estimator.family == "group":
+        if batch.group_ids is None:
+            raise InvalidRolloutError(f"estimator={estimator.name!r} needs `group_ids` in the batch")
+        per_trajectory = estimators.group_advantages(batch.trajectory_scores(), batch.group_ids, estimator=estimator)
+        advantages = estimators.broadcast_to_tokens(per_trajectory, batch.mask, batch.offsets)
+        if values is None:
+            return advantages, None
+        targets = estimators.gae_advantages(
+            values, batch.mask, batch.offsets, **rewards, estimator=critic_targets_estimator(estimator)
+        )
+        return advantages, targets.returns
+    if values is None:
+        raise InvalidRolloutError(
+            f"estimator={estimator.name!r} needs values: give the learner a critic or the batch `values`"
+        )
+    run = estimators.mae_advantages if estimator.family == "mae" else estimators.gae_advantages
+    result = run(values, batch.mask, batch.offsets, **rewards, estimator=estimator)
+    return result.advantages, result.returns

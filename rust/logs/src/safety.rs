@@ -1,0 +1,693 @@
+//! Output safety: the one rule for what a run may replace, and how aliasing among its
+//! inputs and outputs is detected. Every command that writes goes through it before
+//! anything is written — `mpo-rs advantages` ([`crate::paths::Targets::resolve`]), and
+//! `mpo-rs diagnose -o` and `mpo-rs reproduce --out` (report directories: the binding's
+//! `check_output_dir` / `claim_output_dir`, over [`check_report_dir`] and
+//! [`claim_report_dir`]). A refusal is [`LogError::Usage`] (exit code 2), one line naming
+//! the path at fault and how to proceed; an error of the operating system is
+//! [`LogError::Io`].
+//!
+//! **1. Nothing that exists and is not this tool's output is replaced.**
+//! - An OUTPUT that exists and is not a regular file or a directory — a device such as
+//!   `/dev/null`, a FIFO, a socket, a symlink to nothing (symlinks are resolved) — is
+//!   never replaced, and never opened.
+//! - A *Parquet log* is the tool's output when its Arrow schema, read from the footer
+//!   alone, ends with the four columns `advantages` appends ([`OUTPUT_COLUMNS`], in order).
+//!   Nothing is added to the files to recognise them. An existing file OUTPUT of
+//!   `advantages` must be one.
+//! - An existing directory OUTPUT of `advantages` must hold nothing but such logs (regular
+//!   files named `*.parquet`), directories of them, and hidden or `_` names (`_SUCCESS`,
+//!   a killed run's temporaries; skipped as the input listing skips them). An empty
+//!   directory qualifies.
+//! - A *report directory* (`diagnose`, `reproduce`) is the tool's output when it holds the
+//!   marker file [`MARKER`] naming that tool (and, optionally, the configuration the
+//!   output was made with); the tool writes the marker when it claims the directory.
+//!   A missing or empty directory qualifies; any other directory is taken only when the
+//!   caller asks for it explicitly (`overwrite`).
+//!
+//! **2. Inputs and outputs do not alias.** Paths are compared canonically (symlinks
+//! resolved) and files also by (device, inode), which every name of a file shares (hard
+//! links, bind mounts).
+//! - OUTPUT is not INPUT, does not lie inside an INPUT directory, and does not contain
+//!   INPUT.
+//! - No input is one of the files a replacement of OUTPUT deletes (its tree, symlinks not
+//!   followed).
+//! - No two inputs are one file: a symlink or a hard link beside its target would be read
+//!   twice (and counted twice by the group statistics).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+
+use crate::atomic::{parent_of, StagedFile};
+use crate::decode::contain;
+use crate::error::LogError;
+use crate::schema::OUTPUT_COLUMNS;
+
+/// The file that marks a report directory as the output of one tool.
+pub const MARKER: &str = ".mpo-rs-output";
+
+/// First line of every marker file.
+const MARKER_HEADER: &str = "written by mpo-rs: this directory is the output of the tool below";
+
+/// Longest configuration id a marker records.
+const MAX_CONFIG_LEN: usize = 128;
+
+// ---------------------------------------------------------------------------------------
+// What exists at a path.
+
+/// What exists at an OUTPUT path, symlinks resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Existing {
+    Absent,
+    File,
+    Dir,
+}
+
+/// What is at `path`; anything but nothing, a regular file or a directory is refused
+/// (`label` names the path in the message: "OUTPUT", "REPORT_DIR", ...).
+pub(crate) fn existing(path: &Path, label: &str) -> Result<Existing, LogError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Existing::Absent),
+        Err(e) => return Err(LogError::io(path, "cannot inspect output", e)),
+        Ok(_) => {}
+    }
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(LogError::Usage(format!(
+                "{label} {} is a symlink to nothing; remove it or choose a new path",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(LogError::io(path, "cannot inspect output", e)),
+    };
+    if meta.is_dir() {
+        Ok(Existing::Dir)
+    } else if meta.is_file() {
+        Ok(Existing::File)
+    } else {
+        Err(LogError::Usage(format!(
+            "{label} {} is {}, not a regular file or a directory; it is never replaced: choose a new path",
+            path.display(),
+            special_kind(&meta.file_type())
+        )))
+    }
+}
+
+#[cfg(unix)]
+fn special_kind(t: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &fs::FileType) -> &'static str {
+    "a special file"
+}
+
+/// Hidden and underscore names (`.part.tmp`, `_SUCCESS`, `_metadata`) are not data, as in
+/// Spark, pyarrow and polars: the input listing skips them, and so does rule 1.
+pub(crate) fn is_hidden(name: &OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.starts_with('.') || name.starts_with('_')
+}
+
+pub(crate) fn is_parquet(name: &OsStr) -> bool {
+    Path::new(name).extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+}
+
+/// The entries of `dir` in name order.
+pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>, LogError> {
+    let mut entries = fs::read_dir(dir)
+        .map_err(|e| LogError::io(dir, "cannot list directory", e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LogError::io(dir, "cannot list directory", e))?;
+    entries.sort_by_key(|e| e.file_name());
+    Ok(entries)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 1 for `advantages`: Parquet logs.
+
+/// Whether the regular file `path` is an output of `advantages`: a Parquet file whose
+/// Arrow schema (the footer alone is read) ends with [`OUTPUT_COLUMNS`]. A file that is
+/// not Parquet at all is not.
+pub fn is_tool_output(path: &Path) -> Result<bool, LogError> {
+    let file = fs::File::open(path).map_err(|e| LogError::io(path, "cannot open output", e))?;
+    let loaded = contain(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()));
+    let Ok(Ok(meta)) = loaded else { return Ok(false) };
+    let names: Vec<&str> = meta.schema().fields().iter().map(|f| f.name().as_str()).collect();
+    Ok(names.ends_with(&OUTPUT_COLUMNS))
+}
+
+/// Why a file is not ours, to follow its name.
+fn not_ours() -> String {
+    format!("is not an output of mpo-rs advantages (its columns do not end with {})", OUTPUT_COLUMNS.join(", "))
+}
+
+/// An existing file OUTPUT of `advantages` must be an earlier output of it.
+fn refuse_foreign_file(output: &Path) -> Result<(), LogError> {
+    if is_tool_output(output)? {
+        return Ok(());
+    }
+    Err(LogError::Usage(format!(
+        "OUTPUT {} {}; refusing to replace it: remove it or choose a new path",
+        output.display(),
+        not_ours()
+    )))
+}
+
+/// An existing directory OUTPUT of `advantages` must hold only earlier outputs of it
+/// (and hidden names).
+fn refuse_foreign_dir(output: &Path) -> Result<(), LogError> {
+    let Some((stranger, why)) = first_foreign(output)? else { return Ok(()) };
+    Err(LogError::Usage(format!(
+        "OUTPUT directory {} holds {}, which {why}; refusing to replace it: remove it or choose a new directory",
+        output.display(),
+        stranger.display()
+    )))
+}
+
+/// The first entry under `dir` that an earlier run of `advantages` would not have written,
+/// with why.
+fn first_foreign(dir: &Path) -> Result<Option<(PathBuf, String)>, LogError> {
+    for entry in sorted_entries(dir)? {
+        let path = entry.path();
+        let name = entry.file_name();
+        // Not followed: deleting a symlink leaves its target alone, but a symlink is not
+        // something the tool writes.
+        let ty = entry.file_type().map_err(|e| LogError::io(&path, "cannot read", e))?;
+        if ty.is_dir() {
+            if let Some(found) = first_foreign(&path)? {
+                return Ok(Some(found));
+            }
+        } else if ty.is_file() && is_hidden(&name) {
+            continue;
+        } else if !(ty.is_file() && is_parquet(&name)) {
+            return Ok(Some((path, "is not Parquet output".into())));
+        } else if !is_tool_output(&path)? {
+            return Ok(Some((path, not_ours())));
+        }
+    }
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 2: aliasing.
+
+/// (device, inode) of a file; `None` where the platform has no such identity.
+#[cfg(unix)]
+pub(crate) fn file_id(m: &fs::Metadata) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    Some((m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+pub(crate) fn file_id(_: &fs::Metadata) -> Option<(u64, u64)> {
+    None
+}
+
+/// The checked paths of an `advantages` run, before INPUT is listed.
+#[derive(Debug)]
+pub(crate) struct RunPaths {
+    pub input_is_dir: bool,
+    output_exists: bool,
+    out_canon: PathBuf,
+}
+
+/// Checks INPUT and OUTPUT of an `advantages` run as far as that needs no listing of
+/// INPUT: OUTPUT's kind (rule 1), OUTPUT against INPUT (rule 2), a file OUTPUT's owner
+/// (rule 1). With a directory INPUT, [`RunPaths::check_listing`] does the rest.
+pub(crate) fn check_run(input: &Path, output: &Path) -> Result<RunPaths, LogError> {
+    let in_meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
+    let in_canon = fs::canonicalize(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
+    let out_kind = existing(output, "OUTPUT")?;
+    let out_canon = match out_kind {
+        Existing::Absent => {
+            let parent = parent_of(output);
+            let name = output.file_name().ok_or_else(|| {
+                LogError::Usage(format!("OUTPUT {} does not name a file or directory", output.display()))
+            })?;
+            fs::canonicalize(&parent)
+                .map_err(|e| LogError::io(&parent, "cannot use the output's directory", e))?
+                .join(name)
+        }
+        _ => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
+    };
+    let out_meta = match out_kind {
+        Existing::Absent => None,
+        _ => Some(fs::metadata(output).map_err(|e| LogError::io(output, "cannot open output", e))?),
+    };
+    let same = out_meta.as_ref().is_some_and(|m| file_id(m).is_some() && file_id(m) == file_id(&in_meta));
+    if in_canon == out_canon || same {
+        return Err(LogError::Usage(format!(
+            "OUTPUT {} is INPUT; write to a new path (inputs are never modified)",
+            output.display()
+        )));
+    }
+    let input_is_dir = in_meta.is_dir();
+    if input_is_dir {
+        if out_canon.starts_with(&in_canon) {
+            return Err(LogError::Usage(format!(
+                "OUTPUT {} is inside the INPUT directory; choose a path outside it",
+                output.display()
+            )));
+        }
+        if in_canon.starts_with(&out_canon) {
+            return Err(LogError::Usage(format!(
+                "INPUT {} is inside OUTPUT; replacing OUTPUT would delete it",
+                input.display()
+            )));
+        }
+        if out_kind == Existing::File {
+            return Err(LogError::Usage(format!(
+                "INPUT is a directory, so OUTPUT must be a directory, but {} is a file",
+                output.display()
+            )));
+        }
+    } else {
+        if out_kind == Existing::Dir {
+            return Err(LogError::Usage(format!(
+                "INPUT is a file, so OUTPUT must be a file path, but {} is a directory",
+                output.display()
+            )));
+        }
+        if out_kind == Existing::File {
+            refuse_foreign_file(output)?;
+        }
+    }
+    Ok(RunPaths { input_is_dir, output_exists: out_kind != Existing::Absent, out_canon })
+}
+
+impl RunPaths {
+    /// The rest of the checks of a directory INPUT, given its listing (`files`, relative to
+    /// `input`): no input is a file a replacement of OUTPUT deletes (rule 2), and an
+    /// existing OUTPUT directory holds only earlier outputs (rule 1). The listing itself
+    /// was checked by [`refuse_duplicate_inputs`].
+    pub(crate) fn check_listing(&self, input: &Path, files: &[PathBuf], output: &Path) -> Result<(), LogError> {
+        if !self.output_exists {
+            return Ok(());
+        }
+        refuse_inputs_inside_output(input, files, output, &self.out_canon)?;
+        refuse_foreign_dir(output)
+    }
+}
+
+/// Replacing OUTPUT deletes every file in its tree, so no input may be one of them: not
+/// through a symlink (its resolved path), a hard link or a bind mount (its device and
+/// inode, which every name of a file shares).
+fn refuse_inputs_inside_output(
+    input: &Path,
+    files: &[PathBuf],
+    output: &Path,
+    out_canon: &Path,
+) -> Result<(), LogError> {
+    let mut in_output = Vec::new();
+    file_ids_under(output, &mut in_output)?;
+    for file in files {
+        let path = input.join(file);
+        let canon = fs::canonicalize(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
+        let meta = fs::metadata(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
+        if canon.starts_with(out_canon) || file_id(&meta).is_some_and(|id| in_output.contains(&id)) {
+            return Err(LogError::Usage(format!(
+                "INPUT file {} is a file inside OUTPUT {} (through a link or a mount); replacing OUTPUT would delete it",
+                path.display(),
+                output.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The ids of the files a replacement of `dir` would delete: its tree, symlinks not
+/// followed (deleting a symlink leaves its target alone).
+fn file_ids_under(dir: &Path, ids: &mut Vec<(u64, u64)>) -> Result<(), LogError> {
+    for entry in sorted_entries(dir)? {
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path).map_err(|e| LogError::io(&path, "cannot read", e))?;
+        if meta.is_dir() {
+            file_ids_under(&path, ids)?;
+        } else if meta.is_file() {
+            ids.extend(file_id(&meta));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a listing in which two entries are one file (a symlink or a hard link beside
+/// its target, or two links to one file): it would be read twice. Compared by (device,
+/// inode) where the platform has it, else by canonical path.
+pub fn refuse_duplicate_inputs(files: &[PathBuf]) -> Result<(), LogError> {
+    #[derive(PartialEq, Eq, Hash)]
+    enum Identity {
+        Inode(u64, u64),
+        Path(PathBuf),
+    }
+    let mut seen: HashMap<Identity, &Path> = HashMap::with_capacity(files.len());
+    for path in files {
+        let meta = fs::metadata(path).map_err(|e| LogError::io(path, "cannot open input", e))?;
+        let id = match file_id(&meta) {
+            Some((dev, ino)) => Identity::Inode(dev, ino),
+            None => Identity::Path(fs::canonicalize(path).map_err(|e| LogError::io(path, "cannot open input", e))?),
+        };
+        if let Some(first) = seen.insert(id, path) {
+            return Err(LogError::Usage(format!(
+                "INPUT files {} and {} are the same file (a symlink or a hard link); it would be read twice: \
+                 remove one of them from INPUT",
+                first.display(),
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 1 for report directories: the marker.
+
+/// The tools that write report directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportTool {
+    Diagnose,
+    Reproduce,
+}
+
+impl ReportTool {
+    pub const ALL: [ReportTool; 2] = [ReportTool::Diagnose, ReportTool::Reproduce];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReportTool::Diagnose => "diagnose",
+            ReportTool::Reproduce => "reproduce",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<Self, LogError> {
+        Self::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = Self::ALL.iter().map(|t| t.name()).collect();
+            LogError::Usage(format!("unknown report tool `{name}`; choose one of {}", known.join(", ")))
+        })
+    }
+}
+
+/// What a marker file records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    /// The tool's name, as [`ReportTool::name`] writes it (a marker of another version may
+    /// name a tool this one does not know).
+    pub tool: String,
+    /// The configuration id the output was made with, if the tool gave one.
+    pub config: Option<String>,
+}
+
+impl Marker {
+    fn render(&self) -> String {
+        let mut text = format!("{MARKER_HEADER}\ntool: {}\n", self.tool);
+        if let Some(c) = &self.config {
+            text.push_str(&format!("config: {c}\n"));
+        }
+        text
+    }
+
+    /// `None` for text that is not a marker.
+    fn parse(text: &str) -> Option<Self> {
+        let mut lines = text.lines();
+        if lines.next()? != MARKER_HEADER {
+            return None;
+        }
+        let (mut tool, mut config) = (None, None);
+        for line in lines {
+            if let Some(t) = line.strip_prefix("tool: ") {
+                tool = Some(t.to_string());
+            } else if let Some(c) = line.strip_prefix("config: ") {
+                config = Some(c.to_string());
+            }
+        }
+        Some(Marker { tool: tool?, config })
+    }
+}
+
+/// The marker of the directory `dir`; `None` if it has none (or `dir` is not a directory),
+/// or the file is not a marker.
+pub fn read_marker(dir: &Path) -> Result<Option<Marker>, LogError> {
+    let path = dir.join(MARKER);
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Ok(None),
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => return Ok(None),
+        Err(e) => return Err(LogError::io(&path, "cannot read the output marker", e)),
+    }
+    let bytes = fs::read(&path).map_err(|e| LogError::io(&path, "cannot read the output marker", e))?;
+    Ok(std::str::from_utf8(&bytes).ok().and_then(Marker::parse))
+}
+
+/// Checks that `dir` may receive the output of `tool` (rule 1): it does not exist, or is
+/// an empty directory, or holds `tool`'s marker; with `overwrite`, any directory. `label`
+/// names the path in messages ("REPORT_DIR", "--out"). Returns the configuration id the
+/// marker records when it is `tool`'s. Nothing is written.
+pub fn check_report_dir(
+    dir: &Path,
+    tool: ReportTool,
+    overwrite: bool,
+    label: &str,
+) -> Result<Option<String>, LogError> {
+    let shown = dir.display();
+    match existing(dir, label)? {
+        Existing::Absent => return Ok(None),
+        Existing::File => return Err(LogError::Usage(format!("{label} {shown} is a file; give a directory"))),
+        Existing::Dir => {}
+    }
+    let marker = read_marker(dir)?;
+    match marker {
+        Some(m) if m.tool == tool.name() => return Ok(m.config),
+        _ if overwrite => return Ok(None),
+        Some(m) => {
+            return Err(LogError::Usage(format!(
+                "{label} {shown} is the output of mpo-rs {}, not of mpo-rs {}; remove it or choose a new directory",
+                m.tool,
+                tool.name()
+            )))
+        }
+        None => {}
+    }
+    let first = sorted_entries(dir)?.into_iter().next();
+    match first {
+        None => Ok(None),
+        Some(entry) => Err(LogError::Usage(format!(
+            "{label} {shown} is not empty and was not written by mpo-rs {} (it holds {} and no {MARKER} marker); \
+             refusing to write into it: remove its contents or choose a new directory",
+            tool.name(),
+            entry.path().display()
+        ))),
+    }
+}
+
+/// [`check_report_dir`], then creates `dir` (and its parents) if needed and writes
+/// `tool`'s marker into it, with `config` (one line of printable ASCII, no spaces, at
+/// most 128 characters) when given. Returns the configuration id the previous marker
+/// recorded when it was `tool`'s (to resume a run with the same configuration).
+pub fn claim_report_dir(
+    dir: &Path,
+    tool: ReportTool,
+    config: Option<&str>,
+    overwrite: bool,
+    label: &str,
+) -> Result<Option<String>, LogError> {
+    if let Some(c) = config {
+        if c.is_empty() || c.len() > MAX_CONFIG_LEN || !c.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(LogError::Usage(format!(
+                "configuration id {c:?} must be 1 to {MAX_CONFIG_LEN} printable ASCII characters without spaces"
+            )));
+        }
+    }
+    let previous = check_report_dir(dir, tool, overwrite, label)?;
+    fs::create_dir_all(dir).map_err(|e| LogError::io(dir, "cannot create output directory", e))?;
+    let marker = Marker { tool: tool.name().to_string(), config: config.map(str::to_string) };
+    let target = dir.join(MARKER);
+    let (staged, mut file) = StagedFile::create(&target)?;
+    file.write_all(marker.render().as_bytes()).map_err(|e| LogError::io(&target, "cannot write output marker", e))?;
+    staged.commit(file)?;
+    Ok(previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::{list_inputs, Targets};
+    use crate::test_util::{our_output, parquet_with, raw_log, scratch};
+
+    fn usage(e: LogError) -> String {
+        assert!(e.is_usage(), "{e}");
+        e.to_string()
+    }
+
+    #[test]
+    fn outputs_are_recognised_by_their_appended_columns() {
+        let d = scratch("safety-owner");
+        our_output(&d.join("ours.parquet"));
+        raw_log(&d.join("raw.parquet"));
+        parquet_with(&d.join("reordered.parquet"), &["advantages", "returns", "turn_advantages", "turn_index"]);
+        fs::write(d.join("junk.parquet"), b"PAR1 not parquet").unwrap();
+        assert!(is_tool_output(&d.join("ours.parquet")).unwrap());
+        assert!(!is_tool_output(&d.join("raw.parquet")).unwrap());
+        assert!(!is_tool_output(&d.join("reordered.parquet")).unwrap());
+        assert!(!is_tool_output(&d.join("junk.parquet")).unwrap());
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn an_existing_output_file_is_replaced_only_if_it_is_ours() {
+        let d = scratch("safety-file");
+        let input = d.join("in.parquet");
+        raw_log(&input);
+        let out = d.join("out.parquet");
+        our_output(&out);
+        assert!(Targets::resolve(&input, &out).is_ok());
+        raw_log(&out);
+        let m = usage(Targets::resolve(&input, &out).unwrap_err());
+        assert!(m.contains("out.parquet is not an output of mpo-rs advantages") && m.contains("remove it"), "{m}");
+        fs::write(&out, b"precious").unwrap();
+        usage(Targets::resolve(&input, &out).unwrap_err());
+        #[cfg(unix)]
+        {
+            // A symlink to nothing is not a path to write through.
+            let dangling = d.join("dangling.parquet");
+            std::os::unix::fs::symlink(d.join("nowhere"), &dangling).unwrap();
+            assert!(usage(Targets::resolve(&input, &dangling).unwrap_err()).contains("symlink to nothing"));
+        }
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[cfg(target_os = "linux")] // (libc is a dependency on Linux only)
+    #[test]
+    fn a_fifo_or_a_device_output_is_refused_without_being_opened() {
+        let d = scratch("safety-special");
+        let input = d.join("in.parquet");
+        raw_log(&input);
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(fifo.as_os_str())).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // (Opening the FIFO for reading would block: the test returning shows it was not.)
+        let m = usage(Targets::resolve(&input, &fifo).unwrap_err());
+        assert!(m.contains("is a FIFO, not a regular file or a directory"), "{m}");
+        let link = d.join("link-to-fifo.parquet");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        assert!(usage(Targets::resolve(&input, &link).unwrap_err()).contains("a FIFO"));
+        let dev_null = Path::new("/dev/null");
+        if fs::metadata(dev_null).is_ok() {
+            let m = usage(Targets::resolve(&input, dev_null).unwrap_err());
+            assert!(m.contains("is a character device"), "{m}");
+            use std::os::unix::fs::FileTypeExt;
+            assert!(fs::metadata(dev_null).unwrap().file_type().is_char_device());
+        }
+        // Report directories follow the same rule.
+        assert!(
+            usage(check_report_dir(&fifo, ReportTool::Diagnose, true, "REPORT_DIR").unwrap_err()).contains("a FIFO")
+        );
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn an_output_directory_is_replaced_only_if_it_holds_only_our_outputs() {
+        let d = scratch("safety-dir");
+        let input = d.join("in");
+        fs::create_dir_all(&input).unwrap();
+        raw_log(&input.join("a.parquet"));
+        let out = d.join("out");
+        fs::create_dir_all(out.join("part=1")).unwrap();
+        assert!(Targets::resolve(&input, &out).is_ok(), "an empty directory");
+        our_output(&out.join("a.parquet"));
+        our_output(&out.join("part=1/b.parquet"));
+        fs::write(out.join("_SUCCESS"), b"").unwrap();
+        fs::write(out.join(".a.parquet.mpo-rs-1-2-3.tmp"), b"partial").unwrap();
+        assert!(Targets::resolve(&input, &out).is_ok(), "earlier outputs");
+        raw_log(&out.join("part=1/precious_raw.parquet"));
+        let m = usage(Targets::resolve(&input, &out).unwrap_err());
+        assert!(m.contains("precious_raw.parquet, which is not an output of mpo-rs advantages"), "{m}");
+        assert!(m.contains("refusing to replace it"), "{m}");
+        fs::remove_file(out.join("part=1/precious_raw.parquet")).unwrap();
+        fs::write(out.join("notes.txt"), b"mine").unwrap();
+        assert!(usage(Targets::resolve(&input, &out).unwrap_err()).contains("notes.txt, which is not Parquet output"));
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn two_names_of_one_input_file_are_refused() {
+        let d = scratch("safety-dup");
+        let input = d.join("in");
+        fs::create_dir_all(&input).unwrap();
+        raw_log(&input.join("a.parquet"));
+        fs::hard_link(input.join("a.parquet"), input.join("b.parquet")).unwrap();
+        let m = usage(list_inputs(&input).unwrap_err());
+        assert!(m.contains("a.parquet and ") && m.contains("b.parquet are the same file"), "{m}");
+        assert!(Targets::resolve(&input, &d.join("out")).unwrap_err().is_usage(), "a hard link");
+        fs::remove_file(input.join("b.parquet")).unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(input.join("a.parquet"), input.join("b.parquet")).unwrap();
+            assert!(usage(list_inputs(&input).unwrap_err()).contains("are the same file"), "a symlink");
+            assert!(Targets::resolve(&input, &d.join("out")).unwrap_err().is_usage());
+            fs::remove_file(input.join("b.parquet")).unwrap();
+        }
+        raw_log(&input.join("b.parquet"));
+        assert_eq!(list_inputs(&input).unwrap().len(), 2, "two files with equal contents are two inputs");
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn report_directories_are_claimed_through_their_marker() {
+        let d = scratch("safety-report");
+        let dir = d.join("report");
+        let claim = |tool, config, overwrite| claim_report_dir(&dir, tool, config, overwrite, "REPORT_DIR");
+        // A new directory (parents created), then again by the same tool.
+        assert_eq!(claim_report_dir(&dir.join("sub"), ReportTool::Diagnose, None, false, "REPORT_DIR").unwrap(), None);
+        fs::remove_dir_all(dir.join("sub")).unwrap();
+        assert_eq!(claim(ReportTool::Reproduce, Some("abc123"), false).unwrap(), None, "an empty directory");
+        fs::write(dir.join("results.json"), b"{}").unwrap();
+        assert_eq!(
+            read_marker(&dir).unwrap(),
+            Some(Marker { tool: "reproduce".into(), config: Some("abc123".into()) })
+        );
+        assert_eq!(claim(ReportTool::Reproduce, Some("def456"), false).unwrap().as_deref(), Some("abc123"));
+        assert_eq!(check_report_dir(&dir, ReportTool::Reproduce, false, "--out").unwrap().as_deref(), Some("def456"));
+        // Another tool's directory, or one without a marker, is refused unless asked for.
+        let m = usage(claim(ReportTool::Diagnose, None, false).unwrap_err());
+        assert!(m.contains("is the output of mpo-rs reproduce, not of mpo-rs diagnose"), "{m}");
+        fs::remove_file(dir.join(MARKER)).unwrap();
+        let m = usage(check_report_dir(&dir, ReportTool::Reproduce, false, "--out").unwrap_err());
+        assert!(m.starts_with("--out ") && m.contains("results.json") && m.contains("not written by"), "{m}");
+        fs::write(dir.join(MARKER), b"tool: reproduce\n").unwrap();
+        usage(check_report_dir(&dir, ReportTool::Reproduce, false, "--out").unwrap_err());
+        assert_eq!(claim(ReportTool::Diagnose, None, true).unwrap(), None, "overwrite");
+        assert_eq!(read_marker(&dir).unwrap().unwrap().tool, "diagnose");
+        assert_eq!(fs::read(dir.join("results.json")).unwrap(), b"{}", "claiming deletes nothing");
+        // A file is not a directory; a bad configuration id is refused before anything.
+        fs::write(d.join("file"), b"keep").unwrap();
+        let m = usage(check_report_dir(&d.join("file"), ReportTool::Diagnose, true, "REPORT_DIR").unwrap_err());
+        assert!(m.contains("is a file; give a directory"), "{m}");
+        let fresh = d.join("fresh");
+        for bad in ["", "two words", "line\nbreak"] {
+            usage(claim_report_dir(&fresh, ReportTool::Reproduce, Some(bad), false, "--out").unwrap_err());
+        }
+        assert!(!fresh.exists());
+        usage(ReportTool::from_name("advantages").unwrap_err());
+        assert_eq!(read_marker(&d.join("file")).unwrap(), None);
+        fs::remove_dir_all(d).unwrap();
+    }
+}

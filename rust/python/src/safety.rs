@@ -1,0 +1,57 @@
+//! Report directories under the output-safety rule of `mpo_logs::safety`: the one check of
+//! what `mpo-rs diagnose -o` and `mpo-rs reproduce --out` may write into, and the marker
+//! that makes a directory theirs. Errors go through the one mapper (a refusal is
+//! `InvalidOptionError`, the operating system `OSError`).
+
+use std::path::PathBuf;
+
+use mpo_logs::safety::{self, ReportTool};
+use pyo3::prelude::*;
+
+use crate::errors::log_error;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_output_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(claim_output_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(output_dir_marker, m)?)
+}
+
+fn label_or_default(label: Option<String>) -> String {
+    label.unwrap_or_else(|| "output directory".into())
+}
+
+/// Checks that `path` may receive the output of `tool` ("diagnose" or "reproduce"): it
+/// does not exist, is an empty directory, or holds `tool`'s marker; with `overwrite`, any
+/// directory. Returns the configuration id the marker records when it is `tool`'s, else
+/// None. Writes nothing. `label` names the path in messages (default "output
+/// directory"). Refusals raise `InvalidOptionError`.
+#[pyfunction]
+#[pyo3(signature = (path, tool, *, overwrite=false, label=None))]
+fn check_output_dir(path: PathBuf, tool: &str, overwrite: bool, label: Option<String>) -> PyResult<Option<String>> {
+    let tool = ReportTool::from_name(tool).map_err(log_error)?;
+    safety::check_report_dir(&path, tool, overwrite, &label_or_default(label)).map_err(log_error)
+}
+
+/// `check_output_dir`, then creates `path` (and its parents) if needed and writes `tool`'s
+/// marker (`.mpo-rs-output`) into it, recording `config` (a configuration id: 1 to 128
+/// printable ASCII characters, no spaces) when given. Returns the configuration id the
+/// previous marker recorded when it was `tool`'s, else None. Deletes nothing.
+#[pyfunction]
+#[pyo3(signature = (path, tool, config=None, *, overwrite=false, label=None))]
+fn claim_output_dir(
+    path: PathBuf,
+    tool: &str,
+    config: Option<String>,
+    overwrite: bool,
+    label: Option<String>,
+) -> PyResult<Option<String>> {
+    let tool = ReportTool::from_name(tool).map_err(log_error)?;
+    safety::claim_report_dir(&path, tool, config.as_deref(), overwrite, &label_or_default(label)).map_err(log_error)
+}
+
+/// `(tool, config)` of the marker in the directory `path`, or None where there is none
+/// (no directory, no marker, or a file that is not a marker).
+#[pyfunction]
+fn output_dir_marker(path: PathBuf) -> PyResult<Option<(String, Option<String>)>> {
+    Ok(safety::read_marker(&path).map_err(log_error)?.map(|m| (m.tool, m.config)))
+}
