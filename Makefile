@@ -13,15 +13,17 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# Test and runtime dependencies: the torch, arrow, verl and ray extras are installed for the
-# tests. verl goes in last and without its heavy runtime (--no-deps): the plug-in needs
-# only the modules its core_algos and ray_trainer import, listed on the line before.
+# Test and runtime dependencies: the torch, arrow, verl, ray, trl and openrlhf extras are
+# installed for the tests. verl, TRL and OpenRLHF go in last and without their heavy runtime
+# (--no-deps): the plug-in needs only the modules verl's core_algos and ray_trainer import,
+# listed on the line before; TRL's GRPOTrainer needs accelerate besides them; OpenRLHF's
+# ppo_utils need pylatexenc (its models need flash-attn and DeepSpeed: not installed).
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q "maturin>=1.8,<2" numpy pyarrow polars scipy matplotlib \
 		"pytest>=8" "hypothesis>=6.100" "mypy>=1.10" "ruff~=0.17.0" torch
 	$(PIP) install -q "ray[data]" tensordict omegaconf transformers codetiming orjson \
-		torchdata datasets peft cachetools uvicorn fastapi
-	$(PIP) install -q --no-deps verl==0.9.1
+		torchdata datasets peft cachetools uvicorn fastapi accelerate pylatexenc
+	$(PIP) install -q --no-deps verl==0.9.1 trl==1.16.0 openrlhf==0.11.2
 	touch $(STAMP)
 
 build: $(STAMP)

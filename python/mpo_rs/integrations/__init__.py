@@ -6,6 +6,10 @@ Each submodule imports its framework, so nothing here is imported by ``import mp
   advantage estimators and the ``mpo`` policy-loss mode, registered in verl's registries
   when the module is imported. verl imports it in every process through the
   ``verl.plugins`` entry point.
+* :mod:`mpo_rs.integrations.trl` -- ``MPOGRPOTrainer``, TRL's ``GRPOTrainer`` with MPO's
+  per-token advantages and turn-ratio loss (``pip install mpo-rs[trl]``).
+* :mod:`mpo_rs.integrations.openrlhf` -- an OpenRLHF experience maker (advantages and
+  returns) and ``MPOPolicyLoss`` (``pip install mpo-rs[openrlhf]``).
 * :mod:`mpo_rs.integrations.ray` -- advantages over a ``ray.data.Dataset`` of rollout
   rows (``pip install mpo-rs[ray]``), for logs larger than one machine.
 

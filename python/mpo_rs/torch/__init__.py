@@ -3,7 +3,8 @@
 * advantages from padded ``(B, L)`` tensors, the layout of trainers (verl, OpenRLHF, TRL,
   slime, NeMo-RL): :func:`mae_advantages`, :func:`gae_advantages`,
   :func:`group_advantages`, and :func:`whiten` (verl's ``masked_whiten``) -- from
-  :mod:`mpo_rs.torch.padded`;
+  :mod:`mpo_rs.torch.padded`; the critic-free MAE :func:`mae_group_advantages` (the group
+  baseline as the value) -- from :mod:`mpo_rs.torch.critic_free`;
 * :class:`RolloutBatch` (:mod:`mpo_rs.torch.batch`), the flat batch of the learner;
 * :mod:`mpo_rs.torch.losses`: the clipped policy loss with turn / token / sequence ratios
   and the critic loss;
@@ -26,6 +27,7 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch", "torch", _e) from None
 
 from .batch import RolloutBatch
+from .critic_free import mae_group_advantages
 from .learner import Learner, LearnerConfig
 from .losses import policy_loss, value_loss
 from .padded import OBSERVATION_REWARDS, PaddedBatch, gae_advantages, group_advantages, mae_advantages, whiten
@@ -39,6 +41,7 @@ __all__ = [
     "gae_advantages",
     "group_advantages",
     "mae_advantages",
+    "mae_group_advantages",
     "policy_loss",
     "value_loss",
     "whiten",

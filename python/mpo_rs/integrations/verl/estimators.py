@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ... import _native, estimators
+from ... import estimators
 from ...exceptions import InvalidBatchError
-from ...options import Estimator
-from ...torch import padded
+from ...torch import critic_free, padded
 from .config import estimator_options
 from .values_hook import critic_values
 
@@ -141,18 +140,6 @@ def compute_mpo_rloo_advantage(
     return _rloo(token_level_rewards, response_mask, config, index, **kwargs)
 
 
-def _group_baselines(
-    scores: np.ndarray, ids: np.ndarray, estimator: Estimator
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: the value baseline (group mean, or leave-one-out mean), the advantage
-    scale (1 / (std + eps), or 1) and whether the row is alone in its group (then it has no
-    baseline and gets advantage 0): the statistics of ``estimators.group_advantages``, in
-    float64, from the Rust core. ``ids`` are dense group codes."""
-    n_groups = int(ids.max()) + 1 if ids.shape[0] else 0
-    s = np.ascontiguousarray(scores, dtype=np.float32)
-    return _native.group_baselines(s, np.ascontiguousarray(ids, dtype=np.int64), n_groups, estimator)
-
-
 def _mae_with_group_baseline(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
     def estimator(
         token_level_rewards: Tensor,
@@ -165,25 +152,16 @@ def _mae_with_group_baseline(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
         group = options.group
         assert group is not None
         batch = padded.PaddedBatch.of(response_mask, like=token_level_rewards)
-        rows, cols = batch.shape
+        rows, _ = batch.shape
         ids = _group_ids(index, rows, name)
-        scores = batch.row_scores(token_level_rewards)
-        # The group estimator refuses scores whose advantages overflow float32.
-        estimators.group_advantages(scores, ids, estimator=group)
-        baseline, scale, alone = _group_baselines(scores, ids, group)
-        # MAE is linear in (rewards, values): a constant value b per row makes the last
-        # turn's residual R_T - b, so with lam=1, beta=0 every token gets score - b (GRPO /
-        # RLOO), and lam < 1 decays the credit once per interaction back from the end.
-        values = np.repeat(baseline.astype(np.float32), cols)
-        result = estimators.mae_advantages(
-            values,
-            batch.mask_u8,
-            batch.offsets,
+        baseline, row_scale = critic_free.row_baselines(batch.row_scores(token_level_rewards), ids, group)
+        advantages = critic_free.mae_over_baselines(
+            batch,
+            baseline,
+            row_scale,
+            options.estimator,
             rewards=batch.policy_rewards(token_level_rewards, "credit"),
-            estimator=options.estimator,
         )
-        row_scale = np.where(alone, 0.0, scale).astype(np.float32)
-        advantages = (result.advantages.reshape(rows, cols) * row_scale[:, None]).reshape(-1)
         if options.whiten:
             advantages = batch.whitened(advantages)
         out = batch.padded(advantages)
