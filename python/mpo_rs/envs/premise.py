@@ -13,8 +13,8 @@ For each built-in task this computes, without training anything:
   everything before the token -- the observations so far (the critic's posterior over what
   is hidden: the answer, the chain, future hints and slips) and the policy's own tokens so
   far, including the earlier tokens of the same turn;
-- on those values, the project's between-turn share (:func:`mpo_rs.diagnostics.value_structure`
-  and :func:`~mpo_rs.diagnostics.summarize`) and the share of the squared value increments
+- on those values, the project's between-turn share (:func:`mpo_rs.diagnose.value_structure`
+  and :func:`~mpo_rs.diagnose.summarize_value_structure`) and the share of the squared value increments
   between consecutive policy tokens that falls on turn boundaries (across an observation).
 
 The values are exact, not estimated: each task has a *belief model* here (a small sufficient
@@ -532,7 +532,8 @@ def largest_change_at_boundary(rollout: Rollout) -> bool | None:
 
 def share_statistics(rollouts: Sequence[Rollout]) -> dict[str, Any]:
     """The project's between-turn statistic on the rollouts' values, and where the jumps are."""
-    from ..diagnostics import summarize, value_structure
+    from ..diagnose import summarize_value_structure as summarize
+    from ..diagnose import value_structure
 
     values, mask, offsets = token_arrays(rollouts)
     vs = value_structure(values, mask, offsets)
