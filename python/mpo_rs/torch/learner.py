@@ -191,9 +191,12 @@ class LearnerConfig:
         )  # fmt: skip
 
     def _group(self, scores: np.ndarray, group_ids: Any) -> np.ndarray:
+        # eps only where the formula divides by the std (Rust refuses an eps it would ignore).
+        divides = self.grpo_norm_std and not self.grpo_leave_one_out
         return estimators.group_advantages(
-            scores, group_ids, norm_std=self.grpo_norm_std, eps=self.grpo_eps, leave_one_out=self.grpo_leave_one_out
-        )
+            scores, group_ids, norm_std=self.grpo_norm_std, leave_one_out=self.grpo_leave_one_out,
+            **({"eps": self.grpo_eps} if divides else {}),
+        )  # fmt: skip
 
     def _monte_carlo_returns(
         self, values: np.ndarray, mask: np.ndarray, offsets: np.ndarray, rewards: dict[str, Any]

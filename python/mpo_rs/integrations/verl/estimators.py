@@ -176,7 +176,9 @@ def _mae_with_group_baseline(leave_one_out: bool, name: str) -> Callable[..., tu
         ids = _group_ids(index, rows, name)
         norm_std = bool(config_get(config, "norm_adv_by_std_in_grpo", True)) and not leave_one_out
         scores = batch.row_scores(token_level_rewards)
-        group = Estimator("grpo", norm_std=norm_std, eps=float(options.eps), leave_one_out=leave_one_out)
+        # eps only where the formula divides by the std (Rust refuses an eps it would ignore).
+        eps = {"eps": float(options.eps)} if norm_std and not leave_one_out else {}
+        group = Estimator("grpo", norm_std=norm_std, leave_one_out=leave_one_out, **eps)
         # The group estimator refuses scores whose advantages overflow float32.
         estimators.group_advantages(scores, ids, estimator=group)
         baseline, scale, alone = _group_baselines(scores, ids, group)
