@@ -265,17 +265,30 @@ def test_ray_and_the_cli_agree_on_int_beside_float_ids(cluster, tmp_path):
 
 
 def read_sorted_pairs(path: Path) -> list[tuple[float, float, float]]:
-    t = pq.read_table(path, columns=["group_id", "score", "advantages"])
-    ids = [float(x) for x in t["group_id"].to_pylist()]
-    return list(zip(ids, t["score"].to_pylist(), [a[0] for a in t["advantages"].to_pylist()], strict=True))
+    """(group id by value, score, advantage) of every row, file by file (the files' id
+    types differ)."""
+    rows = []
+    for file in sorted(path.rglob("*.parquet")):
+        t = pq.read_table(file, columns=["group_id", "score", "advantages"])
+        ids = [float(x) for x in t["group_id"].to_pylist()]
+        rows += zip(ids, t["score"].to_pylist(), [a[0] for a in t["advantages"].to_pylist()], strict=True)
+    return rows
 
 
 def test_ray_blocks_of_int_ids_beyond_2_53_beside_float_ids_are_refused(cluster):
-    ints = pa.table({"group_id": pa.array([2**53, 2**53 + 1], pa.int64()), "score": pa.array([1.0, 2.0], pa.float32())})
-    floats = pa.table({"group_id": pa.array([0.5, 2.0**53]), "score": pa.array([3.0, 4.0], pa.float32())})
-    tables = [
-        pa.table(_native.GroupStatistics.scan(t, group_col="group_id", mask_col="m", score_col="score").to_arrow())
-        for t in (ints, floats)
-    ]
+    mask = pa.array([[1], [1]], pa.list_(pa.int8()))
+    ints = pa.table(
+        {
+            "group_id": pa.array([2**53, 2**53 + 1], pa.int64()),
+            "score": pa.array([1.0, 2.0], pa.float32()),
+            "loss_mask": mask,
+        }
+    )
+    floats = pa.table(
+        {"group_id": pa.array([0.5, 2.0**53]), "score": pa.array([3.0, 4.0], pa.float32()), "loss_mask": mask}
+    )
+    # Two blocks of a Ray dataset, each with its own id type; the merged table had two rows
+    # keyed by the float 2**53. Refused now, naming the blocks as the dataset numbers them.
+    dataset = ray.data.from_arrow([ints, floats])
     with pytest.raises(mpo_rs.InvalidBatchError, match=r"9007199254740993 in block 0 .*block 1 holds float ids"):
-        _native.GroupStatistics.merge(tables, labels=["block 0", "block 1"])
+        mpo_ray.group_statistics(dataset, score_col="score")

@@ -320,7 +320,11 @@ def test_the_column_spec_comes_from_rust_and_every_entry_point_reads_it():
     assert [r["name"] for r in spec][:6] == ["mask", "values", "rewards", "score", "group", "step"]
     assert {r["role"] for r in spec} == {"input", "optional", "output"}
     assert all(set(r) == {"name", "default", "type", "role", "doc"} and r["doc"] for r in spec)
-    assert columns.OUTPUT_COLUMNS == mpo_rs.arrow.OUTPUT_COLUMNS == ("advantages", "returns", "turn_index", "turn_advantages")
+    assert (
+        columns.OUTPUT_COLUMNS
+        == mpo_rs.arrow.OUTPUT_COLUMNS
+        == ("advantages", "returns", "turn_index", "turn_advantages")
+    )
     defaults = {"mask_col": columns.MASK, "values_col": columns.VALUES, "group_col": columns.GROUP}
     for fn in (mpo_rs.arrow.with_advantages, mpo_rs.arrow.advantages_parquet, read.diagnose_logs):
         for key, value in defaults.items():

@@ -162,10 +162,15 @@ def advantages_parquet(
     est = resolve(estimator, options, "mae")
     paths = [os.fspath(input)] if isinstance(input, (str, os.PathLike)) else [os.fspath(p) for p in input]
     local = [p for p in paths if os.path.exists(p)]
-    if est.family == "group" and local:
+    read_args = dict(read_parquet_args or {})
+    if est.family == "group" and local and len(local) == len(paths):
         check_group_column(local, group_col)
+        if "schema" not in read_args:
+            schema = _one_group_type(local, group_col)
+            if schema is not None:
+                read_args["schema"] = schema
     source = paths[0] if isinstance(input, (str, os.PathLike)) else paths
-    dataset = ray.data.read_parquet(source, **(read_parquet_args or {}))
+    dataset = ray.data.read_parquet(source, **read_args)
     annotated = add_advantages(
         dataset,
         estimator=est,
@@ -177,6 +182,26 @@ def advantages_parquet(
         batch_size=batch_size,
     )
     annotated.write_parquet(os.fspath(output))
+
+
+def _one_group_type(inputs: list[str], group_col: str) -> pa.Schema | None:
+    """For files whose group columns are numbers of different types (int64 here, double
+    there): the unified schema with the group column in the one type of the group-id rule
+    (float64 beside floats, else int64), so that Ray's reader casts every file to it -- left
+    to itself it may pick the first file's int64 and truncate 0.5. None when the files
+    agree (or have no such column)."""
+    import pyarrow.parquet as pq
+
+    from .._native import list_parquet_inputs
+
+    schemas = [pq.read_schema(f) for path in inputs for f in list_parquet_inputs(path)]
+    types = {s.field(group_col).type for s in schemas if group_col in s.names}
+    if len(types) < 2:
+        return None
+    values = [t.value_type if pa.types.is_dictionary(t) else t for t in types]
+    one = pa.float64() if any(pa.types.is_floating(t) for t in values) else pa.int64()
+    unified = pa.unify_schemas(schemas, promote_options="permissive")
+    return unified.set(unified.get_field_index(group_col), unified.field(group_col).with_type(one))
 
 
 def _arrow_schema(dataset: ray.data.Dataset) -> pa.Schema:
