@@ -27,7 +27,11 @@ pub fn group_advantages(
         .zip(group_index)
         .map(|(&s, &g)| {
             let g = g as usize;
-            group_advantage(params, s, &GroupMoments { count: sums.count[g], sum: sums.sum[g], mean: sums.mean[g], sq_dev: sums.sq_dev[g] })
+            group_advantage(
+                params,
+                s,
+                &GroupMoments { count: sums.count[g], sum: sums.sum[g], mean: sums.mean[g], sq_dev: sums.sq_dev[g] },
+            )
         })
         .collect();
     if let Some(j) = out.iter().position(|a| !a.is_finite()) {

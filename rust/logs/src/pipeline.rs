@@ -306,7 +306,9 @@ fn group_statistics(
     for s in sources {
         if let Ok(field) = s.meta.schema().field_with_name(group_col) {
             let name = s.path.display().to_string();
-            stats.note_column(group_col, field.data_type(), &name).map_err(|e| LogError::Data { at: s.at(None), error: e })?;
+            stats
+                .note_column(group_col, field.data_type(), &name)
+                .map_err(|e| LogError::Data { at: s.at(None), error: e })?;
         }
     }
     while stats.wants_scan() {

@@ -43,7 +43,13 @@ pub const GROUP_TYPES: &str = "integer, float or string (or a dictionary of them
 
 /// The columns of a rollout log (docs/parquet.md, "Columns").
 pub const COLUMNS: [ColumnRow; 10] = [
-    row("mask", "loss_mask", "list<bool or integer>", "input", "policy-token mask: 1 on the tokens the policy generated"),
+    row(
+        "mask",
+        "loss_mask",
+        "list<bool or integer>",
+        "input",
+        "policy-token mask: 1 on the tokens the policy generated",
+    ),
     row("values", "values", "list<float or integer>", "input", "critic values per token (mae, gae)"),
     row("rewards", DEFAULT_REWARDS, "list<float or integer>", "optional", "token-level rewards (used if present)"),
     row("score", DEFAULT_SCORE, "float or integer", "optional", "one outcome per trajectory (without token rewards)"),

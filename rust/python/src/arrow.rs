@@ -81,6 +81,7 @@ fn arrow_advantages(
     let (batches, schema) = read_all(data)?;
     let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
-    let (out, out_schema) = crate::pool::run(py, log_error, || annotate_table(&batches, &schema, &columns, &estimator))?;
+    let (out, out_schema) =
+        crate::pool::run(py, log_error, || annotate_table(&batches, &schema, &columns, &estimator))?;
     PyTable::try_new(out, out_schema)
 }

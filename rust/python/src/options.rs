@@ -3,8 +3,8 @@
 //! its workers).
 
 use mpo_core::{Estimator as Core, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
-use pyo3::prelude::*;
 use pyo3::exceptions::PyOverflowError;
+use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType};
 
 use crate::errors::{core_error, InvalidOptionError};

@@ -21,8 +21,8 @@ use pyo3_arrow::PyRecordBatch;
 
 use crate::arrow::columns_of;
 use crate::errors::{log_error as to_py, InvalidOptionError};
-use crate::pool::{self, On};
 use crate::options::Estimator;
+use crate::pool::{self, On};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(advantages_parquet, m)?)?;
@@ -176,7 +176,8 @@ fn diagnose_batch<'py>(
         other => return Err(InvalidOptionError::new_err(format!("unknown reward kind {other:?}"))),
     };
     let columns = Columns { mask: mask_col, values: Some(values_col), reward, group: None };
-    let to_py = |error: DataError| to_py(LogError::Data { at: FileAt { path, row_group }, error: error.shift_rows(row_base) });
+    let to_py =
+        |error: DataError| to_py(LogError::Data { at: FileAt { path, row_group }, error: error.shift_rows(row_base) });
     let d = pool::run(py, to_py, || diagnose(&batch, &columns, step_col.as_deref()))?;
     Ok((
         PyArray1::from_vec(py, d.values),
