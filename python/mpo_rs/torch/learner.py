@@ -195,7 +195,7 @@ class LearnerConfig:
         divides = self.grpo_norm_std and not self.grpo_leave_one_out
         return estimators.group_advantages(
             scores, group_ids, norm_std=self.grpo_norm_std, leave_one_out=self.grpo_leave_one_out,
-            **({"eps": self.grpo_eps} if divides else {}),
+            eps=self.grpo_eps if divides else None,
         )  # fmt: skip
 
     def _monte_carlo_returns(
