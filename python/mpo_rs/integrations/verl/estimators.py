@@ -115,13 +115,16 @@ def _group_advantage_estimator(leave_one_out: bool, name: str) -> Callable[..., 
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
         options = MPOOptions.from_config(config)
+        norm_std = bool(config_get(config, "norm_adv_by_std_in_grpo", True))
+        # eps only where the formula divides by the std (Rust refuses an eps it would ignore).
+        divides = norm_std and not leave_one_out
         out = padded.group_advantages(
             token_level_rewards,
             response_mask,
             _group_ids(index, _rows(response_mask), name),
             whiten=bool(options.whiten),
-            norm_std=bool(config_get(config, "norm_adv_by_std_in_grpo", True)),
-            eps=float(options.eps),
+            norm_std=norm_std,
+            eps=float(options.eps) if divides else None,
             leave_one_out=leave_one_out,
         )
         return out, out
