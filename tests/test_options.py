@@ -340,3 +340,16 @@ def test_the_column_spec_comes_from_rust_and_every_entry_point_reads_it():
     )
     args = cli._parser().parse_args(["diagnose", "in"])
     assert (args.mask_col, args.values_col, args.step_col) == ("loss_mask", "values", None)
+
+
+def test_every_exception_class_is_created_once_in_the_extension():
+    import mpo_rs.exceptions as ex
+    from mpo_rs import _deps, _native
+
+    for name in ex.__all__:
+        assert getattr(ex, name) is getattr(_native, name), name
+    assert _deps.MissingDependencyError is ex.MissingDependencyError
+    assert issubclass(ex.MissingDependencyError, ModuleNotFoundError)
+    err = ex.MissingDependencyError("`x` needs y: pip install 'mpo-rs[y]'", name="y")
+    assert err.name == "y"
+    assert pickle.loads(pickle.dumps(ex.InvalidConfigError("bad"))).args == ("bad",)
