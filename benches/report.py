@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_WHITENED, MPO_MAE
+
 # ---------------------------------------------------------------------------------------
 # Formatting
 
@@ -122,8 +124,6 @@ def batch_line(batch: dict[str, Any]) -> str:
 
 def render_gae(result: dict[str, Any]) -> str:
     med = medians(result)
-    from suite_gae import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_MAE
-
     floors = []
     for name in (MPO_GAE, MPO_MAE):
         if name in med and FLOOR in med:
@@ -197,8 +197,6 @@ def render_scaling(result: dict[str, Any]) -> str:
         + table(["tokens"] + [short(n) for n in names], rows)
     )
     # Speed-up of mpo_rs GAE over each peer at each size.
-    from suite_gae import MPO_GAE, MPO_GAE_WHITENED
-
     peer_names = [n for n in names if not n.startswith(("mpo_rs", "memory floor"))]
     rows = []
     for n in sizes:

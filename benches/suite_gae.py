@@ -38,17 +38,13 @@ from common import (
     try_peer,
     versions,
 )
+from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_WHITENED, MPO_MAE
 
 import mpo_rs
 
 GAMMA, LAM = 1.0, 0.95
 WHITEN_EPS = 1e-8  # verl's masked_whiten
 
-MPO_GAE = "mpo_rs.gae_advantages"
-MPO_GAE_WHITENED = "mpo_rs.gae_advantages + whitening (numpy)"
-MPO_MAE = "mpo_rs.mae_advantages"
-FLOOR = "memory floor: copy 2 inputs to 2 new arrays"
-BANDWIDTH_FLOOR = "memory floor: copy 2 inputs into 2 preallocated arrays"
 FLAT = "flat tokens + mask + offsets"
 
 

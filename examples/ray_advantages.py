@@ -19,7 +19,6 @@ Needs ``pip install mpo-rs[ray]`` on every node.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 from collections.abc import Sequence
@@ -27,12 +26,13 @@ from collections.abc import Sequence
 import ray
 import ray.data
 
+from mpo_rs import columns
 from mpo_rs.cli import add_option_flags, option_args
 from mpo_rs.integrations.ray import advantages_parquet
 from mpo_rs.options import ESTIMATORS, option_names
 
-# The estimator options advantages_parquet takes; their flags come from the options table.
-OPTIONS = [name for name in option_names() if name in inspect.signature(advantages_parquet).parameters]
+# advantages_parquet takes every option of the table, as the other entry points do.
+OPTIONS = list(option_names())
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -41,11 +41,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("output", help="directory to write the annotated Parquet files to")
     parser.add_argument("--estimator", choices=ESTIMATORS, default="mae")
     add_option_flags(parser.add_argument_group("estimator options (defaults: the estimator's own)"), OPTIONS)
-    parser.add_argument("--mask-col", default="loss_mask")
-    parser.add_argument("--values-col", default="values")
-    parser.add_argument("--rewards-col", default=None, help="token-level rewards (list column)")
-    parser.add_argument("--score-col", default=None, help="one outcome per row")
-    parser.add_argument("--group-col", default="group_id")
+    columns.add_flags(parser.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
     parser.add_argument("--batch-size", type=int, default=None, help="rows per map_batches call (default: a block)")
     parser.add_argument("--address", default=None, help="Ray cluster address ('auto' to join a running one)")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")

@@ -302,7 +302,7 @@ group_id_kinds = st.sampled_from(
     kind=group_id_kinds,
     norm_std=st.booleans(),
     leave_one_out=st.booleans(),
-    eps=st.sampled_from([1e-6, 1e-8, 0.5, 0.0, -1.0, np.nan, np.inf]),
+    eps=st.sampled_from([None, 1e-6, 1e-8, 0.5, 0.0, -1.0, np.nan, np.inf]),
 )
 def test_group_advantages_survive_anything_and_match_the_reference(scores, raw_ids, kind, norm_std, leave_one_out, eps):
     n = min(len(scores), len(raw_ids)) if kind != "short" else len(scores)
@@ -338,8 +338,13 @@ def test_group_advantages_survive_anything_and_match_the_reference(scores, raw_i
         ids = np.array([pick(g) for g in base] + [], dtype=object)
     args = dict(scores=s, group_ids=ids, norm_std=norm_std, eps=eps, leave_one_out=leave_one_out)
     out, err = call(mpo_rs.group_advantages, args)
+    # An eps the formula ignores (no std division) is refused, as drgrpo/rloo refuse it.
+    ignored_eps = eps is not None and (leave_one_out or not norm_std)
+    if eps is None:
+        eps = 1e-6
     # A 2-D id array is refused even when empty; one id too few only when there are scores.
     bad = kind == "2d" or (kind == "short" and n > 0) or not np.isfinite(s).all() or not (eps >= 0) or math.isinf(eps)
+    bad = bad or ignored_eps
     if bad:
         assert err is not None, "invalid input accepted"
         return
@@ -609,3 +614,81 @@ def test_learner_config_fields_give_a_config_or_an_invalid_option_error(data):
         warnings.simplefilter("ignore")  # e.g. bf16 autocast on a CPU without it
         metrics = Learner(model, torch.optim.SGD(model.parameters(), lr=0.1), config).step(batch)
     assert all(isinstance(v, float) for v in metrics.values())
+
+
+# --- GroupStatistics: scan and merge under random block splits and id types (issue 18) ---
+
+_POOLS = {
+    "int64": [0, 1, 2, -1, -7, 2**53, 2**53 + 1, 2**62],
+    "uint64": [0, 1, 2, 7, 2**63, 2**64 - 1],
+    "float64": [0.0, -0.0, 1.0, 2.0, 0.5, -7.0, 2.0**53, 1e20],
+    "string": ["0", "1", "a", ""],
+}
+
+
+@st.composite
+def _blocks(draw):
+    kinds = draw(st.lists(st.sampled_from(sorted(_POOLS)), min_size=1, max_size=5))
+    blocks = []
+    for kind in kinds:
+        ids = draw(st.lists(st.sampled_from(_POOLS[kind]), max_size=6))
+        scores = draw(st.lists(st.integers(-50, 50), min_size=len(ids), max_size=len(ids)))
+        blocks.append((kind, ids, [s / 4 for s in scores]))
+    return blocks
+
+
+def _expected_refusal(blocks) -> str | None:
+    """The group-id rule of docs/estimators.md, over the non-empty blocks: a pattern of the
+    messages of the rules broken (any of them may be reported first), or None."""
+    kinds = {kind for kind, ids, _ in blocks if ids}
+    ints = [i for kind, ids, _ in blocks if kind in ("int64", "uint64") for i in ids]
+    broken = []
+    if "string" in kinds and kinds - {"string"}:
+        broken.append("all numbers or all strings")
+    if "float64" in kinds and any(float(i) != i for i in ints):
+        broken.append("has no exact float64")
+    if "float64" not in kinds and "int64" in kinds and any(i > 2**63 - 1 for i in ints):
+        broken.append("beyond int64")
+    return "|".join(broken) or None
+
+
+@fuzz_settings
+@given(_blocks())
+def test_group_statistics_merge_equals_a_one_pass_reference(blocks):
+    pa = pytest.importorskip("pyarrow")
+    partials = []
+    for kind, ids, scores in blocks:
+        table = pa.table(
+            {
+                "g": pa.array(ids, {"string": pa.string()}.get(kind, getattr(pa, kind)())),
+                "score": pa.array(scores, pa.float32()),
+            }
+        )
+        stats = mpo_rs._native.GroupStatistics.scan(table, group_col="g", mask_col="m", score_col="score")
+        partials.append(pa.table(stats.to_arrow()))
+    labels = [f"block {i}" for i in range(len(blocks))]
+    refusal = _expected_refusal(blocks)
+    if refusal is not None:
+        with pytest.raises(mpo_rs.InvalidBatchError, match=refusal):
+            mpo_rs._native.GroupStatistics.merge(partials, labels=labels)
+        return
+    merged = pa.table(mpo_rs._native.GroupStatistics.merge(partials, labels=labels).to_arrow())
+    # The reference: one pass over every row, keys by exact value (Python's own rule: 1 ==
+    # 1.0, 2**53 + 1 != 2.0**53), strings a kind of their own.
+    ref_rows: dict[object, list[float]] = {}
+    for kind, ids, scores in blocks:
+        for i, s in zip(ids, scores, strict=True):
+            key = ("s", i) if kind == "string" else ("n", i)
+            ref_rows.setdefault(key, []).append(float(np.float32(s)))
+    got = merged.to_pydict()
+    assert len(got["group"]) == len(ref_rows), "one row per group, exact keys"
+    assert got["group"] == sorted(got["group"])
+    for g, n, total, m2 in zip(got["group"], got["count"], got["sum"], got["m2"], strict=True):
+        member = ref_rows[("s", g) if isinstance(g, str) else ("n", g)]
+        assert n == len(member)
+        mean = math.fsum(member) / n
+        assert total == pytest.approx(math.fsum(member), rel=1e-12, abs=1e-12)
+        assert m2 == pytest.approx(math.fsum((x - mean) ** 2 for x in member), rel=1e-9, abs=1e-9)
+    # A merged table merged alone is itself.
+    again = pa.table(mpo_rs._native.GroupStatistics.merge([merged]).to_arrow())
+    assert again.equals(merged)

@@ -236,3 +236,120 @@ def test_hierarchy_and_names():
     assert issubclass(mpo_rs.MissingDependencyError, ImportError)
     assert mpo_rs.arrow.InvalidOptionError is InvalidOptionError
     assert mpo_rs._native.InvalidBatchError is mpo_rs.InvalidBatchError
+
+
+# --------------------------------------------------------------------------- issue 18 item 5 / defect 10
+
+
+def test_a_huge_int_option_is_out_of_range_with_a_short_message():
+    with pytest.raises(InvalidOptionError) as info:
+        Estimator("mae", lam=10**400)
+    message = str(info.value)
+    assert "`lam` = 1000" in message and "out of range" in message and "not representable as a float" in message
+    assert "takes a float, got int" not in message and len(message) < 200
+
+
+def test_the_name_may_be_given_as_a_keyword():
+    assert Estimator(name="mae") == Estimator("mae")
+    assert Estimator(name="gae", lam=0.9) == Estimator("gae", lam=0.9)
+
+
+@pytest.mark.parametrize("call", ["estimator", "numpy", "numpy_estimator", "arrow", "arrow_estimator", "replace"])
+def test_a_misspelt_option_set_to_none_is_refused(call):
+    pattern = r"`lamb` is not an option of the mae estimator"
+    with pytest.raises(InvalidOptionError, match=pattern):
+        if call == "estimator":
+            Estimator("mae", lamb=None)
+        elif call == "numpy":
+            mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, lamb=None)
+        elif call == "numpy_estimator":
+            mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=Estimator("mae"), lamb=None)
+        elif call == "arrow":
+            mpo_rs.arrow.with_advantages(log_table(), lamb=None)
+        elif call == "arrow_estimator":
+            mpo_rs.arrow.with_advantages(log_table(), estimator=Estimator("mae", lam=0.5), lamb=None)
+        else:
+            Estimator("mae").replace(lamb=None)
+    # None for an option of the table still means its default (or, with an Estimator, its value).
+    assert Estimator("mae", lam=None) == Estimator("mae")
+    assert options.resolve(Estimator("mae", lam=0.5), {"lam": None}, "mae") == Estimator("mae", lam=0.5)
+
+
+@pytest.mark.parametrize("flag", [{"leave_one_out": True}, {"norm_std": False}])
+def test_grpo_refuses_an_eps_it_would_ignore(flag, tmp_path):
+    (key, value) = next(iter(flag.items()))
+    pattern = rf"`eps` does not apply to the grpo estimator with {key}={str(value).lower()}"
+    with pytest.raises(InvalidOptionError, match=pattern):
+        Estimator("grpo", eps=1e-3, **flag)
+    with pytest.raises(InvalidOptionError, match=pattern):
+        mpo_rs.group_advantages(SCORES, GROUPS, eps=1e-6, **flag)
+    with pytest.raises(InvalidOptionError, match=pattern):
+        Estimator("grpo", eps=1e-3).replace(**flag)
+    cli_flag = "--leave-one-out" if key == "leave_one_out" else "--no-norm-std"
+    assert cli_exit(tmp_path, "--estimator", "grpo", cli_flag, "--eps", "0.001")[0] == cli.EXIT_USAGE
+    # Without eps the estimator is fine, replaces and pickles (its eps is the default).
+    est = Estimator("grpo", **flag)
+    assert pickle.loads(pickle.dumps(est)) == est
+    assert Estimator("grpo").replace(**flag) == est
+    np.testing.assert_array_equal(
+        mpo_rs.group_advantages(SCORES, GROUPS, **flag),
+        mpo_rs.group_advantages(SCORES, GROUPS, estimator="rloo" if key == "leave_one_out" else "drgrpo"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("lam", "0.9"), ("norm_std", "false"), ("norm_std", "true"), ("length_adaptive_alpha", "0.05"), ("eps", b"1")],
+)
+def test_strings_are_refused_for_every_kind_naming_the_key(key, value):
+    name = next(row for row in TABLE if row["name"] == key)["estimators"][0]
+    with pytest.raises(InvalidOptionError, match=rf"`{key}` takes a .*got the string .*strings are not converted"):
+        Estimator(name, **{key: value})
+
+
+# --------------------------------------------------------------------------- the column spec
+
+
+def test_the_column_spec_comes_from_rust_and_every_entry_point_reads_it():
+    import inspect
+
+    from mpo_rs import _native, columns
+    from mpo_rs.diagnose import read
+
+    spec = _native.column_spec()
+    assert [r["name"] for r in spec][:6] == ["mask", "values", "rewards", "score", "group", "step"]
+    assert {r["role"] for r in spec} == {"input", "optional", "output"}
+    assert all(set(r) == {"name", "default", "type", "role", "doc"} and r["doc"] for r in spec)
+    assert (
+        columns.OUTPUT_COLUMNS
+        == mpo_rs.arrow.OUTPUT_COLUMNS
+        == ("advantages", "returns", "turn_index", "turn_advantages")
+    )
+    defaults = {"mask_col": columns.MASK, "values_col": columns.VALUES, "group_col": columns.GROUP}
+    for fn in (mpo_rs.arrow.with_advantages, mpo_rs.arrow.advantages_parquet, read.diagnose_logs):
+        for key, value in defaults.items():
+            if key in inspect.signature(fn).parameters:
+                assert inspect.signature(fn).parameters[key].default == value, (fn, key)
+    args = cli._parser().parse_args(["advantages", "in", "-o", "out"])
+    assert (args.mask_col, args.values_col, args.group_col, args.rewards_col, args.score_col) == (
+        "loss_mask",
+        "values",
+        "group_id",
+        None,
+        None,
+    )
+    args = cli._parser().parse_args(["diagnose", "in"])
+    assert (args.mask_col, args.values_col, args.step_col) == ("loss_mask", "values", None)
+
+
+def test_every_exception_class_is_created_once_in_the_extension():
+    import mpo_rs.exceptions as ex
+    from mpo_rs import _deps, _native
+
+    for name in ex.__all__:
+        assert getattr(ex, name) is getattr(_native, name), name
+    assert _deps.MissingDependencyError is ex.MissingDependencyError
+    assert issubclass(ex.MissingDependencyError, ModuleNotFoundError)
+    err = ex.MissingDependencyError("`x` needs y: pip install 'mpo-rs[y]'", name="y")
+    assert err.name == "y"
+    assert pickle.loads(pickle.dumps(ex.InvalidConfigError("bad"))).args == ("bad",)

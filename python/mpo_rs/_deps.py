@@ -8,12 +8,9 @@
 
 from __future__ import annotations
 
+from ._native import MissingDependencyError  # created with the other exceptions, in Rust
+
 __all__ = ["MissingDependencyError", "missing", "require"]
-
-
-class MissingDependencyError(ModuleNotFoundError):
-    """An optional dependency is not installed; the message (one line) names the extra that
-    installs it. A ModuleNotFoundError, so ``except ImportError`` still catches it."""
 
 
 def missing(feature: str, extra: str, error: ModuleNotFoundError) -> MissingDependencyError:

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import _native
 from ._deps import missing
+from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, VALUES
 from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import ESTIMATORS, Estimator, resolve
 
@@ -36,25 +37,24 @@ __all__ = [
     "with_advantages",
 ]
 
-OUTPUT_COLUMNS = ("advantages", "returns", "turn_index", "turn_advantages")
 
 # (mask, values, rewards, score, group)
 _Columns = tuple[str, str, str | None, str | None, str]
 
 # Tried, in this order, when neither a rewards nor a score column is named.
-_DEFAULT_REWARDS = "rewards"
-_DEFAULT_SCORE = "score"
+_DEFAULT_REWARDS = REWARDS
+_DEFAULT_SCORE = SCORE
 
 
 def with_advantages(
     table: Any,
     *,
     estimator: str | Estimator = "mae",
-    mask_col: str = "loss_mask",
-    values_col: str = "values",
+    mask_col: str = MASK,
+    values_col: str = VALUES,
     rewards_col: str | None = None,
     score_col: str | None = None,
-    group_col: str = "group_id",
+    group_col: str = GROUP,
     **options: Any,
 ) -> Any:
     """Returns ``table`` with the advantage columns appended.
@@ -123,11 +123,11 @@ def advantages_parquet(
     output: str | os.PathLike[str],
     *,
     estimator: str | Estimator = "mae",
-    mask_col: str = "loss_mask",
-    values_col: str = "values",
+    mask_col: str = MASK,
+    values_col: str = VALUES,
     rewards_col: str | None = None,
     score_col: str | None = None,
-    group_col: str = "group_id",
+    group_col: str = GROUP,
     progress: Callable[[str, int, int, int, float], object] | None = None,
     **options: Any,
 ) -> dict[str, int | float]:

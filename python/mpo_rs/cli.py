@@ -14,7 +14,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TextIO
 
-from . import diagnose
+from . import columns, diagnose
 from .arrow import advantages_parquet
 from .exceptions import InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
@@ -73,20 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
     )
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
-    cols = adv.add_argument_group("columns")
-    cols.add_argument(
-        "--mask-col", default="loss_mask", metavar="NAME", help="policy-token mask, list<bool|int> (loss_mask)"
-    )
-    cols.add_argument("--values-col", default="values", metavar="NAME", help="critic values, list<float> (values)")
-    cols.add_argument(
-        "--rewards-col", metavar="NAME", help="token-level rewards, list<float> (default: rewards, if present)"
-    )
-    cols.add_argument(
-        "--score-col", metavar="NAME", help="one outcome per trajectory (default: score, without rewards)"
-    )
-    cols.add_argument(
-        "--group-col", default="group_id", metavar="NAME", help="group ids for grpo/drgrpo/rloo (group_id)"
-    )
+    columns.add_flags(adv.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
     adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
     diagnose.add_parser(commands)
     reproduce.add_parser(commands)

@@ -14,15 +14,23 @@
     ImportError
     └── MissingDependencyError       an optional dependency is not installed
 
-The first three are created by the Rust extension, which maps every Rust error to one of
-them (operating-system failures become ``OSError`` with their errno), so tracebacks read
-``mpo_rs.exceptions.InvalidBatchError``.
+Every class is created by the Rust extension (``rust/python/src/errors.rs``, the one place
+they are defined), which also maps every Rust error to one of them (operating-system
+failures become ``OSError`` with their errno); this module re-exports them, so tracebacks
+read ``mpo_rs.exceptions.InvalidBatchError``.
 """
 
 from __future__ import annotations
 
-from ._deps import MissingDependencyError
-from ._native import InvalidBatchError, InvalidOptionError, MpoError
+from ._native import (
+    InvalidBatchError,
+    InvalidConfigError,
+    InvalidOptionError,
+    InvalidRolloutError,
+    MissingCriticValuesError,
+    MissingDependencyError,
+    MpoError,
+)
 
 __all__ = [
     "InvalidBatchError",
@@ -33,22 +41,3 @@ __all__ = [
     "MissingDependencyError",
     "MpoError",
 ]
-
-
-class InvalidRolloutError(MpoError):
-    """Rollouts (tensors, lengths, masks) the torch learner or losses cannot use, or an
-    action an environment refuses; the message names the argument and where."""
-
-
-class InvalidConfigError(MpoError):
-    """An integration option or an environment parameter is unknown or out of range, or a
-    configuration is missing."""
-
-
-class MissingCriticValuesError(MpoError):
-    """A critic estimator (mae, gae) was called without critic values."""
-
-
-for _cls in (InvalidRolloutError, InvalidConfigError, MissingCriticValuesError):
-    _cls.__module__ = __name__
-del _cls

@@ -22,6 +22,9 @@ __all__ = ["ESTIMATORS", "Estimator", "default", "family_estimators", "option_na
 ESTIMATORS: tuple[str, ...] = Estimator.names()
 """The estimator names (the table's)."""
 
+# Every option name of the table.
+_OPTION_NAMES = frozenset(row["name"] for row in Estimator.option_table())
+
 # The common case -- a name without overrides -- is built once.
 _DEFAULTS: dict[str, Estimator] = {}
 
@@ -31,7 +34,9 @@ def resolve(estimator: str | Estimator | None, overrides: dict[str, Any], defaul
     None for ``default``) with the keyword ``overrides`` applied (None values meaning the
     default). Raises :class:`mpo_rs.InvalidOptionError` naming a bad name or option."""
     if isinstance(estimator, Estimator):
-        given = {k: v for k, v in overrides.items() if v is not None}
+        # None keeps the estimator's own value; a name the table does not know goes on to be
+        # refused by Rust even with None (a misspelt option must not pass silently).
+        given = {k: v for k, v in overrides.items() if v is not None or k not in _OPTION_NAMES}
         return estimator.replace(**given) if given else estimator
     name = default if estimator is None else estimator
     if not overrides and isinstance(name, str):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import _native
+from .. import _native, columns
 from .._deps import MissingDependencyError
 from .._native import InvalidOptionError
 from .plot import REPORT_DIR, TOOL, require_matplotlib, write_report
@@ -38,13 +38,12 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--trajectories", metavar="K", help="comma-separated row numbers to draw (default: a success and a failure)"
     )
-    p.add_argument("--values-col", default="values", metavar="NAME")
-    p.add_argument("--mask-col", default="loss_mask", metavar="NAME")
-    p.add_argument(
-        "--score-col", metavar="NAME", help="outcome per trajectory (default: score, else the sum of rewards)"
+    score, rewards = columns.SCORE, columns.REWARDS
+    columns.add_flags(
+        p,
+        ("values", "mask", "score", "rewards", "step"),
+        helps={"score": f"outcome per trajectory (default: {score}, else the sum of {rewards})"},
     )
-    p.add_argument("--rewards-col", metavar="NAME")
-    p.add_argument("--step-col", metavar="NAME", help="training-step column (default: step, if present)")
     p.add_argument("--batch-rows", type=int, default=1024, metavar="N", help="rows per streamed batch (1024)")
 
 

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from .. import _native
 from .._deps import require
 from .._native import InvalidBatchError, InvalidOptionError
+from ..columns import MASK, REWARDS, SCORE, STEP, VALUES
 from .summary import between_share, summarize
 
 __all__ = ["Diagnosis", "TrajectoryTrace", "check_batch_rows", "diagnose_logs", "require_pyarrow"]
@@ -146,13 +147,13 @@ class _Columns:
             reward = ("score", score)
         elif rewards:
             reward = ("rewards", rewards)
-        elif "score" in names:
-            reward = ("score", "score")
-        elif "rewards" in names:
-            reward = ("rewards", "rewards")
+        elif SCORE in names:
+            reward = ("score", SCORE)
+        elif REWARDS in names:
+            reward = ("rewards", REWARDS)
         else:
-            reward = ("score", "score")  # reported as missing by the caller
-        return cls(values, mask, reward, step or ("step" if "step" in names else None))
+            reward = ("score", SCORE)  # reported as missing by the caller
+        return cls(values, mask, reward, step or (STEP if STEP in names else None))
 
 
 def _open(file: Path, cols: _Columns | None, options: dict[str, Any]) -> tuple[Any, _Columns]:
@@ -173,9 +174,9 @@ def _open(file: Path, cols: _Columns | None, options: dict[str, Any]) -> tuple[A
     names = set(schema.names)
     have = ", ".join(schema.names) or "none"
     if cols is None:
-        if not (options["score"] or options["rewards"] or names & {"score", "rewards"}):
+        if not (options["score"] or options["rewards"] or names & {SCORE, REWARDS}):
             raise InvalidBatchError(
-                f"{file}: missing column `score` or `rewards` (columns are: {have}); "
+                f"{file}: missing column `{SCORE}` or `{REWARDS}` (columns are: {have}); "
                 "name the outcome with --score-col or --rewards-col"
             )
         cols = _Columns.choose(names, **options)
@@ -190,8 +191,8 @@ def _open(file: Path, cols: _Columns | None, options: dict[str, Any]) -> tuple[A
 def diagnose_logs(
     path: str | os.PathLike[str],
     *,
-    values_col: str = "values",
-    mask_col: str = "loss_mask",
+    values_col: str = VALUES,
+    mask_col: str = MASK,
     score_col: str | None = None,
     rewards_col: str | None = None,
     step_col: str | None = None,

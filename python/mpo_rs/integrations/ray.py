@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,8 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.integrations.ray", "ray", _e) from None
 
-from .._native import GroupStatistics, annotate_batch, resolve_log_columns
+from .._native import GroupStatistics, annotate_batch, check_group_column, resolve_log_columns
+from ..columns import GROUP, MASK, VALUES
 from ..exceptions import InvalidBatchError
 from ..options import Estimator, resolve
 
@@ -77,33 +78,30 @@ def add_advantages(
     dataset: ray.data.Dataset,
     *,
     estimator: str | Estimator = "mae",
-    lam: float | None = None,
-    lam_intra: float | None = None,
-    beta: float | None = None,
-    gamma: float | None = None,
-    lam_critic: float | None = None,
-    eps: float | None = None,
-    mask_col: str = "loss_mask",
-    values_col: str = "values",
+    mask_col: str = MASK,
+    values_col: str = VALUES,
     rewards_col: str | None = None,
     score_col: str | None = None,
-    group_col: str = "group_id",
+    group_col: str = GROUP,
     batch_size: int | None = None,
+    **options: Any,
 ) -> ray.data.Dataset:
     """``dataset`` with the four advantage columns appended to every row.
 
-    Options and column names as :func:`mpo_rs.arrow.with_advantages` and the
-    ``mpo-rs advantages`` command (the estimator's defaults for options left None; an option
-    it does not use raises :class:`mpo_rs.InvalidOptionError`). Options and the columns'
-    types are checked here, on the driver, before any task runs.
+    ``estimator`` (a name or an :class:`mpo_rs.Estimator`), the options of the Rust table
+    (``lam=0.9``, ``norm_std=False``, ...; None meaning the default) and the column names
+    are those of :func:`mpo_rs.arrow.with_advantages` and the ``mpo-rs advantages``
+    command, resolved by the same :func:`mpo_rs.options.resolve`: an unknown option, or one
+    the estimator does not take, raises :class:`mpo_rs.InvalidOptionError`. Options and
+    the columns' types are checked here, on the driver, before any task runs.
 
     ``mae``/``gae`` return a lazy dataset. The group estimators first run the statistics
     pass (a Ray job that reads only the score and group columns) and then return the lazy
     mapped dataset. ``batch_size`` is the rows per ``map_batches`` call (None: one call per
     block). Errors in the data raise :class:`mpo_rs.InvalidBatchError` from the task that
-    meets them, naming the column and the row within the batch.
+    meets them, naming the column and the row within the batch; blocks whose group ids one
+    log cannot hold together (the group-id rule) are refused naming the blocks.
     """
-    options = {"lam": lam, "lam_intra": lam_intra, "beta": beta, "gamma": gamma, "lam_critic": lam_critic, "eps": eps}
     est = resolve(estimator, options, "mae")
     names = {"mask_col": mask_col, "values_col": values_col, "rewards_col": rewards_col, "score_col": score_col}
     columns = _Columns.resolve(dataset, est, group_col=group_col, **names)
@@ -122,14 +120,15 @@ def group_statistics(
     *,
     rewards_col: str | None = None,
     score_col: str | None = None,
-    group_col: str = "group_id",
-    mask_col: str = "loss_mask",
+    group_col: str = GROUP,
+    mask_col: str = MASK,
 ) -> pa.Table:
     """Per-group ``count``, ``sum``, ``mean`` and ``m2`` (sum of squared deviations from the
-    mean) of the row scores, one row per distinct ``group`` (sorted). A row's score is its
+    mean) of the row scores, one row per distinct ``group`` (sorted; int64, uint64, float64
+    or large_string: the one type that holds every id exactly). A row's score is its
     ``score_col`` value, or the sum of its token rewards (then rewards on observation tokens
     are refused, as ``mpo-rs advantages`` refuses them). Runs one Ray job."""
-    names = {"mask_col": mask_col, "values_col": "values", "rewards_col": rewards_col, "score_col": score_col}
+    names = {"mask_col": mask_col, "values_col": VALUES, "rewards_col": rewards_col, "score_col": score_col}
     columns = _Columns.resolve(dataset, Estimator("drgrpo"), group_col=group_col, **names)
     return _group_statistics(dataset, columns)
 
@@ -139,36 +138,42 @@ def advantages_parquet(
     output: str | os.PathLike[str],
     *,
     estimator: str | Estimator = "mae",
-    lam: float | None = None,
-    lam_intra: float | None = None,
-    beta: float | None = None,
-    gamma: float | None = None,
-    lam_critic: float | None = None,
-    eps: float | None = None,
-    mask_col: str = "loss_mask",
-    values_col: str = "values",
+    mask_col: str = MASK,
+    values_col: str = VALUES,
     rewards_col: str | None = None,
     score_col: str | None = None,
-    group_col: str = "group_id",
+    group_col: str = GROUP,
     batch_size: int | None = None,
-    **read_parquet_args: Any,
+    read_parquet_args: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> None:
-    """Reads Parquet rollout logs (files, directories or URIs) with ``ray.data.read_parquet``,
-    appends the advantage columns and writes the rows as Parquet files under ``output``
-    (``Dataset.write_parquet``). Unlike ``mpo-rs advantages``, file names and row order
-    follow Ray's blocks; keep an id column to join on, or set
-    ``ray.data.DataContext.get_current().execution_options.preserve_order = True``."""
-    paths = os.fspath(input) if isinstance(input, (str, os.PathLike)) else [os.fspath(p) for p in input]
-    dataset = ray.data.read_parquet(paths, **read_parquet_args)
+    """Reads Parquet rollout logs (files, directories or URIs) with ``ray.data.read_parquet``
+    (``read_parquet_args`` passed on to it), appends the advantage columns and writes the
+    rows as Parquet files under ``output`` (``Dataset.write_parquet``). ``estimator``,
+    ``options`` and the columns are those of :func:`add_advantages`. Unlike
+    ``mpo-rs advantages``, file names and row order follow Ray's blocks; keep an id column
+    to join on, or set
+    ``ray.data.DataContext.get_current().execution_options.preserve_order = True``.
+
+    For the group estimators, local inputs are first checked as ``mpo-rs advantages``
+    checks them (their footers only): files holding string group ids beside files holding
+    number ids raise :class:`mpo_rs.InvalidBatchError` naming both, where Ray's reader would
+    fail with Arrow's schema-merge error."""
+    est = resolve(estimator, options, "mae")
+    paths = [os.fspath(input)] if isinstance(input, (str, os.PathLike)) else [os.fspath(p) for p in input]
+    local = [p for p in paths if os.path.exists(p)]
+    read_args = dict(read_parquet_args or {})
+    if est.family == "group" and local and len(local) == len(paths):
+        check_group_column(local, group_col)
+        if "schema" not in read_args:
+            schema = _one_group_type(local, group_col)
+            if schema is not None:
+                read_args["schema"] = schema
+    source = paths[0] if isinstance(input, (str, os.PathLike)) else paths
+    dataset = ray.data.read_parquet(source, **read_args)
     annotated = add_advantages(
         dataset,
-        estimator=estimator,
-        lam=lam,
-        lam_intra=lam_intra,
-        beta=beta,
-        gamma=gamma,
-        lam_critic=lam_critic,
-        eps=eps,
+        estimator=est,
         mask_col=mask_col,
         values_col=values_col,
         rewards_col=rewards_col,
@@ -177,6 +182,26 @@ def advantages_parquet(
         batch_size=batch_size,
     )
     annotated.write_parquet(os.fspath(output))
+
+
+def _one_group_type(inputs: list[str], group_col: str) -> pa.Schema | None:
+    """For files whose group columns are numbers of different types (int64 here, double
+    there): the unified schema with the group column in the one type of the group-id rule
+    (float64 beside floats, else int64), so that Ray's reader casts every file to it -- left
+    to itself it may pick the first file's int64 and truncate 0.5. None when the files
+    agree (or have no such column)."""
+    import pyarrow.parquet as pq
+
+    from .._native import list_parquet_inputs
+
+    schemas = [pq.read_schema(f) for path in inputs for f in list_parquet_inputs(path)]
+    types = {s.field(group_col).type for s in schemas if group_col in s.names}
+    if len(types) < 2:
+        return None
+    values = [t.value_type if pa.types.is_dictionary(t) else t for t in types]
+    one = pa.float64() if any(pa.types.is_floating(t) for t in values) else pa.int64()
+    unified = pa.unify_schemas(schemas, promote_options="permissive")
+    return unified.set(unified.get_field_index(group_col), unified.field(group_col).with_type(one))
 
 
 def _arrow_schema(dataset: ray.data.Dataset) -> pa.Schema:
@@ -197,8 +222,11 @@ def _group_statistics(dataset: ray.data.Dataset, columns: _Columns) -> pa.Table:
         batch_size=None,
         zero_copy_batch=True,
     )
-    tables = [t for t in ray.get(partial.to_arrow_refs()) if t.num_rows]
-    return pa.table(GroupStatistics.merge(tables).to_arrow())
+    # In block order, empty blocks included, so an error of the group-id rule names the
+    # blocks as the dataset numbers them.
+    tables = ray.get(partial.to_arrow_refs())
+    labels = [f"block {i}" for i in range(len(tables))]
+    return pa.table(GroupStatistics.merge(tables, labels=labels).to_arrow())
 
 
 def _partial_statistics(batch: pa.Table, columns: _Columns) -> pa.Table:

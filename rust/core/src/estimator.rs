@@ -187,8 +187,25 @@ impl Estimator {
             };
             estimator.set(spec, value)?;
         }
+        if given.iter().any(|&(option, _)| option == "eps") {
+            estimator.refuse_unused_eps(name)?;
+        }
         estimator.validate()?;
         Ok(estimator)
+    }
+
+    /// An explicit `eps` that the group formula would not use (no std division: Dr. GRPO
+    /// or RLOO) is refused, as the `drgrpo` and `rloo` presets refuse it.
+    fn refuse_unused_eps(&self, name: &str) -> Result<()> {
+        let Estimator::Group(p) = self else { return Ok(()) };
+        let without = if p.leave_one_out {
+            "leave_one_out=true (RLOO divides by no std)"
+        } else if !p.norm_std {
+            "norm_std=false (Dr. GRPO divides by no std)"
+        } else {
+            return Ok(());
+        };
+        Err(option_error(format!("`eps` does not apply to the {name} estimator with {without}; leave it out")))
     }
 
     fn set(&mut self, spec: &OptionSpec, value: OptionValue) -> Result<()> {
@@ -316,5 +333,21 @@ mod tests {
         assert!(e.contains("unknown estimator `ppo`; choose one of mae, gae, grpo, drgrpo, rloo"), "{e}");
         let e = Estimator::from_options("mae", &[("lam", OptionValue::Bool(true))]).unwrap_err().to_string();
         assert!(e.contains("`lam` takes a float"), "{e}");
+    }
+
+    #[test]
+    fn an_eps_the_formula_would_ignore_is_refused() {
+        // grpo with leave_one_out or without norm_std never divides by the std: an explicit
+        // eps there was silently ignored (issue 18 item 10), as drgrpo/rloo refuse it.
+        for (flag, value) in [("leave_one_out", true), ("norm_std", false)] {
+            let given = [(flag, OptionValue::Bool(value)), ("eps", OptionValue::Float(1e-3))];
+            let e = Estimator::from_options("grpo", &given).unwrap_err().to_string();
+            assert!(e.contains("`eps` does not apply to the grpo estimator with"), "{e}");
+            assert!(e.contains(&format!("{flag}={value}")), "{e}");
+            // Without eps the same estimator is fine.
+            assert!(Estimator::from_options("grpo", &given[..1]).is_ok());
+        }
+        let e = Estimator::from_options("grpo", &[("eps", OptionValue::Float(1e-3))]).unwrap();
+        assert_eq!(e.option("eps"), Some(OptionValue::Float(1e-3)));
     }
 }

@@ -27,25 +27,51 @@ pub fn group_advantages(
         .zip(group_index)
         .map(|(&s, &g)| {
             let g = g as usize;
-            let n = sums.count[g];
-            if n < 2 {
-                return 0.0;
-            }
-            let s = s as f64;
-            let a = if params.leave_one_out {
-                s - (sums.sum[g] - s) / (n - 1) as f64
-            } else if params.norm_std {
-                (s - sums.mean[g]) / ((sums.sq_dev[g] / (n - 1) as f64).sqrt() + params.eps)
-            } else {
-                s - sums.mean[g]
-            };
-            a as f32
+            group_advantage(
+                params,
+                s,
+                &GroupMoments { count: sums.count[g], sum: sums.sum[g], mean: sums.mean[g], sq_dev: sums.sq_dev[g] },
+            )
         })
         .collect();
     if let Some(j) = out.iter().position(|a| !a.is_finite()) {
         return Err(MpoError::NonFiniteTrajectoryOutput { output: "advantages", value: out[j], trajectory: j });
     }
     Ok(out)
+}
+
+/// The statistics of one group that its members' advantages depend on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupMoments {
+    /// Members of the group.
+    pub count: u64,
+    /// Sum of their scores (f64, in trajectory order).
+    pub sum: f64,
+    /// `sum / count`.
+    pub mean: f64,
+    /// Sum of squared deviations of the scores from `mean`.
+    pub sq_dev: f64,
+}
+
+/// The advantage of one member with `score` in a group with moments `m`: GRPO
+/// `(s − mean) / (unbiased std + eps)`, Dr. GRPO `s − mean`, RLOO `s − (sum − s)/(n − 1)`;
+/// 0 for a group of one. The one place the formula is written (the numpy path and the
+/// rollout-log tools both call it), so both round the same.
+#[inline]
+pub fn group_advantage(params: &GroupParams, score: f32, m: &GroupMoments) -> f32 {
+    let n = m.count;
+    if n < 2 {
+        return 0.0;
+    }
+    let s = score as f64;
+    let a = if params.leave_one_out {
+        s - (m.sum - s) / (n - 1) as f64
+    } else if params.norm_std {
+        (s - m.mean) / ((m.sq_dev / (n - 1) as f64).sqrt() + params.eps)
+    } else {
+        s - m.mean
+    };
+    a as f32
 }
 
 /// Each trajectory's group baseline, in f64, for estimators that put the baseline in place

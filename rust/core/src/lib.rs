@@ -26,7 +26,9 @@ pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
 pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use gae::{gae_advantages, GaeOutput};
-pub use group::{broadcast_to_tokens, group_advantages, group_baselines, GroupBaselines};
+pub use group::{
+    broadcast_to_tokens, group_advantage, group_advantages, group_baselines, GroupBaselines, GroupMoments,
+};
 pub use layout::{Layout, Rewards};
 pub use mae::{mae_advantages, MaeOutput};
 pub use params::{GaeParams, GroupParams, MaeParams};

@@ -386,7 +386,7 @@ mod tests {
         assert_eq!(&*scores, &[1.0, -0.5, 0.0, 0.0]);
         while stats.wants_scan() {
             stats.scan("group_id", &batch, &scores).unwrap();
-            stats.finish_scan();
+            stats.finish_scan().unwrap();
         }
         let a = annotate(&batch, &cols, &est, Some(&stats)).unwrap();
         let adv = a.columns[0].as_list::<i32>().values().as_primitive::<Float32Type>().values().to_vec();

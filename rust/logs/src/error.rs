@@ -70,6 +70,11 @@ pub enum DataError {
     #[error("column `{column}` is already in the input; the tool appends it and will not overwrite it")]
     OutputColumnExists { column: String },
 
+    /// Group ids of inputs (files, blocks) that one log cannot hold together (the
+    /// group-id rule, [`crate::groups::IdKinds`]).
+    #[error("column `{column}`: {detail}")]
+    GroupIds { column: String, detail: String },
+
     #[error("{0}")]
     Capacity(String),
 

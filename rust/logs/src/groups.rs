@@ -16,30 +16,13 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch, UInt64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{self as dt, DataType, Field, Schema};
-use mpo_core::GroupParams;
+use mpo_core::{group_advantage, GroupMoments, GroupParams};
 
 use crate::error::DataError;
-use crate::schema::column;
-
-const EXPECTED: &str = "integer, float or string (or a dictionary of them)";
-
-pub(crate) fn check_group_type(name: &str, ty: &DataType) -> Result<(), DataError> {
-    let ok = |t: &DataType| {
-        t.is_integer() || t.is_floating() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-    };
-    let usable = match ty {
-        DataType::Dictionary(_, v) => ok(v),
-        t => ok(t),
-    };
-    if usable {
-        Ok(())
-    } else {
-        Err(DataError::ColumnType { column: name.into(), found: ty.to_string(), expected: EXPECTED })
-    }
-}
+use crate::schema::{check_group_type, column, GROUP_TYPES};
 
 /// Which scan of the statistics a [`GroupStats`] is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,36 +47,127 @@ pub struct GroupStats {
     phase: Phase,
     /// `sq_dev` is known (GRPO's std can be computed).
     deviations: bool,
-    /// The type the group ids came in, for [`GroupStats::to_table`].
-    key_type: KeyType,
+    /// The kinds of group column seen and where: the log's one id type.
+    kinds: IdKinds,
+    /// The name of the input being scanned (a file, a statistics table), for errors.
+    source: String,
+    /// The group column's name, for errors.
+    group_column: String,
 }
 
-/// The kind of the group column(s) seen, after expanding dictionaries.
+/// The kind of a group column (dictionaries by their values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum KeyType {
-    None,
-    Int,
+pub enum IdKind {
+    Signed,
+    Unsigned,
     Float,
     Str,
-    Mixed,
 }
 
-impl KeyType {
-    fn of(ty: &DataType) -> Self {
+impl IdKind {
+    pub fn of(ty: &DataType) -> Self {
         match ty {
             DataType::Dictionary(_, v) => Self::of(v),
-            t if t.is_integer() => KeyType::Int,
-            t if t.is_floating() => KeyType::Float,
-            _ => KeyType::Str,
+            DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => IdKind::Unsigned,
+            t if t.is_integer() => IdKind::Signed,
+            t if t.is_floating() => IdKind::Float,
+            _ => IdKind::Str,
+        }
+    }
+}
+
+/// The group-id rule across the files or blocks of one log (docs/estimators.md): the ids
+/// of every input share one column type — the one Arrow unifies their types to (Ray reads
+/// a log that way) — and each id is exact in it. Numbers of any width compare by value
+/// (int + float: float64, signed + unsigned: int64); strings never share a log with
+/// numbers (`1` and `"1"` are two groups, and no Arrow column holds both). So an int id
+/// beyond ±2^53 cannot sit beside float ids, nor a uint64 id above int64's range beside
+/// signed ids: refused, naming the inputs, rather than merged by a rounded value.
+#[derive(Debug, Default)]
+pub struct IdKinds {
+    /// Where each kind of column was first seen (signed, unsigned, float, string).
+    signed: Option<String>,
+    unsigned: Option<String>,
+    float: Option<String>,
+    string: Option<String>,
+    /// The first id (from an integer column) that float64 cannot hold exactly, and where.
+    inexact: Option<(i128, String)>,
+    /// The first id above int64's range, and where.
+    above_i64: Option<(i128, String)>,
+}
+
+impl IdKinds {
+    /// Notes a group column of type `ty` in the input `source`.
+    pub fn column(&mut self, ty: &DataType, source: &str) -> Result<(), String> {
+        let slot = match IdKind::of(ty) {
+            IdKind::Signed => &mut self.signed,
+            IdKind::Unsigned => &mut self.unsigned,
+            IdKind::Float => &mut self.float,
+            IdKind::Str => &mut self.string,
+        };
+        if slot.is_some() {
+            return Ok(());
+        }
+        *slot = Some(source.to_string());
+        self.check(false)
+    }
+
+    /// Notes a new integral id `k` (the first time it is seen) in `source`.
+    fn int(&mut self, k: i128, source: &str) -> Result<(), String> {
+        let mut changed = false;
+        if self.inexact.is_none() && (k as f64) as i128 != k {
+            self.inexact = Some((k, source.to_string()));
+            changed = true;
+        }
+        if self.above_i64.is_none() && k > i64::MAX as i128 {
+            self.above_i64 = Some((k, source.to_string()));
+            changed = true;
+        }
+        if changed {
+            self.check(false)
+        } else {
+            Ok(())
         }
     }
 
-    fn and(self, other: Self) -> Self {
-        match (self, other) {
-            (KeyType::None, t) | (t, KeyType::None) => t,
-            (a, b) if a == b => a,
-            (KeyType::Int, KeyType::Float) | (KeyType::Float, KeyType::Int) => KeyType::Float,
-            _ => KeyType::Mixed,
+    /// The rule, over what has been seen so far. Strings beside numbers and an inexact int
+    /// beside floats stay broken whatever comes next; an id beyond int64 beside signed ids
+    /// is fine if float ids come later (float64 then holds them), so that part is checked
+    /// only when every input is in (`all_in`).
+    fn check(&self, all_in: bool) -> Result<(), String> {
+        let number = self.float.as_ref().or(self.signed.as_ref()).or(self.unsigned.as_ref());
+        if let (Some(strings), Some(numbers)) = (&self.string, number) {
+            return Err(format!(
+                "string group ids in {strings} but number ids in {numbers}: a log's group ids are all numbers or \
+                 all strings (1 and \"1\" are two groups, and no one column type holds both); write them with one \
+                 type in every file"
+            ));
+        }
+        if let (Some(floats), Some((k, at))) = (&self.float, &self.inexact) {
+            return Err(format!(
+                "group id {k} in {at} has no exact float64, and {floats} holds float ids: integer ids share a log \
+                 with float ids only within ±2^53 (they compare by value); write the ids with one type in every file"
+            ));
+        }
+        if let (true, None, Some(signed), Some((k, at))) = (all_in, &self.float, &self.signed, &self.above_i64) {
+            return Err(format!(
+                "group id {k} in {at} is beyond int64, and {signed} holds signed integer ids: no one integer \
+                 type holds both; write the ids with one type in every file"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The one column type of the ids seen (int64 when none were).
+    fn data_type(&self) -> DataType {
+        if self.string.is_some() {
+            DataType::LargeUtf8
+        } else if self.float.is_some() {
+            DataType::Float64
+        } else if self.unsigned.is_some() && self.signed.is_none() {
+            DataType::UInt64
+        } else {
+            DataType::Int64
         }
     }
 }
@@ -114,8 +188,23 @@ impl GroupStats {
             sq_dev: Vec::new(),
             phase: Phase::Sums,
             deviations: false,
-            key_type: KeyType::None,
+            kinds: IdKinds::default(),
+            source: "the input".into(),
+            group_column: STATISTICS_COLUMNS[0].into(),
         }
+    }
+
+    /// Names the input the following scans read (a file), for the errors of the group-id
+    /// rule across inputs.
+    pub fn set_source(&mut self, source: impl Into<String>) {
+        self.source = source.into();
+    }
+
+    /// Notes the group column's type of an input before it is scanned (e.g. from a file's
+    /// schema), so that a log mixing kinds is refused before any row is read.
+    pub fn note_column(&mut self, column: &str, ty: &DataType, source: &str) -> Result<(), DataError> {
+        self.group_column = column.into();
+        self.kinds.column(ty, source).map_err(|detail| DataError::GroupIds { column: column.into(), detail })
     }
 
     /// The statistics of `batches` alone (each with its row scores): count, sum, mean and
@@ -129,7 +218,7 @@ impl GroupStats {
                 stats.scan(group_col, batch, scores).map_err(|e| e.shift_rows(base))?;
                 base += batch.num_rows() as u64;
             }
-            stats.finish_scan();
+            stats.finish_scan()?;
         }
         Ok(stats)
     }
@@ -138,13 +227,20 @@ impl GroupStats {
     /// n = Σ n_i, sum = Σ sum_i, mean = sum / n, and
     /// m2 = Σ (m2_i + n_i (sum_i / n_i − mean)²) (Chan et al.'s parallel variance).
     /// One table merged alone gives back its own statistics.
-    pub fn merge(params: GroupParams, tables: &[RecordBatch]) -> Result<Self, DataError> {
+    /// `labels` name the tables in errors (default: "statistics table i").
+    pub fn merge(params: GroupParams, tables: &[RecordBatch], labels: Option<&[String]>) -> Result<Self, DataError> {
         let mut out = GroupStats::new(params);
         let mut members = Vec::with_capacity(tables.len());
-        for table in tables {
+        for (i, table) in tables.iter().enumerate() {
             let (count, sum, m2) = (numbers_of(table, 1)?, numbers_of(table, 2)?, numbers_of(table, 4)?);
             let mut groups = Vec::with_capacity(table.num_rows());
-            out.key_type = out.key_type.and(KeyType::of(column(table, STATISTICS_COLUMNS[0])?.data_type()));
+            out.source = labels.and_then(|l| l.get(i)).cloned().unwrap_or_else(|| format!("statistics table {i}"));
+            // An empty table (of an empty block) holds no ids, whatever its type.
+            if table.num_rows() > 0 {
+                let ty = column(table, STATISTICS_COLUMNS[0])?.data_type().clone();
+                let source = out.source.clone();
+                out.note_column(STATISTICS_COLUMNS[0], &ty, &source)?;
+            }
             for_each_key(table, STATISTICS_COLUMNS[0], |row, key| {
                 let n = count[row];
                 let usable = n >= 1.0 && n.fract() == 0.0 && sum[row].is_finite() && m2[row] >= 0.0;
@@ -154,7 +250,7 @@ impl GroupStats {
                         sum[row], m2[row]
                     )));
                 }
-                let g = out.intern(key);
+                let g = out.intern(STATISTICS_COLUMNS[0], key)?;
                 out.count[g] += n as u64;
                 out.sum[g] += sum[row];
                 groups.push(g);
@@ -171,25 +267,27 @@ impl GroupStats {
         }
         out.phase = Phase::Ready;
         out.deviations = true;
+        out.check_ids()?;
         Ok(out)
     }
 
-    /// The statistics as a table, one row per group sorted by id: `group` (int64, float64
-    /// or large_string, as the ids came), `count` int64, `sum`, `mean`, `m2` float64 (fields
+    /// The statistics as a table, one row per group sorted by id: `group` (int64, uint64,
+    /// float64 or large_string: the one type of the ids, see [`IdKinds`]), `count` int64, `sum`, `mean`, `m2` float64 (fields
     /// nullable, as pyarrow builds them; no value is null).
     pub fn to_table(&self) -> Result<RecordBatch, DataError> {
         let mut order: Vec<usize> = (0..self.count.len()).collect();
-        let group: ArrayRef = match self.key_type {
-            KeyType::None | KeyType::Int => {
-                let mut keys = vec![0i64; self.count.len()];
-                for (&k, &g) in &self.ints {
-                    keys[g] = i64::try_from(k)
-                        .map_err(|_| DataError::Capacity(format!("group id {k} does not fit in int64")))?;
+        self.check_ids()?;
+        let group: ArrayRef = match self.kinds.data_type() {
+            DataType::LargeUtf8 => {
+                let mut keys = vec![""; self.count.len()];
+                for (k, &g) in &self.strings {
+                    keys[g] = k;
                 }
                 order.sort_by_key(|&g| keys[g]);
-                Arc::new(Int64Array::from_iter_values(order.iter().map(|&g| keys[g])))
+                Arc::new(LargeStringArray::from_iter_values(order.iter().map(|&g| keys[g])))
             }
-            KeyType::Float => {
+            DataType::Float64 => {
+                // Every integral id is exact in f64 (the rule, checked above).
                 let mut keys = vec![0f64; self.count.len()];
                 for (&k, &g) in &self.ints {
                     keys[g] = k as f64;
@@ -200,18 +298,21 @@ impl GroupStats {
                 order.sort_by(|&a, &b| keys[a].total_cmp(&keys[b]));
                 Arc::new(Float64Array::from_iter_values(order.iter().map(|&g| keys[g])))
             }
-            KeyType::Str => {
-                let mut keys = vec![""; self.count.len()];
-                for (k, &g) in &self.strings {
-                    keys[g] = k;
+            DataType::UInt64 => {
+                let mut keys = vec![0u64; self.count.len()];
+                for (&k, &g) in &self.ints {
+                    keys[g] = u64::try_from(k).map_err(|_| capacity(k, "uint64"))?;
                 }
                 order.sort_by_key(|&g| keys[g]);
-                Arc::new(LargeStringArray::from_iter_values(order.iter().map(|&g| keys[g])))
+                Arc::new(UInt64Array::from_iter_values(order.iter().map(|&g| keys[g])))
             }
-            KeyType::Mixed => {
-                return Err(DataError::Capacity(
-                    "group ids of both string and number types cannot share one table".into(),
-                ))
+            _ => {
+                let mut keys = vec![0i64; self.count.len()];
+                for (&k, &g) in &self.ints {
+                    keys[g] = i64::try_from(k).map_err(|_| capacity(k, "int64"))?;
+                }
+                order.sort_by_key(|&g| keys[g]);
+                Arc::new(Int64Array::from_iter_values(order.iter().map(|&g| keys[g])))
             }
         };
         let floats = |v: &[f64]| -> ArrayRef { Arc::new(Float64Array::from_iter_values(order.iter().map(|&g| v[g]))) };
@@ -238,16 +339,19 @@ impl GroupStats {
 
     /// Feeds one batch of the current scan, rows in file order.
     pub fn scan(&mut self, group_col: &str, batch: &RecordBatch, scores: &[f32]) -> Result<(), DataError> {
-        if let Some(array) = batch.column_by_name(group_col) {
-            self.key_type = self.key_type.and(KeyType::of(array.data_type()));
-        }
         match self.phase {
-            Phase::Sums => for_each_key(batch, group_col, |row, key| {
-                let g = self.intern(key);
-                self.count[g] += 1;
-                self.sum[g] += scores[row] as f64;
-                Ok(())
-            }),
+            Phase::Sums => {
+                if let Some(array) = batch.column_by_name(group_col).filter(|a| !a.is_empty()) {
+                    let (ty, source) = (array.data_type().clone(), self.source.clone());
+                    self.note_column(group_col, &ty, &source)?;
+                }
+                for_each_key(batch, group_col, |row, key| {
+                    let g = self.intern(group_col, key)?;
+                    self.count[g] += 1;
+                    self.sum[g] += scores[row] as f64;
+                    Ok(())
+                })
+            }
             Phase::Deviations => for_each_key(batch, group_col, |row, key| {
                 let g = self.find(key).ok_or_else(|| unknown(group_col, row))?;
                 let d = scores[row] as f64 - self.mean[g];
@@ -258,8 +362,16 @@ impl GroupStats {
         }
     }
 
-    /// Ends the current scan.
-    pub fn finish_scan(&mut self) {
+    /// The group-id rule over every input seen (after the last one).
+    fn check_ids(&self) -> Result<(), DataError> {
+        self.kinds.check(true).map_err(|detail| DataError::GroupIds { column: self.group_column.clone(), detail })
+    }
+
+    /// Ends the current scan; after the first, checks the group-id rule over all inputs.
+    pub fn finish_scan(&mut self) -> Result<(), DataError> {
+        if self.phase == Phase::Sums {
+            self.check_ids()?;
+        }
         self.phase = match self.phase {
             Phase::Sums => {
                 self.mean = self.sum.iter().zip(&self.count).map(|(&s, &n)| s / n.max(1) as f64).collect();
@@ -275,6 +387,7 @@ impl GroupStats {
             }
             Phase::Ready => Phase::Ready,
         };
+        Ok(())
     }
 
     pub fn n_groups(&self) -> usize {
@@ -312,19 +425,8 @@ impl GroupStats {
     }
 
     fn advantage(&self, params: &GroupParams, g: usize, score: f32) -> f32 {
-        let n = self.count[g];
-        if n < 2 {
-            return 0.0;
-        }
-        let s = score as f64;
-        let a = if params.leave_one_out {
-            s - (self.sum[g] - s) / (n - 1) as f64
-        } else if params.norm_std {
-            (s - self.mean[g]) / ((self.sq_dev[g] / (n - 1) as f64).sqrt() + params.eps)
-        } else {
-            s - self.mean[g]
-        };
-        a as f32
+        let m = GroupMoments { count: self.count[g], sum: self.sum[g], mean: self.mean[g], sq_dev: self.sq_dev[g] };
+        group_advantage(params, score, &m)
     }
 
     fn find(&self, key: Key<'_>) -> Option<usize> {
@@ -335,9 +437,13 @@ impl GroupStats {
         }
     }
 
-    fn intern(&mut self, key: Key<'_>) -> usize {
+    /// The index of `key`, added if new (checked against the group-id rule).
+    fn intern(&mut self, column: &str, key: Key<'_>) -> Result<usize, DataError> {
         if let Some(g) = self.find(key) {
-            return g;
+            return Ok(g);
+        }
+        if let Key::Int(k) = key {
+            self.kinds.int(k, &self.source).map_err(|detail| DataError::GroupIds { column: column.into(), detail })?;
         }
         let g = self.count.len();
         match key {
@@ -348,7 +454,7 @@ impl GroupStats {
         self.count.push(0);
         self.sum.push(0.0);
         self.sq_dev.push(0.0);
-        g
+        Ok(g)
     }
 }
 
@@ -369,6 +475,10 @@ fn numbers_of(table: &RecordBatch, index: usize) -> Result<Vec<f64>, DataError> 
         });
     };
     Ok(values.as_primitive::<dt::Float64Type>().values().to_vec())
+}
+
+fn capacity(k: i128, ty: &str) -> DataError {
+    DataError::Capacity(format!("group id {k} does not fit in {ty}"))
 }
 
 fn unknown(column: &str, row: usize) -> DataError {
@@ -415,7 +525,7 @@ fn for_each_key(
             expanded = cast(array, v).map_err(|e| DataError::ColumnType {
                 column: name.into(),
                 found: format!("{} ({e})", array.data_type()),
-                expected: EXPECTED,
+                expected: GROUP_TYPES,
             })?;
             &expanded
         }
@@ -473,7 +583,7 @@ fn for_each_key(
     if let Some(s) = array.as_string_view_opt() {
         return s.iter().enumerate().try_for_each(|(row, v)| f(row, Key::Str(v.unwrap_or_default())));
     }
-    Err(DataError::ColumnType { column: name.into(), found: array.data_type().to_string(), expected: EXPECTED })
+    Err(DataError::ColumnType { column: name.into(), found: array.data_type().to_string(), expected: GROUP_TYPES })
 }
 
 #[cfg(test)]
@@ -488,7 +598,7 @@ mod tests {
             for (b, s) in batches {
                 stats.scan("g", b, s).unwrap();
             }
-            stats.finish_scan();
+            stats.finish_scan().unwrap();
         }
         stats
     }
@@ -612,7 +722,7 @@ mod tests {
             .collect();
         let partials: Vec<RecordBatch> =
             batches.iter().map(|(b, s)| GroupStats::of_batches("g", &[(b, s)]).unwrap().to_table().unwrap()).collect();
-        let merged = GroupStats::merge(GroupParams::default(), &partials).unwrap();
+        let merged = GroupStats::merge(GroupParams::default(), &partials, None).unwrap();
         let table = merged.to_table().unwrap();
         let keys = table.column(0).as_primitive::<dt::Int64Type>().values().to_vec();
         let mut want_keys = ids.clone();
@@ -621,7 +731,7 @@ mod tests {
         assert_eq!(keys, want_keys, "one row per group, sorted");
         // Merging the merged table alone gives it back.
         assert_eq!(
-            GroupStats::merge(GroupParams::default(), std::slice::from_ref(&table)).unwrap().to_table().unwrap(),
+            GroupStats::merge(GroupParams::default(), std::slice::from_ref(&table), None).unwrap().to_table().unwrap(),
             table
         );
         let count = table.column(1).as_primitive::<dt::Int64Type>().values();
@@ -652,6 +762,42 @@ mod tests {
     }
 
     #[test]
+    fn ids_a_log_cannot_hold_together_are_refused_naming_the_inputs() {
+        // issue 18 defect 8: int64 2^53 + 1 in one input and float ids in another were two
+        // table rows keyed by the same float; strings beside numbers failed only in Ray.
+        let stats_of = |inputs: Vec<(&str, ArrayRef)>| -> Result<GroupStats, DataError> {
+            let mut stats = GroupStats::new(GroupParams { norm_std: false, ..Default::default() });
+            for (source, ids) in inputs {
+                stats.set_source(source);
+                let n = ids.len();
+                let b = RecordBatch::try_from_iter([("g", ids)]).unwrap();
+                stats.scan("g", &b, &vec![1.0; n])?;
+            }
+            stats.finish_scan()?;
+            Ok(stats)
+        };
+        let big: ArrayRef = Arc::new(Int64Array::from(vec![1 << 53, (1 << 53) + 1]));
+        let floats: ArrayRef = Arc::new(Float64Array::from(vec![0.5, 2f64.powi(53)]));
+        let e = stats_of(vec![("a", big.clone()), ("b", floats.clone())]).unwrap_err().to_string();
+        assert!(e.contains("9007199254740993 in a has no exact float64, and b holds float ids"), "{e}");
+        let e = stats_of(vec![("b", floats.clone()), ("a", big)]).unwrap_err().to_string();
+        assert!(e.contains("9007199254740993 in a has no exact float64, and b holds float ids"), "{e}");
+        let strings: ArrayRef = Arc::new(StringArray::from(vec!["1"]));
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let e = stats_of(vec![("a", ints.clone()), ("b", strings)]).unwrap_err().to_string();
+        assert!(e.contains("string group ids in b but number ids in a"), "{e}");
+        // A uint64 id beyond int64 beside signed ids: refused, unless float ids make the
+        // one type float64 (which holds 2^63 exactly).
+        let huge: ArrayRef = Arc::new(UInt64Array::from(vec![1u64 << 63]));
+        let e = stats_of(vec![("a", ints.clone()), ("b", huge.clone())]).unwrap_err().to_string();
+        assert!(e.contains("9223372036854775808 in b is beyond int64, and a holds signed"), "{e}");
+        let ok = stats_of(vec![("a", ints), ("b", huge), ("c", floats)]).unwrap();
+        let t = ok.to_table().unwrap();
+        assert_eq!(t.column(0).data_type(), &DataType::Float64);
+        assert_eq!(t.num_rows(), 4);
+    }
+
+    #[test]
     fn statistics_tables_keep_the_id_type() {
         let floats: ArrayRef = Arc::new(Float64Array::from(vec![2.5, 1.0, -0.0]));
         let b = RecordBatch::try_from_iter([("g", floats)]).unwrap();
@@ -667,7 +813,7 @@ mod tests {
         let g: ArrayRef = Arc::new(Int64Array::from(vec![1]));
         let bad = RecordBatch::try_from_iter(STATISTICS_COLUMNS.into_iter().zip([g, f(1.5), f(0.0), f(0.0), f(0.0)]))
             .unwrap();
-        let e = GroupStats::merge(GroupParams::default(), &[bad]).unwrap_err();
+        let e = GroupStats::merge(GroupParams::default(), &[bad], None).unwrap_err();
         assert!(e.to_string().contains("count 1.5"), "{e}");
     }
 }

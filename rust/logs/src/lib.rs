@@ -31,9 +31,9 @@ pub use annotate::{
 pub use decode::{read_numbers, read_row_scores, ListOffsets, RewardData, Rollouts};
 pub use error::{DataError, FileAt, LogError};
 pub use estimator::{Estimator, EstimatorColumns, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
-pub use groups::{GroupStats, STATISTICS_COLUMNS};
-pub use pipeline::{run, Job, Phase, Progress, Summary, Tuning};
-pub use schema::{ColumnSpec, Columns, ListKind, Needs, RewardColumn, OUTPUT_COLUMNS};
+pub use groups::{GroupStats, IdKind, IdKinds, STATISTICS_COLUMNS};
+pub use pipeline::{check_group_column, run, Job, Phase, Progress, Summary, Tuning};
+pub use schema::{ColumnRow, ColumnSpec, Columns, ListKind, Needs, RewardColumn, COLUMNS, OUTPUT_COLUMNS};
 pub use table::{annotate_batches, annotate_table};
 
 #[cfg(test)]

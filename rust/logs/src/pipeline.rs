@@ -267,6 +267,31 @@ impl Clock<'_> {
     }
 }
 
+/// The group-id rule across the Parquet files of `inputs` (each listed as [`run`] lists it),
+/// on their schemas only: a log whose files hold string ids beside number ids is refused,
+/// naming both files, as [`run`] refuses it before reading a row. For adapters that read
+/// the files another way (the Ray adapter, whose reader would fail on such a log with
+/// Arrow's schema-merge error). Files without the column are left to the column checks.
+pub fn check_group_column(inputs: &[PathBuf], group_col: &str) -> Result<(), LogError> {
+    let mut stats = GroupStats::new(mpo_core::GroupParams::default());
+    let mut files = Vec::new();
+    for input in inputs {
+        files.extend(crate::paths::list_inputs(input)?);
+    }
+    for path in files {
+        let file = File::open(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
+        let at = FileAt { path: path.clone(), row_group: None };
+        let meta = contain(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()))
+            .and_then(|loaded| loaded.map_err(|e| e.to_string()))
+            .map_err(|message| LogError::Corrupt { at: at.clone(), column: None, message })?;
+        if let Ok(field) = meta.schema().field_with_name(group_col) {
+            let name = path.display().to_string();
+            stats.note_column(group_col, field.data_type(), &name).map_err(|error| LogError::Data { at, error })?;
+        }
+    }
+    Ok(())
+}
+
 /// The statistics pass: only the score/rewards and group columns are decoded.
 fn group_statistics(
     sources: &[Source],
@@ -276,9 +301,20 @@ fn group_statistics(
     clock: &mut Clock<'_>,
 ) -> Result<GroupStats, LogError> {
     let group_col = columns.group.as_deref().unwrap_or_default();
+    // The group-id rule across files, on their schemas first: a log mixing string and
+    // number ids is refused before any row is read.
+    for s in sources {
+        if let Ok(field) = s.meta.schema().field_with_name(group_col) {
+            let name = s.path.display().to_string();
+            stats
+                .note_column(group_col, field.data_type(), &name)
+                .map_err(|e| LogError::Data { at: s.at(None), error: e })?;
+        }
+    }
     while stats.wants_scan() {
         let mut rows = 0u64;
         for s in sources {
+            stats.set_source(s.path.display().to_string());
             let descr = s.meta.parquet_schema();
             let wanted = columns.score_pass_columns();
             let roots: Vec<usize> = descr
@@ -312,7 +348,7 @@ fn group_statistics(
                 }
             }
         }
-        stats.finish_scan();
+        stats.finish_scan().map_err(LogError::Batch)?;
     }
     Ok(stats)
 }

@@ -8,6 +8,100 @@ use arrow::datatypes::{DataType, Schema};
 
 use crate::error::{DataError, LogError};
 
+/// One column of a rollout log as the tools know it: the key its option is named by
+/// (`mask` → `mask_col`, `--mask-col`), its default name, its type, its role and a
+/// one-line doc. [`COLUMNS`] is the one list every entry point (Arrow, the command line,
+/// Ray, diagnose) reads its column names and defaults from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnRow {
+    pub key: &'static str,
+    /// The column's default name.
+    pub default: &'static str,
+    /// The Arrow types accepted (inputs) or written (outputs), as errors print them.
+    pub data_type: &'static str,
+    /// `"input"` (read), `"optional"` (read when present or named), `"output"` (appended).
+    pub role: &'static str,
+    pub doc: &'static str,
+}
+
+const fn row(
+    key: &'static str,
+    default: &'static str,
+    data_type: &'static str,
+    role: &'static str,
+    doc: &'static str,
+) -> ColumnRow {
+    ColumnRow { key, default, data_type, role, doc }
+}
+
+/// Default names tried, in order, when neither a rewards nor a score column is named.
+pub const DEFAULT_REWARDS: &str = "rewards";
+pub const DEFAULT_SCORE: &str = "score";
+
+/// The types a group column may have (as errors print them).
+pub const GROUP_TYPES: &str = "integer, float or string (or a dictionary of them)";
+
+/// The columns of a rollout log (docs/parquet.md, "Columns").
+pub const COLUMNS: [ColumnRow; 10] = [
+    row(
+        "mask",
+        "loss_mask",
+        "list<bool or integer>",
+        "input",
+        "policy-token mask: 1 on the tokens the policy generated",
+    ),
+    row("values", "values", "list<float or integer>", "input", "critic values per token (mae, gae)"),
+    row("rewards", DEFAULT_REWARDS, "list<float or integer>", "optional", "token-level rewards"),
+    row(
+        "score",
+        DEFAULT_SCORE,
+        "float or integer",
+        "optional",
+        "one outcome per trajectory (when there are no token rewards)",
+    ),
+    row("group", "group_id", GROUP_TYPES, "input", "group ids of the group baselines (grpo, drgrpo, rloo)"),
+    row("step", "step", "integer", "optional", "training step of the row (mpo-rs diagnose)"),
+    row("advantages", "advantages", "list<float32>", "output", "per-token advantages, 0 off-policy"),
+    row("returns", "returns", "list<float32>", "output", "per-token value targets"),
+    row("turn_index", "turn_index", "list<int32>", "output", "the token's turn in its trajectory, -1 off-policy"),
+    row("turn_advantages", "turn_advantages", "list<float32>", "output", "one advantage per turn"),
+];
+
+/// The default name of the column `key` of [`COLUMNS`].
+pub const fn default_column(key: &str) -> &'static str {
+    let mut i = 0;
+    while i < COLUMNS.len() {
+        if str_eq(COLUMNS[i].key, key) {
+            return COLUMNS[i].default;
+        }
+        i += 1;
+    }
+    panic!("no such column key")
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The names of the four columns the tool appends.
+pub const OUTPUT_COLUMNS: [&str; 4] = [
+    default_column("advantages"),
+    default_column("returns"),
+    default_column("turn_index"),
+    default_column("turn_advantages"),
+];
+
 /// Column names as the user gave them; `None` means "choose by the default rule".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnSpec {
@@ -22,16 +116,15 @@ pub struct ColumnSpec {
 
 impl Default for ColumnSpec {
     fn default() -> Self {
-        Self { mask: "loss_mask".into(), values: "values".into(), rewards: None, score: None, group: "group_id".into() }
+        Self {
+            mask: default_column("mask").into(),
+            values: default_column("values").into(),
+            rewards: None,
+            score: None,
+            group: default_column("group").into(),
+        }
     }
 }
-
-/// Default names tried, in order, when neither a rewards nor a score column is named.
-pub const DEFAULT_REWARDS: &str = "rewards";
-pub const DEFAULT_SCORE: &str = "score";
-
-/// The names of the four columns the tool appends.
-pub const OUTPUT_COLUMNS: [&str; 4] = ["advantages", "returns", "turn_index", "turn_advantages"];
 
 /// Where a batch's reward signal comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,7 +214,7 @@ impl Columns {
             RewardColumn::Score(s) => check_number(s, ty(s)?)?,
         }
         if let Some(group) = &self.group {
-            crate::groups::check_group_type(group, ty(group)?)?;
+            check_group_type(group, ty(group)?)?;
         }
         for out in OUTPUT_COLUMNS {
             if schema.column_with_name(out).is_some() {
@@ -185,6 +278,22 @@ fn check_list(name: &str, ty: &DataType, kind: ElementKind) -> Result<(), DataEr
     }
 }
 
+/// Checks that a group column's type can hold group ids.
+pub(crate) fn check_group_type(name: &str, ty: &DataType) -> Result<(), DataError> {
+    let ok = |t: &DataType| {
+        t.is_integer() || t.is_floating() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+    };
+    let usable = match ty {
+        DataType::Dictionary(_, v) => ok(v),
+        t => ok(t),
+    };
+    if usable {
+        Ok(())
+    } else {
+        Err(DataError::ColumnType { column: name.into(), found: ty.to_string(), expected: GROUP_TYPES })
+    }
+}
+
 pub(crate) fn check_number(name: &str, ty: &DataType) -> Result<(), DataError> {
     if ty.is_floating() || ty.is_integer() {
         Ok(())
@@ -231,5 +340,20 @@ mod tests {
         assert!(e.contains("missing column `rewards` or `score`"), "{e}");
         let both = ColumnSpec { rewards: Some("r".into()), score: Some("s".into()), ..Default::default() };
         assert!(both.resolve(&s, needs).unwrap_err().is_usage());
+    }
+
+    #[test]
+    fn the_column_table_names_every_default_once() {
+        let keys: Vec<&str> = COLUMNS.iter().map(|c| c.key).collect();
+        let mut unique = keys.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len());
+        assert_eq!(default_column("rewards"), DEFAULT_REWARDS);
+        assert_eq!(default_column("score"), DEFAULT_SCORE);
+        let outputs: Vec<&str> = COLUMNS.iter().filter(|c| c.role == "output").map(|c| c.default).collect();
+        assert_eq!(outputs, OUTPUT_COLUMNS);
+        assert_eq!(ColumnSpec::default().mask, "loss_mask");
+        assert_eq!(ColumnSpec::default().group, "group_id");
     }
 }

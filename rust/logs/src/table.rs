@@ -73,7 +73,7 @@ fn group_statistics(batches: &[RecordBatch], columns: &Columns, mut stats: Group
             stats.scan(group_col, batch, &scores).map_err(shifted)?;
             base += batch.num_rows() as u64;
         }
-        stats.finish_scan();
+        stats.finish_scan().map_err(LogError::Batch)?;
     }
     Ok(stats)
 }

@@ -6,17 +6,40 @@
 
 use ::arrow::array::RecordBatch;
 use ::arrow::datatypes::SchemaRef;
-use mpo_logs::{annotate_table, ColumnSpec, EstimatorColumns};
-use pyo3::exceptions::PyRuntimeError;
+use mpo_logs::{annotate_table, ColumnSpec, EstimatorColumns, COLUMNS};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::PyTable;
 
-use crate::errors::{internal_error, log_error, InvalidBatchError};
+use crate::errors::{log_error, InvalidBatchError};
 use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(arrow_advantages, m)?)
+    m.add_function(wrap_pyfunction!(arrow_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(column_spec, m)?)
+}
+
+/// The columns of a rollout log, one dict per column: ``name`` (the key of its option:
+/// ``mask`` is ``mask_col`` / ``--mask-col``), ``default`` (its default column name),
+/// ``type`` (the Arrow types accepted or written), ``role`` (``"input"``, ``"optional"``:
+/// read when present or named, ``"output"``: appended) and ``doc``. The one list the
+/// Arrow, command-line, Ray and diagnose entry points take their column names from.
+#[pyfunction]
+fn column_spec(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let rows = COLUMNS
+        .iter()
+        .map(|c| {
+            let row = PyDict::new(py);
+            row.set_item("name", c.key)?;
+            row.set_item("default", c.default)?;
+            row.set_item("type", c.data_type)?;
+            row.set_item("role", c.role)?;
+            row.set_item("doc", c.doc)?;
+            Ok(row)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, rows)
 }
 
 /// Every batch of an Arrow input (a table, a batch or a stream) with its schema.
@@ -29,7 +52,7 @@ pub(crate) fn read_all(data: AnyRecordBatch) -> PyResult<(Vec<RecordBatch>, Sche
     Ok((batches, schema))
 }
 
-pub(crate) fn column_spec(
+pub(crate) fn columns_of(
     mask_col: String,
     values_col: String,
     rewards_col: Option<String>,
@@ -56,16 +79,9 @@ fn arrow_advantages(
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
-    let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
+    let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
-    let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;
-    let (out, out_schema) = py
-        .detach(|| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pool.install(|| annotate_table(&batches, &schema, &columns, &estimator))
-            }))
-        })
-        .map_err(|_| internal_error())?
-        .map_err(log_error)?;
+    let (out, out_schema) =
+        crate::pool::run(py, log_error, || annotate_table(&batches, &schema, &columns, &estimator))?;
     PyTable::try_new(out, out_schema)
 }

@@ -1,11 +1,17 @@
-//! The exception hierarchy of `mpo_rs.exceptions`, and the one place a Rust error becomes
-//! a Python exception.
+//! The exception hierarchy of `mpo_rs.exceptions` — every class of it is created here
+//! (`mpo_rs.exceptions` re-exports them) — and the one place a Rust error becomes a
+//! Python exception.
 //!
 //! ```text
 //! ValueError
-//! └── MpoError                 any input mpo_rs will not use
-//!     ├── InvalidBatchError    arrays, rows or log data the estimators cannot use
-//!     └── InvalidOptionError   an estimator or option name, or an option's value
+//! └── MpoError                     any input mpo_rs will not use
+//!     ├── InvalidBatchError        arrays, rows or log data the estimators cannot use
+//!     ├── InvalidOptionError       an estimator or option name, or an option's value
+//!     ├── InvalidRolloutError      rollouts the torch learner and losses cannot use
+//!     ├── InvalidConfigError       an integration's or an environment's configuration
+//!     └── MissingCriticValuesError a critic estimator called without critic values
+//! ModuleNotFoundError
+//! └── MissingDependencyError       an optional dependency is not installed
 //! ```
 //! Bad or corrupt Parquet / Arrow data is an `InvalidBatchError` (it names file, row group,
 //! row and column); the operating system's failures are `OSError` with their errno.
@@ -13,7 +19,7 @@
 use mpo_core::MpoError as CoreError;
 use mpo_logs::LogError;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyModuleNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -35,12 +41,42 @@ create_exception!(
     "An estimator or option the tools will not use: an unknown name, an option the estimator does not take, \
      a value outside its domain, or an unusable path or flag."
 );
+create_exception!(
+    mpo_rs.exceptions,
+    InvalidRolloutError,
+    MpoError,
+    "Rollouts (tensors, lengths, masks) the torch learner or losses cannot use, or an action an environment \
+     refuses; the message names the argument and where."
+);
+create_exception!(
+    mpo_rs.exceptions,
+    InvalidConfigError,
+    MpoError,
+    "An integration option or an environment parameter is unknown or out of range, or a configuration is missing."
+);
+create_exception!(
+    mpo_rs.exceptions,
+    MissingCriticValuesError,
+    MpoError,
+    "A critic estimator (mae, gae) was called without critic values."
+);
+create_exception!(
+    mpo_rs.exceptions,
+    MissingDependencyError,
+    PyModuleNotFoundError,
+    "An optional dependency is not installed; the message (one line) names the extra that installs it. \
+     A ModuleNotFoundError, so ``except ImportError`` still catches it."
+);
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("MpoError", py.get_type::<MpoError>())?;
     m.add("InvalidBatchError", py.get_type::<InvalidBatchError>())?;
-    m.add("InvalidOptionError", py.get_type::<InvalidOptionError>())
+    m.add("InvalidOptionError", py.get_type::<InvalidOptionError>())?;
+    m.add("InvalidRolloutError", py.get_type::<InvalidRolloutError>())?;
+    m.add("InvalidConfigError", py.get_type::<InvalidConfigError>())?;
+    m.add("MissingCriticValuesError", py.get_type::<MissingCriticValuesError>())?;
+    m.add("MissingDependencyError", py.get_type::<MissingDependencyError>())
 }
 
 /// An error of the core: a parameter or option → `InvalidOptionError`, anything about the

@@ -10,13 +10,12 @@ use mpo_logs::{
     annotate_batches, partial_group_statistics, Columns, DataError, EstimatorColumns, GroupStats, LogError,
 };
 use mpo_logs::{RewardColumn, STATISTICS_COLUMNS};
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::{PySchema, PyTable};
 
-use crate::arrow::{column_spec, read_all};
-use crate::errors::{internal_error, log_error, InvalidOptionError};
+use crate::arrow::{columns_of, read_all};
+use crate::errors::{log_error, InvalidOptionError};
 use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -25,12 +24,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(annotate_batch, m)?)
 }
 
-/// Runs `f` on the extension's pool with the GIL released; a panic becomes a RuntimeError.
+/// Runs `f` through the binding's one call helper ([`crate::pool::run`]).
 fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, DataError> + Send) -> PyResult<T> {
-    let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;
-    py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(f))))
-        .map_err(|_| internal_error())?
-        .map_err(|e| log_error(LogError::Batch(e)))
+    crate::pool::run(py, |e| log_error(LogError::Batch(e)), f)
 }
 
 fn reward_column(rewards_col: Option<String>, score_col: Option<String>) -> PyResult<RewardColumn> {
@@ -73,19 +69,30 @@ impl GroupStatistics {
 
     /// Merges statistics tables (``to_arrow()`` of partials), in the order given: counts
     /// and sums add up, and m2 by the parallel-variance formula
-    /// ``m2 = Σ (m2_i + n_i (sum_i / n_i − mean)²)``.
+    /// ``m2 = Σ (m2_i + n_i (sum_i / n_i − mean)²)``. Tables whose ids one log cannot
+    /// hold together (strings beside numbers, an int beyond ±2^53 beside floats: the
+    /// group-id rule of docs/estimators.md) raise ``InvalidBatchError`` naming them by
+    /// ``labels`` (default ``"statistics table i"``).
     #[staticmethod]
-    fn merge(py: Python<'_>, tables: Vec<AnyRecordBatch>) -> PyResult<Self> {
-        let mut batches = Vec::new();
-        for table in tables {
-            batches.extend(read_all(table)?.0);
+    #[pyo3(signature = (tables, labels=None))]
+    fn merge(py: Python<'_>, tables: Vec<AnyRecordBatch>, labels: Option<Vec<String>>) -> PyResult<Self> {
+        if labels.as_ref().is_some_and(|l| l.len() != tables.len()) {
+            return Err(InvalidOptionError::new_err("give one label per statistics table"));
         }
-        let stats = run(py, || GroupStats::merge(GroupParams::default(), &batches))?;
+        let mut batches = Vec::new();
+        let mut batch_labels = Vec::new();
+        for (i, table) in tables.into_iter().enumerate() {
+            let read = read_all(table)?.0;
+            let label = labels.as_ref().map_or_else(|| format!("statistics table {i}"), |l| l[i].clone());
+            batch_labels.extend(std::iter::repeat_n(label, read.len()));
+            batches.extend(read);
+        }
+        let stats = run(py, || GroupStats::merge(GroupParams::default(), &batches, Some(&batch_labels)))?;
         Ok(Self { stats })
     }
 
     /// The statistics as an Arrow table, one row per group sorted by id: ``group`` (int64,
-    /// float64 or large_string, as the ids came), ``count`` int64, ``sum``, ``mean``,
+    /// uint64, float64 or large_string: the one type of the ids, each exact in it), ``count`` int64, ``sum``, ``mean``,
     /// ``m2`` float64.
     fn to_arrow(&self, py: Python<'_>) -> PyResult<PyTable> {
         let table = run(py, || self.stats.to_table())?;
@@ -122,7 +129,7 @@ fn resolve_log_columns(
     group_col: String,
 ) -> PyResult<(Option<String>, Option<String>, Vec<String>)> {
     let estimator = estimator.get().core;
-    let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
+    let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
     let columns = spec.resolve(&schema.into_inner(), estimator.needs()).map_err(log_error)?;
     let statistics = match columns.group {
         Some(_) => columns.partial_statistics_columns().into_iter().map(String::from).collect(),
@@ -153,7 +160,7 @@ fn annotate_batch(
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
-    let spec = column_spec(mask_col, values_col, rewards_col, score_col, group_col);
+    let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let groups = statistics.map(|s| &s.get().stats);
     if columns.group.is_some() && groups.is_none() {

@@ -5,7 +5,7 @@
 
 use mpo_core::{Estimator as Core, MpoError, Rewards, Turns};
 use numpy::{PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::errors::{core_error, InvalidBatchError, InvalidOptionError};
@@ -26,10 +26,9 @@ fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) ->
     arr.as_slice().map_err(|_| PyTypeError::new_err(format!("`{name}` must be a C-contiguous 1-D array")))
 }
 
-/// Runs `f` on the extension's pool with the GIL released.
+/// Runs `f` through the binding's one call helper ([`pool::run`]).
 fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, MpoError> + Send) -> PyResult<T> {
-    let pool = pool::for_calls().map_err(PyRuntimeError::new_err)?;
-    py.detach(|| pool.install(f)).map_err(core_error)
+    pool::run(py, core_error, f)
 }
 
 fn rewards_of<'a>(rewards: Option<&'a [f32]>, scores: Option<&'a [f32]>) -> PyResult<Rewards<'a>> {

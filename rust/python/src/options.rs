@@ -3,8 +3,9 @@
 //! its workers).
 
 use mpo_core::{Estimator as Core, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
+use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType};
 
 use crate::errors::{core_error, InvalidOptionError};
 
@@ -33,11 +34,14 @@ impl Estimator {
         if let Some(overrides) = overrides {
             for (key, value) in overrides.iter() {
                 let key: String = key.extract()?;
-                if value.is_none() {
+                let spec = OptionSpec::find(&key);
+                // None means "the default" for an option of the table; a name the table
+                // does not know is refused even then (a misspelt option must not pass).
+                if value.is_none() && spec.is_some() {
                     continue;
                 }
                 // An option the estimator does not take is reported by the table, by name.
-                let value = match OptionSpec::find(&key).filter(|s| s.applies_to(name)) {
+                let value = match spec.filter(|s| s.applies_to(name)) {
                     Some(spec) => option_value(&key, spec.kind, &value)?,
                     None => OptionValue::Unset,
                 };
@@ -65,36 +69,78 @@ impl Estimator {
         }
         Ok(d)
     }
+
+    /// The options that differ from the named estimator's defaults: what rebuilds it
+    /// (`replace`, pickling), without giving explicitly an option its other options make
+    /// a no-op (grpo's eps with `norm_std=False`).
+    fn changed_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let defaults = Core::named(self.name).map_err(core_error)?;
+        let d = PyDict::new(py);
+        for (name, value) in self.values() {
+            if defaults.option(name) != Some(value) {
+                d.set_item(name, to_python(py, value)?)?;
+            }
+        }
+        Ok(d)
+    }
 }
 
-/// A Python value as the kind of option `key` is.
+/// `value` as errors show it: its repr, cut short (an int of 400 digits is not printed).
+fn short_repr(value: &Bound<'_, PyAny>) -> String {
+    const MAX: usize = 40;
+    let repr = value.repr().map(|r| r.to_string()).unwrap_or_else(|_| "<unprintable>".into());
+    if repr.chars().count() <= MAX {
+        return repr;
+    }
+    let head: String = repr.chars().take(MAX - 12).collect();
+    format!("{head}… ({} characters)", repr.chars().count())
+}
+
+/// A Python value as the kind of option `key` is. Strings are refused for every kind
+/// (`"false"` is not converted to a bool nor `"0.9"` to a float): a value must already be
+/// of its kind, whoever passes it (a config file's adapter included).
 fn option_value(key: &str, kind: OptionKind, value: &Bound<'_, PyAny>) -> PyResult<OptionValue> {
+    let spec_domain = OptionSpec::find(key).map_or("", |s| s.domain);
+    let type_name = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
     let wrong = || {
-        let type_name = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-        InvalidOptionError::new_err(format!("`{key}` takes a {}, got {type_name} {value}", kind.name()))
+        InvalidOptionError::new_err(format!(
+            "`{key}` takes a {} ({spec_domain}), got {type_name} {}",
+            kind.name(),
+            short_repr(value)
+        ))
     };
+    if value.is_instance_of::<PyString>() || value.is_instance_of::<PyBytes>() {
+        return Err(InvalidOptionError::new_err(format!(
+            "`{key}` takes a {} ({spec_domain}), got the string {}; strings are not converted, pass the value itself",
+            kind.name(),
+            short_repr(value)
+        )));
+    }
     match kind {
         OptionKind::Bool => {
             // True/False, numpy's bool (`bool_` before numpy 2), and the integers 0 and 1 (config
             // files write them).
-            let type_name = value.get_type().name()?;
-            let is_flag = value.is_instance_of::<pyo3::types::PyBool>()
+            let is_flag = value.is_instance_of::<PyBool>()
                 || type_name == "bool_"
                 || type_name == "bool"
-                || value.extract::<i64>().is_ok_and(|i| i == 0 || i == 1)
-                    && !value.is_instance_of::<pyo3::types::PyFloat>();
+                || value.extract::<i64>().is_ok_and(|i| i == 0 || i == 1) && !value.is_instance_of::<PyFloat>();
             if is_flag {
                 Ok(OptionValue::Bool(value.is_truthy()?))
             } else {
                 Err(wrong())
             }
         }
-        OptionKind::Float | OptionKind::OptionalFloat => {
-            if value.is_instance_of::<pyo3::types::PyString>() {
-                return Err(wrong());
+        OptionKind::Float | OptionKind::OptionalFloat => match value.extract::<f64>() {
+            Ok(x) => Ok(OptionValue::Float(x)),
+            // An int too large for a float (10**400) is a number out of range, not a wrong kind.
+            Err(e) if value.is_instance_of::<PyInt>() && e.is_instance_of::<PyOverflowError>(value.py()) => {
+                Err(InvalidOptionError::new_err(format!(
+                    "`{key}` = {} is out of range: it is not representable as a float, and it must be in {spec_domain}",
+                    short_repr(value)
+                )))
             }
-            value.extract::<f64>().map(OptionValue::Float).map_err(|_| wrong())
-        }
+            Err(_) => Err(wrong()),
+        },
     }
 }
 
@@ -109,7 +155,7 @@ fn to_python(py: Python<'_>, value: OptionValue) -> PyResult<Py<PyAny>> {
 #[pymethods]
 impl Estimator {
     #[new]
-    #[pyo3(signature = (name, /, **overrides))]
+    #[pyo3(signature = (name, **overrides))]
     fn new(name: &str, overrides: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         Self::build(name, overrides)
     }
@@ -133,9 +179,10 @@ impl Estimator {
     }
 
     /// A copy with some options changed (validated like the constructor).
+    /// None resets an option to its default; an unknown name is refused even then.
     #[pyo3(signature = (**overrides))]
     fn replace(&self, py: Python<'_>, overrides: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let merged = self.options_dict(py)?;
+        let merged = self.changed_dict(py)?;
         if let Some(overrides) = overrides {
             merged.update(overrides.as_mapping())?;
         }
@@ -184,7 +231,7 @@ impl Estimator {
         let py = slf.py();
         let rebuild = slf.get_type().getattr("_from_options")?;
         let this = slf.get();
-        let args = (this.name, this.options_dict(py)?).into_pyobject(py)?;
+        let args = (this.name, this.changed_dict(py)?).into_pyobject(py)?;
         PyTuple::new(py, [rebuild, args.into_any()])
     }
 

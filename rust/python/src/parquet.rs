@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -14,18 +15,19 @@ use mpo_core::MpoError;
 use mpo_logs::{check_observation_rewards, read_row_scores, RewardData, Rollouts};
 use mpo_logs::{run, Columns, DataError, FileAt, Job, LogError, Phase, Progress, RewardColumn, Tuning};
 use numpy::PyArray1;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::PyRecordBatch;
 
-use crate::arrow::column_spec;
-use crate::errors::{internal_error, log_error as to_py};
+use crate::arrow::columns_of;
+use crate::errors::{log_error as to_py, InvalidOptionError};
 use crate::options::Estimator;
+use crate::pool::{self, On};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(advantages_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(list_parquet_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(check_group_column, m)?)?;
     m.add_function(wrap_pyfunction!(diagnose_batch, m)?)
 }
 
@@ -69,17 +71,20 @@ fn advantages_parquet<'py>(
         input,
         output,
         estimator: estimator.get().core,
-        columns: column_spec(mask_col, values_col, rewards_col, score_col, group_col),
+        columns: columns_of(mask_col, values_col, rewards_col, score_col, group_col),
         tuning: Tuning {
             batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes).max(1),
             max_row_group_bytes: max_row_group_bytes.unwrap_or(defaults.max_row_group_bytes).max(1),
         },
     };
-    let pool = crate::pool::for_stages().map_err(PyRuntimeError::new_err)?;
     // An exception raised in Python during the run (Ctrl-C, the callback) stops it and is
     // re-raised as is.
-    let mut raised: Option<PyErr> = None;
-    let result = py.detach(|| {
+    let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+    let to_py = |e: LogError| match (e, raised.lock().ok().and_then(|mut r| r.take())) {
+        (LogError::Interrupted, Some(e)) => e,
+        (e, _) => to_py(e),
+    };
+    let summary = pool::call(py, On::Stages, to_py, |pool| {
         let mut last: Option<Instant> = None;
         let mut report = |p: &Progress| -> bool {
             if last.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
@@ -93,18 +98,11 @@ fn advantages_parquet<'py>(
                         .map(drop),
                     None => Ok(()),
                 });
-                outcome.map_err(|e| raised = Some(e)).is_ok()
+                outcome.map_err(|e| raised.lock().map(|mut r| *r = Some(e))).is_ok()
             })
         };
-        // A panic is a bug, but it should reach Python as an ordinary exception.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&job, Some(pool), &mut report)))
-    });
-    let summary = match (result, raised) {
-        (Ok(Ok(summary)), _) => summary,
-        (Ok(Err(LogError::Interrupted)), Some(e)) => return Err(e),
-        (Ok(Err(e)), _) => return Err(to_py(e)),
-        (Err(_), _) => return Err(internal_error()),
-    };
+        run(&job, Some(pool), &mut report)
+    })?;
     let d = PyDict::new(py);
     d.set_item("files", summary.files)?;
     d.set_item("row_groups", summary.row_groups)?;
@@ -125,6 +123,15 @@ fn advantages_parquet<'py>(
 #[pyfunction]
 fn list_parquet_inputs(input: PathBuf) -> PyResult<Vec<PathBuf>> {
     mpo_logs::paths::list_inputs(&input).map_err(to_py)
+}
+
+/// Checks the group column of the Parquet files of ``inputs`` (files or directories;
+/// their footers only) by the group-id rule across files, as `advantages_parquet` does
+/// before reading a row: string ids beside number ids raise `InvalidBatchError` naming
+/// both files.
+#[pyfunction]
+fn check_group_column(inputs: Vec<PathBuf>, group_col: &str) -> PyResult<()> {
+    mpo_logs::check_group_column(&inputs, group_col).map_err(to_py)
 }
 
 type Diagnosed<'py> = (
@@ -166,23 +173,12 @@ fn diagnose_batch<'py>(
     let reward = match reward.0.as_str() {
         "score" => RewardColumn::Score(reward.1),
         "rewards" => RewardColumn::Token(reward.1),
-        other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown reward kind {other:?}"))),
+        other => return Err(InvalidOptionError::new_err(format!("unknown reward kind {other:?}"))),
     };
     let columns = Columns { mask: mask_col, values: Some(values_col), reward, group: None };
-    let pool = crate::pool::for_calls().map_err(PyRuntimeError::new_err)?;
-    let result = py.detach(|| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.install(|| diagnose(&batch, &columns, step_col.as_deref()))
-        }))
-    });
-    let d = match result {
-        Ok(Ok(d)) => d,
-        Ok(Err(error)) => {
-            let at = FileAt { path, row_group };
-            return Err(to_py(LogError::Data { at, error: error.shift_rows(row_base) }));
-        }
-        Err(_) => return Err(internal_error()),
-    };
+    let to_py =
+        |error: DataError| to_py(LogError::Data { at: FileAt { path, row_group }, error: error.shift_rows(row_base) });
+    let d = pool::run(py, to_py, || diagnose(&batch, &columns, step_col.as_deref()))?;
     Ok((
         PyArray1::from_vec(py, d.values),
         PyArray1::from_vec(py, d.mask),

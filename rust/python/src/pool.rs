@@ -31,7 +31,11 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::thread::ThreadId;
 
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
 use rayon::{ThreadPool, ThreadPoolBuilder};
+
+use crate::errors::internal_error;
 
 struct Pool {
     pid: u32,
@@ -163,4 +167,43 @@ pub fn set_num_threads(threads: usize) -> Result<(), String> {
 
 pub fn num_threads() -> Result<usize, String> {
     Ok(for_calls()?.current_num_threads())
+}
+
+/// Which of the extension's pools a call runs on.
+#[derive(Debug, Clone, Copy)]
+pub enum On {
+    /// [`for_calls`]: a call the caller waits for.
+    Calls,
+    /// [`for_stages`]: the Parquet pipeline, whose own threads submit the work.
+    Stages,
+}
+
+/// The one way the binding calls into Rust: takes the pool, releases the GIL, runs
+/// `f(pool)`, contains a panic (a bug; it becomes a `RuntimeError`, never an abort) and maps
+/// the error with `to_py`.
+pub fn call<T: Send, E: Send>(
+    py: Python<'_>,
+    on: On,
+    to_py: impl FnOnce(E) -> PyErr,
+    f: impl FnOnce(&ThreadPool) -> Result<T, E> + Send,
+) -> PyResult<T> {
+    let pool = match on {
+        On::Calls => for_calls(),
+        On::Stages => for_stages(),
+    }
+    .map_err(PyRuntimeError::new_err)?;
+    match py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(pool)))) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(to_py(e)),
+        Err(_) => Err(internal_error()),
+    }
+}
+
+/// [`call`] of `f` inside the pool for calls (the estimators, Arrow tables, statistics).
+pub fn run<T: Send, E: Send>(
+    py: Python<'_>,
+    to_py: impl FnOnce(E) -> PyErr,
+    f: impl FnOnce() -> Result<T, E> + Send,
+) -> PyResult<T> {
+    call(py, On::Calls, to_py, |pool| pool.install(f))
 }

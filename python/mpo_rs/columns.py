@@ -1,0 +1,80 @@
+"""The columns of a rollout log, from the one column spec in Rust (``rust/logs`` schema).
+
+:func:`mpo_rs._native.column_spec` gives one dict per column -- ``name`` (the key of its
+option: ``mask`` is ``mask_col`` / ``--mask-col``), ``default`` (the column's default name),
+``type``, ``role`` (``"input"``, ``"optional"``: read when present or named, ``"output"``:
+appended) and ``doc``. Every entry point (``mpo_rs.arrow``, the ``mpo-rs`` command, the Ray
+adapter, ``mpo-rs diagnose``) takes its default column names from here, as the estimator
+options come from ``Estimator.option_table()``; none spells a column name of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._native import column_spec
+
+__all__ = [
+    "COLUMN_SPEC",
+    "GROUP",
+    "MASK",
+    "OUTPUT_COLUMNS",
+    "REWARDS",
+    "SCORE",
+    "STEP",
+    "VALUES",
+    "add_flags",
+    "default",
+    "flag",
+    "row",
+]
+
+COLUMN_SPEC: tuple[dict[str, Any], ...] = column_spec()
+"""The spec's rows, in its order."""
+
+_BY_NAME = {r["name"]: r for r in COLUMN_SPEC}
+
+
+def row(name: str) -> dict[str, Any]:
+    """The spec's row of the column ``name`` (``"mask"``, ``"values"``, ...)."""
+    return _BY_NAME[name]
+
+
+def default(name: str) -> str:
+    """The default column name of ``name`` (``default("mask")`` is ``"loss_mask"``)."""
+    return str(_BY_NAME[name]["default"])
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the column ``name`` (``--mask-col``)."""
+    return f"--{name.replace('_', '-')}-col"
+
+
+MASK = default("mask")
+VALUES = default("values")
+REWARDS = default("rewards")
+SCORE = default("score")
+GROUP = default("group")
+STEP = default("step")
+OUTPUT_COLUMNS: tuple[str, ...] = tuple(str(r["default"]) for r in COLUMN_SPEC if r["role"] == "output")
+"""The four columns the tools append, in order."""
+
+
+def add_flags(
+    group: argparse.ArgumentParser | argparse._ArgumentGroup,
+    names: Sequence[str],
+    helps: Mapping[str, str] | None = None,
+) -> None:
+    """One ``--NAME-col`` flag per column ``names`` of the spec, with its default name (the
+    ``dest`` is ``NAME_col``); an optional column (rewards, score, step) defaults to None, so
+    the tool's own rule picks it when present. ``helps`` replaces a column's help line."""
+    for name in names:
+        r = row(name)
+        help = (helps or {}).get(name)
+        if help is None:
+            when = ", if present" if r["role"] == "optional" else ""
+            help = f"{r['doc']}, {r['type']} (default: {r['default']}{when})"
+        default = None if r["role"] == "optional" else r["default"]
+        group.add_argument(flag(name), default=default, metavar="NAME", help=help.replace("%", "%%"))
