@@ -28,20 +28,22 @@ from typing import Any
 
 import numpy as np
 
+from . import columns
 from ._deps import require
 from .exceptions import InvalidBatchError, InvalidOptionError
 
 __all__ = ["COLUMNS", "LOG_METADATA_KEY", "RolloutLogWriter"]
 
-# TODO(lead): from the column spec
+# The roles the log readers know take their default names from the column spec (the same
+# defaults as `mpo-rs advantages` / `diagnose`); token ids are the writer's own column.
 COLUMNS: Mapping[str, str] = {
     "token_ids": "token_ids",  # list<int32>: every token of the trajectory, prompt included
-    "loss_mask": "loss_mask",  # list<bool>: 1 on policy (LLM) tokens
-    "values": "values",  # list<float32>: the critic's value per token (read on policy tokens)
-    "rewards": "rewards",  # list<float32>: token rewards, 0 off-policy
-    "score": "score",  # float32: the trajectory's outcome
-    "group_id": "group_id",  # int64 or string: rollouts of one prompt share it
-    "step": "step",  # int64: the training step that produced the row
+    "loss_mask": columns.MASK,  # list<bool>: 1 on policy (LLM) tokens
+    "values": columns.VALUES,  # list<float32>: the critic's value per token (read on policy tokens)
+    "rewards": columns.REWARDS,  # list<float32>: token rewards, 0 off-policy
+    "score": columns.SCORE,  # float32: the trajectory's outcome
+    "group_id": columns.GROUP,  # int64 or string: rollouts of one prompt share it
+    "step": columns.STEP,  # int64: the training step that produced the row
 }
 """The column names the writer uses by default (keys: the roles; values: the names), the
 defaults of ``mpo-rs advantages`` / ``diagnose`` (``--mask-col`` etc.). ``columns=`` renames."""
