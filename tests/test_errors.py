@@ -226,6 +226,7 @@ def test_float64_beyond_float32_is_named_with_its_value_and_no_warning(fn):
 
 PACKAGE = Path(mpo_rs.__file__).resolve().parent
 
+
 def plain_raises(path: Path) -> list[str]:
     """``raise ValueError(...)`` / ``raise TypeError`` statements of a module, as file:line."""
     found = []

@@ -83,9 +83,7 @@ def arrow_call(name: str, options: dict[str, Any]) -> Any:
     def lists(x: np.ndarray) -> Any:
         return pa.ListArray.from_arrays(pa.array(OFFSETS.astype(np.int32)), pa.array(x))
 
-    table = pa.table(
-        {"loss_mask": lists(MASK), "values": lists(VALUES_FLAT), "score": SCORES, "group_id": GROUPS}
-    )
+    table = pa.table({"loss_mask": lists(MASK), "values": lists(VALUES_FLAT), "score": SCORES, "group_id": GROUPS})
     return lambda: with_advantages(table, estimator=name, **options)
 
 
@@ -139,8 +137,10 @@ def cli_flags(options: dict[str, Any]) -> list[str] | None:
             return None  # a misspelt flag is argparse's usage error; not this test's subject
         if kind == "bool" and isinstance(value, (bool, np.bool_)):
             flags.append(flag if value else "--no-" + flag[2:])
-        elif kind != "bool" and isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(
-            value, (bool, np.bool_)
+        elif (
+            kind != "bool"
+            and isinstance(value, (int, float, np.floating, np.integer))
+            and not isinstance(value, (bool, np.bool_))
         ):
             text = str(int(value)) if isinstance(value, (int, np.integer)) else repr(float(value))
             flags.append(f"{flag}={text}")  # `--lam=-inf`: a value that starts with '-'
