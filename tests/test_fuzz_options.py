@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import mpo_rs
-from mpo_rs import Estimator, InvalidOptionError
+from mpo_rs import Estimator
 
 EXAMPLES = int(os.environ.get("MPO_FUZZ_EXAMPLES", "0"))
 fuzz_settings = settings(
@@ -203,37 +203,3 @@ def test_every_adapter_accepts_or_refuses_an_option_alike(log_file: Path, name: 
     # string is refused for every kind of option (no adapter converts one on its own).
     if key in MISSPELT or isinstance(value, (str, bytes)):
         assert outcomes["numpy"] == "InvalidOptionError", (name, options, outcomes)
-
-
-def test_ray_accepts_or_refuses_an_option_like_numpy() -> None:
-    """A few values of each kind through the Ray adapter (each call runs a Ray job)."""
-    ray = pytest.importorskip("ray")
-    pa = pytest.importorskip("pyarrow")
-    from mpo_rs.integrations import ray as mpo_ray
-
-    def lists(x: np.ndarray) -> Any:
-        return pa.ListArray.from_arrays(pa.array(OFFSETS.astype(np.int32)), pa.array(x))
-
-    table = pa.table({"loss_mask": lists(MASK), "values": lists(VALUES_FLAT), "score": SCORES, "group_id": GROUPS})
-    if not ray.is_initialized():
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    cases = [
-        ("mae", {"lam": 0.9}),
-        ("mae", {"lam": 1.5}),
-        ("mae", {"lam": math.nan}),
-        ("mae", {"lam": "0.9"}),
-        ("mae", {"lamb": None}),
-        ("mae", {"lamb": 0.9}),
-        ("gae", {"length_adaptive_alpha": 2.0}),
-        ("gae", {"length_adaptive_alpha": -1.0}),
-        ("grpo", {"norm_std": False}),
-        ("grpo", {"leave_one_out": True}),
-        ("grpo", {"norm_std": "false"}),
-        ("grpo", {"eps": 0.0}),
-    ]
-    for name, options in cases:
-
-        def through_ray(name: str = name, options: dict[str, Any] = options) -> Any:
-            return mpo_ray.add_advantages(ray.data.from_arrow(table), estimator=name, **options).materialize()
-
-        assert outcome(through_ray) == outcome(numpy_call(name, options)), (name, options)

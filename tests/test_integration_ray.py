@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -292,3 +294,33 @@ def test_ray_blocks_of_int_ids_beyond_2_53_beside_float_ids_are_refused(cluster)
     dataset = ray.data.from_arrow([ints, floats])
     with pytest.raises(mpo_rs.InvalidBatchError, match=r"9007199254740993 in block 0 .*block 1 holds float ids"):
         mpo_ray.group_statistics(dataset, score_col="score")
+
+
+def test_ray_accepts_or_refuses_an_option_like_numpy(cluster) -> None:
+    """A few values of each kind through the Ray adapter (each call runs a Ray job)."""
+    from test_fuzz_options import GROUPS, MASK, OFFSETS, SCORES, VALUES_FLAT, numpy_call, outcome
+
+    def lists(x: np.ndarray) -> Any:
+        return pa.ListArray.from_arrays(pa.array(OFFSETS.astype(np.int32)), pa.array(x))
+
+    table = pa.table({"loss_mask": lists(MASK), "values": lists(VALUES_FLAT), "score": SCORES, "group_id": GROUPS})
+    cases = [
+        ("mae", {"lam": 0.9}),
+        ("mae", {"lam": 1.5}),
+        ("mae", {"lam": math.nan}),
+        ("mae", {"lam": "0.9"}),
+        ("mae", {"lamb": None}),
+        ("mae", {"lamb": 0.9}),
+        ("gae", {"length_adaptive_alpha": 2.0}),
+        ("gae", {"length_adaptive_alpha": -1.0}),
+        ("grpo", {"norm_std": False}),
+        ("grpo", {"leave_one_out": True}),
+        ("grpo", {"norm_std": "false"}),
+        ("grpo", {"eps": 0.0}),
+    ]
+    for name, options in cases:
+
+        def through_ray(name: str = name, options: dict[str, Any] = options) -> Any:
+            return mpo_ray.add_advantages(ray.data.from_arrow(table), estimator=name, **options).materialize()
+
+        assert outcome(through_ray) == outcome(numpy_call(name, options)), (name, options)

@@ -339,9 +339,9 @@ def test_option_defaults_are_the_options_table():
     # Every numeric option is judged by the table; the error names the config key.
     rewards, values, mask, uid = rollout_batch(15)
     for name in ("lam", "lam_intra", "lam_critic", "beta"):
-        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`algorithm\.mpo\.{name}`.*takes a float, got str"):
+        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`algorithm\.mpo\.{name}`.*takes a float.*got the string"):
             plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(**{name: "high"}), uid, values=values)
-    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.eps`.*takes a float, got str"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.eps`.*takes a float.*got the string"):
         plugin.compute_mpo_grpo_advantage(rewards, mask, algo_config(eps="high"), uid)
 
 
@@ -374,7 +374,7 @@ def test_a_string_norm_adv_by_std_is_refused_not_read_as_true():
         for spelling in ("false", "False", "true", "0"):
             config = algo_config(norm_adv_by_std_in_grpo=spelling)
             with pytest.raises(
-                mpo_rs.InvalidOptionError, match=r"`algorithm\.norm_adv_by_std_in_grpo` .*takes a bool, got str"
+                mpo_rs.InvalidOptionError, match=r"`algorithm\.norm_adv_by_std_in_grpo` .*takes a bool.*got the string"
             ):
                 fn(rewards, mask, config, uid)
         # The real booleans still select GRPO and Dr. GRPO.
@@ -396,9 +396,9 @@ def test_string_numbers_are_refused_for_every_key():
     ]
     for name, config, key in cases:
         kwargs = {"values": values} if name in plugin.CRITIC_ESTIMATORS else {}
-        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`{key}` \(adv_estimator {name}\).*got str"):
+        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`{key}` \(adv_estimator {name}\).*got the string"):
             plugin._ESTIMATOR_FUNCTIONS[name](rewards, mask, config, uid, **kwargs)
-    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.lam`.*got str"):
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.lam`.*got the string"):
         plugin.compute_gae_advantage_return(rewards, values, mask, 1.0, "0.9")
 
 
