@@ -339,7 +339,9 @@ def test_option_defaults_are_the_options_table():
     # Every numeric option is judged by the table; the error names the config key.
     rewards, values, mask, uid = rollout_batch(15)
     for name in ("lam", "lam_intra", "lam_critic", "beta"):
-        with pytest.raises(mpo_rs.InvalidOptionError, match=rf"`algorithm\.mpo\.{name}`.*takes a float.*got the string"):
+        with pytest.raises(
+            mpo_rs.InvalidOptionError, match=rf"`algorithm\.mpo\.{name}`.*takes a float.*got the string"
+        ):
             plugin.compute_mpo_mae_advantage(rewards, mask, algo_config(**{name: "high"}), uid, values=values)
     with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.eps`.*takes a float.*got the string"):
         plugin.compute_mpo_grpo_advantage(rewards, mask, algo_config(eps="high"), uid)
