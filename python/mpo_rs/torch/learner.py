@@ -167,6 +167,8 @@ class Learner:
             first = next(policy.parameters(), None)
             self.device = first.device if first is not None else torch.device("cpu")
         self._rng = np.random.default_rng(self.config.seed)
+        # The critic's passes beyond ppo_epochs (LearnerConfig.critic_epochs) shuffle with this.
+        self._critic_rng = np.random.default_rng([self.config.seed, 1])
 
     # -- data movement
 
@@ -281,44 +283,77 @@ class Learner:
             flat["returns"] = returns
 
         averages = _Averages()
-        micro = cfg.micro_batch_size or cfg.minibatch_size
-        for _ in range(cfg.ppo_epochs):
-            order = self._rng.permutation(batch.n_trajectories) if cfg.shuffle else np.arange(batch.n_trajectories)
+        n = batch.n_trajectories
+        critic_epochs = cfg.critic_passes if train_critic else 0
+        for epoch in range(max(cfg.ppo_epochs, critic_epochs)):
+            actor, critic = epoch < cfg.ppo_epochs, epoch < critic_epochs
+            # The critic's extra passes shuffle with a generator of their own, so the
+            # actor's shuffles, and its updates, are the same whatever critic_epochs is.
+            rng = self._rng if actor else self._critic_rng
+            order = rng.permutation(n) if cfg.shuffle else np.arange(n)
             for rows in chunks(order, cfg.minibatch_size):
-                parts = [pad_rows(flat, batch.offsets, r) for r in chunks(rows, micro)]
-                if sum(p.n_policy_tokens for p in parts) == 0:
-                    continue  # nothing to learn from; do not step optimizers on zero grads
-                policy_weights = self._micro_weights(parts, cfg.agg)
-                critic_weights = self._micro_weights(parts, "token-mean")  # critic: token-mean
-                with clock.measure("optimizer"):
-                    self.policy_optimizer.zero_grad(set_to_none=True)
-                    if train_critic:
-                        assert self.critic_optimizer is not None
-                        self.critic_optimizer.zero_grad(set_to_none=True)
-                for part, policy_weight, critic_weight in zip(parts, policy_weights, critic_weights, strict=True):
-                    if critic_weight == 0.0:  # no policy token in this micro-batch
-                        continue
-                    weights = (policy_weight, critic_weight if train_critic else None)
-                    self._accumulate(self._to_device(part), weights, averages, clock)
-                with clock.measure("optimizer"):
-                    norms = {"actor/grad_norm": self._clip_and_step(self.policy, self.policy_optimizer)}
-                    if train_critic:
-                        assert self.critic is not None and self.critic_optimizer is not None
-                        norms["critic/grad_norm"] = self._clip_and_step(self.critic, self.critic_optimizer)
-                averages.add("", norms, 1.0)
+                self._update(flat, batch.offsets, rows, (actor, critic), averages, clock)
 
         metrics = averages.result()
+        if train_critic:
+            metrics["critic/epochs"] = float(critic_epochs)
         metrics.update(self._batch_metrics(batch, advantages, returns, values))
         metrics.update({f"timing/{phase}_s": seconds for phase, seconds in clock.seconds.items()})
         metrics["timing/step_s"] = clock.now() - step_start
         return metrics
 
-    def _accumulate(
-        self, dev: dict[str, Tensor], weights: tuple[float, float | None], averages: _Averages, clock: _Clock
+    def _update(
+        self,
+        flat: dict[str, np.ndarray],
+        offsets: np.ndarray,
+        rows: np.ndarray,
+        models: tuple[bool, bool],
+        averages: _Averages,
+        clock: _Clock,
     ) -> None:
-        """Forward and backward of one micro-batch, each loss scaled by its share."""
+        """One optimizer step on the minibatch ``rows`` for the actor and/or the critic
+        (``models``), with gradient accumulation over its micro-batches."""
         cfg = self.config
+        actor, critic = models
+        micro = cfg.micro_batch_size or cfg.minibatch_size
+        parts = [pad_rows(flat, offsets, r) for r in chunks(rows, micro)]
+        if sum(p.n_policy_tokens for p in parts) == 0:
+            return  # nothing to learn from; do not step optimizers on zero grads
+        policy_weights = self._micro_weights(parts, cfg.agg)
+        critic_weights = self._micro_weights(parts, "token-mean")  # critic: token-mean
+        with clock.measure("optimizer"):
+            if actor:
+                self.policy_optimizer.zero_grad(set_to_none=True)
+            if critic:
+                assert self.critic_optimizer is not None
+                self.critic_optimizer.zero_grad(set_to_none=True)
+        for part, policy_weight, critic_weight in zip(parts, policy_weights, critic_weights, strict=True):
+            if critic_weight == 0.0:  # no policy token in this micro-batch
+                continue
+            weights = (policy_weight if actor else None, critic_weight if critic else None)
+            self._accumulate(self._to_device(part), weights, averages, clock)
+        with clock.measure("optimizer"):
+            norms = {}
+            if actor:
+                norms["actor/grad_norm"] = self._clip_and_step(self.policy, self.policy_optimizer)
+            if critic:
+                assert self.critic is not None and self.critic_optimizer is not None
+                norms["critic/grad_norm"] = self._clip_and_step(self.critic, self.critic_optimizer)
+        averages.add("", norms, 1.0)
+
+    def _accumulate(
+        self, dev: dict[str, Tensor], weights: tuple[float | None, float | None], averages: _Averages, clock: _Clock
+    ) -> None:
+        """Forward and backward of one micro-batch, each loss scaled by its share; a model
+        whose share is None is not run."""
         weight, critic_weight = weights
+        if weight is not None:
+            self._accumulate_actor(dev, weight, averages, clock)
+        if critic_weight is not None:
+            self._accumulate_critic(dev, critic_weight, averages, clock)
+
+    def _accumulate_actor(self, dev: dict[str, Tensor], weight: float, averages: _Averages, clock: _Clock) -> None:
+        cfg = self.config
         with clock.measure("forward"):
             with self._autocast():
                 log_prob, entropy = token_log_probs_and_entropy(
@@ -340,18 +375,20 @@ class Learner:
         metrics["pg_loss"] = pg_loss.detach()
         metrics["entropy"] = mean_entropy.detach()
         averages.add("actor/", metrics, weight)
-        if critic_weight is not None:
-            assert self.critic is not None
-            with clock.measure("forward"):
-                with self._autocast():
-                    v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
-                vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
-            with clock.measure("backward"):
-                (vloss * critic_weight).backward()  # type: ignore[no-untyped-call]  # as above
-            # The step reports the explained variance of the whole batch (_batch_metrics).
-            vmetrics.pop("explained_variance", None)
-            vmetrics["loss"] = vloss.detach()
-            averages.add("critic/", vmetrics, critic_weight)
+
+    def _accumulate_critic(self, dev: dict[str, Tensor], weight: float, averages: _Averages, clock: _Clock) -> None:
+        cfg = self.config
+        assert self.critic is not None
+        with clock.measure("forward"):
+            with self._autocast():
+                v = token_values(self.critic, dev["token_ids"], dev["attention_mask"])
+            vloss, vmetrics = value_loss(v, dev["old_values"], dev["returns"], dev["mask"], clip=cfg.value_clip)
+        with clock.measure("backward"):
+            (vloss * weight).backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        # The step reports the explained variance of the whole batch (_batch_metrics).
+        vmetrics.pop("explained_variance", None)
+        vmetrics["loss"] = vloss.detach()
+        averages.add("critic/", vmetrics, weight)
 
     def _batch_metrics(
         self,

@@ -100,6 +100,15 @@ class LearnerConfig:
     device: str | torch.device | None = None
     """Where to train; None = where the policy's parameters are (modules are moved only
     when this is set)."""
+    critic_epochs: int | None = None
+    """Passes of the critic over the batch's minibatches per step, independent of the
+    actor's ``ppo_epochs`` (K critic updates per actor update); None = ``ppo_epochs``.
+    verl's ``critic.ppo_epochs``, which also defaults to the actor's ``ppo_epochs``: the
+    same name beside ``ppo_epochs`` here, and the same default, so a config that does not
+    set it trains as before. The first ``min(ppo_epochs, critic_epochs)`` passes update
+    both models on the same minibatches; the critic's extra passes draw their shuffles
+    from a generator of their own (seeded from ``seed``), so the actor's updates do not
+    depend on this setting. (Last among the fields, to keep the positional order.)"""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> LearnerConfig:  # the arguments go on to __init__
         # Before the dataclass's __init__, so that a removed or misspelt field is an
@@ -120,6 +129,11 @@ class LearnerConfig:
         if self.ratio is not None:
             return self.ratio
         return natural_ratio(as_estimator(self.estimator))
+
+    @property
+    def critic_passes(self) -> int:
+        """The critic's passes per step: ``critic_epochs``, or ``ppo_epochs`` when None."""
+        return self.ppo_epochs if self.critic_epochs is None else self.critic_epochs
 
     @property
     def whitens(self) -> bool:
@@ -273,5 +287,6 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "shuffle": _flag,
     "seed": _integer(0),
     "device": _device,
+    "critic_epochs": _integer(1, optional=True),
 }
 assert {f.name for f in fields(LearnerConfig)} == _CHECKS.keys(), "every LearnerConfig field has its check"
