@@ -549,6 +549,7 @@ def _learner_field_values():
         "shuffle": st.booleans(),
         "seed": st.integers(0, 2**64),
         "device": st.sampled_from([None, "cpu"]),
+        "critic_epochs": st.one_of(st.none(), st.integers(1, 3)),
     }
     assert valid.keys() == {f.name for f in dataclasses.fields(lc.LearnerConfig)}
     return st.lists(st.sampled_from(sorted(valid)), max_size=4, unique=True).flatmap(
@@ -579,7 +580,9 @@ def test_learner_config_fields_give_a_config_or_an_invalid_option_error(data):
     for name in ("ppo_epochs", "minibatch_size", "seed"):
         value = getattr(config, name)
         assert type(value) is int and value >= 0, (name, value)
-    assert config.micro_batch_size is None or (type(config.micro_batch_size) is int and config.micro_batch_size >= 1)
+    for name in ("micro_batch_size", "critic_epochs"):
+        value = getattr(config, name)
+        assert value is None or (type(value) is int and value >= 1), (name, value)
     for name in ("clip_low", "clip_high", "log_ratio_clamp", "entropy_coef", "temperature"):
         value = getattr(config, name)
         assert type(value) is float and math.isfinite(value), (name, value)
@@ -588,7 +591,7 @@ def test_learner_config_fields_give_a_config_or_an_invalid_option_error(data):
         assert value is None or (type(value) is float and math.isfinite(value) and value > 0), (name, value)
     for name in ("normalize_advantages", "bf16", "shuffle"):
         assert type(getattr(config, name)) is bool, name
-    if config.device not in (None, "cpu") or config.ppo_epochs > 3:
+    if config.device not in (None, "cpu") or max(config.ppo_epochs, config.critic_passes) > 3:
         return  # a device this machine may not have; 10**20 epochs are valid but endless
     torch.manual_seed(0)
     offsets = np.array([0, 3, 6, 9, 12])

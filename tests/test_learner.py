@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import re
 
 import numpy as np
@@ -314,6 +315,92 @@ def test_grpo_with_a_critic_trains_it_on_monte_carlo_returns(one_thread):
     assert any(not torch.equal(a, b) for a, b in zip(first, critic.parameters(), strict=True))
     assert history[-1]["critic/loss"] < history[0]["critic/loss"] / 4
     assert history[-1]["critic/explained_variance"] > max(0.5, history[0]["critic/explained_variance"])
+
+
+# --------------------------------------------------------------------------- critic epochs
+
+
+def _two_steps(batches: list[RolloutBatch], **config) -> tuple[Learner, list[dict[str, float]]]:
+    learner = make_learner("mae", seed=4, minibatch_size=8, micro_batch_size=3, **config)
+    metrics = [learner.step(copy.deepcopy(b)) for b in batches]
+    return learner, [{k: v for k, v in m.items() if not k.startswith("timing/")} for m in metrics]
+
+
+def _echo_batches(n: int = 2) -> list[RolloutBatch]:
+    torch.manual_seed(11)
+    policy, gen = TinyCausalLM(), torch.Generator().manual_seed(12)
+    return [echo_rollout(policy, 4, 4, gen) for _ in range(n)]
+
+
+def _same_parameters(a: nn.Module, b: nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 2])
+def test_critic_epochs_unset_or_equal_to_ppo_epochs_train_as_before(one_thread, ppo_epochs):
+    """Issue 20: critic_epochs=None (the default) is ppo_epochs, and then the step is the
+    joint loop of before: same parameters and metrics over two seeded steps."""
+    batches = _echo_batches()
+    default, default_metrics = _two_steps(batches, ppo_epochs=ppo_epochs)
+    explicit, explicit_metrics = _two_steps(batches, ppo_epochs=ppo_epochs, critic_epochs=ppo_epochs)
+    assert LearnerConfig(ppo_epochs=ppo_epochs).critic_passes == ppo_epochs
+    assert default_metrics == explicit_metrics
+    assert all(m["critic/epochs"] == float(ppo_epochs) for m in default_metrics)
+    assert _same_parameters(default.policy, explicit.policy)
+    assert _same_parameters(default.critic, explicit.critic)
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 3])
+def test_critic_epochs_give_k_critic_updates_per_actor_update(one_thread, monkeypatch, ppo_epochs):
+    """Issue 20 (slime #2329): 16 trajectories in minibatches of 8 are 2 optimizer steps a
+    pass; the critic makes critic_epochs passes, the actor ppo_epochs."""
+    calls = {"actor": 0, "critic": 0}
+    learner = make_learner("mae", seed=4, minibatch_size=8, ppo_epochs=ppo_epochs, critic_epochs=2)
+    for name, optimizer in (("actor", learner.policy_optimizer), ("critic", learner.critic_optimizer)):
+        step = optimizer.step
+
+        def counted(*args, _name=name, _step=step, **kwargs):
+            calls[_name] += 1
+            return _step(*args, **kwargs)
+
+        monkeypatch.setattr(optimizer, "step", counted)
+    metrics = learner.step(_echo_batches(1)[0])
+    assert calls == {"actor": 2 * ppo_epochs, "critic": 2 * 2}
+    assert metrics["critic/epochs"] == 2.0
+    assert all(math.isfinite(metrics[k]) for k in ("critic/loss", "critic/grad_norm", "actor/loss", "actor/grad_norm"))
+
+
+def test_critic_epochs_do_not_change_the_actors_update(one_thread):
+    """Issue 20: advantages are computed once, before the updates, and the critic's extra
+    passes shuffle with a generator of their own: the actor ends a step the same for any
+    critic_epochs, and over several steps too when the batch brings its values (the critic
+    then only trains). The critic itself does train more."""
+    batches = _echo_batches()
+    one, _ = _two_steps(batches[:1], critic_epochs=1)
+    three, metrics = _two_steps(batches[:1], critic_epochs=3)
+    assert _same_parameters(one.policy, three.policy)
+    assert not _same_parameters(one.critic, three.critic)
+    assert metrics[0]["critic/epochs"] == 3.0
+    rng = np.random.default_rng(5)
+    for batch in batches:
+        batch.values = rng.standard_normal(batch.mask.size).astype(np.float32)
+    runs = {k: _two_steps(batches, ppo_epochs=2, critic_epochs=k) for k in (1, 2, 4)}
+    for k in (1, 4):
+        assert _same_parameters(runs[k][0].policy, runs[2][0].policy)
+        assert not _same_parameters(runs[k][0].critic, runs[2][0].critic)
+        actor = [{n: v for n, v in m.items() if n.startswith("actor/")} for m in runs[k][1]]
+        assert actor == [{n: v for n, v in m.items() if n.startswith("actor/")} for m in runs[2][1]]
+
+
+def test_critic_epochs_without_a_critic_change_nothing(one_thread):
+    batch = _echo_batches(1)[0]
+    plain, with_field = make_learner("grpo", seed=4), make_learner("grpo", seed=4, critic_epochs=3)
+    a, b = plain.step(copy.deepcopy(batch)), with_field.step(copy.deepcopy(batch))
+    assert "critic/epochs" not in b and not any(k.startswith("critic/") for k in b)
+    assert {k: v for k, v in a.items() if not k.startswith("timing/")} == {
+        k: v for k, v in b.items() if not k.startswith("timing/")
+    }
+    assert _same_parameters(plain.policy, with_field.policy)
 
 
 @pytest.mark.parametrize("estimator", ["mae", "grpo"])
@@ -758,6 +845,11 @@ NAN, INF = float("nan"), float("inf")
         ("advantage_scale", ["whiten"]),
         ("device", 3),
         ("device", "gpu0"),
+        ("critic_epochs", 0),
+        ("critic_epochs", True),
+        ("critic_epochs", 2.0),
+        ("critic_epochs", NAN),
+        ("critic_epochs", "3"),
     ],
 )
 def test_bad_learner_settings_are_refused_at_construction(field, value):
