@@ -29,8 +29,13 @@ from mpo_rs.reproduce.stats import (
     REPRODUCED,
     combine,
     diff_ci,
+    holm,
+    holm_verdict,
     mean_ci,
+    paired_diff_ci,
+    t_cdf,
     t_quantile,
+    t_two_sided_p,
     verdict,
 )
 
@@ -80,6 +85,100 @@ def test_verdict_rule_on_synthetic_numbers():
     assert combine([REPRODUCED, INCONCLUSIVE]) == INCONCLUSIVE
     assert combine([REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE]) == NOT_REPRODUCED
     assert combine([]) == INCONCLUSIVE
+
+
+def test_paired_diff_ci_by_hand_matches_seeds():
+    # Seed 9 is on one side only and seed 3's B is NaN: both are left out, 4 pairs remain.
+    a = {0: 0.9, 1: 0.6, 2: 0.8, 3: 0.7, 4: 0.5, 9: 0.1}
+    b = {4: 0.3, 2: 0.5, 0: 0.6, 1: 0.5, 3: math.nan}
+    res = paired_diff_ci(a, b)
+    d = [0.3, 0.1, 0.3, 0.2]  # seeds 0, 1, 2, 4
+    sd = math.sqrt(sum((x - 0.225) ** 2 for x in d) / 3)  # = 0.0957
+    half = 3.182 * sd / 2  # t_{0.975,3} * sd / sqrt(4)
+    assert res.n == 4 and res.diff == pytest.approx(0.225)
+    assert (res.low, res.high) == pytest.approx((0.225 - half, 0.225 + half))
+    stats = pytest.importorskip("scipy.stats")
+    ref = stats.ttest_rel([0.9, 0.6, 0.8, 0.5], [0.6, 0.5, 0.5, 0.3])
+    assert res.p == pytest.approx(ref.pvalue, rel=1e-9)
+    # The design matters: seed effects shared by both arms cancel in the paired interval.
+    shared = [0.1, 0.9, 0.4, 0.7, 0.2]
+    a2 = {s: x + 0.05 + 0.01 * (s % 2) for s, x in enumerate(shared)}
+    b2 = dict(enumerate(shared))
+    assert verdict(*paired_diff_ci(a2, b2)[1:3]) == REPRODUCED
+    assert verdict(*diff_ci(a2.values(), b2.values())[1:]) == INCONCLUSIVE
+    # Degenerate cases: one pair, none, equal differences.
+    assert paired_diff_ci({0: 1.0}, {0: 0.5})[:4] == pytest.approx([0.5, math.nan, math.nan, 1], nan_ok=True)
+    assert paired_diff_ci({0: 1.0}, {1: 0.5}).n == 0
+    same = paired_diff_ci({0: 0.6, 1: 0.7}, {0: 0.5, 1: 0.6})
+    assert (same.low, same.high, same.p) == pytest.approx((0.1, 0.1, 0.0))
+    assert paired_diff_ci({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.7}).p == 1.0
+
+
+def test_t_cdf_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 7.5, 29, 100, 1000):
+        for t in (-40.0, -3.0, -1.0, -0.01, 0.0, 0.5, 1.96, 2.776, 12.7):
+            assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), abs=1e-12, rel=1e-9)
+            assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(abs(t), df), abs=1e-12, rel=1e-9)
+    assert t_two_sided_p(2.776, 4) == pytest.approx(0.05, abs=1e-4)  # the table's quantile
+    assert t_two_sided_p(math.inf, 3) == 0.0
+    assert math.isnan(t_cdf(1.0, 0)) and math.isnan(t_two_sided_p(math.nan, 4))
+
+
+def test_holm_by_hand():
+    # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (monotone).
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    # A comparison that could not be made keeps its place in the family (m = 3, not 2).
+    assert holm([0.01, math.nan, 0.02]) == pytest.approx([0.03, math.nan, 0.04], nan_ok=True)
+    assert holm([]) == []
+    # The equivalent step-down decision: reject in ascending order while p_(i) < alpha / (m - i + 1).
+    ps = [0.001, 0.2, 0.012, 0.04, 0.013]
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    rejected = set()
+    for rank, i in enumerate(order):
+        if ps[i] >= 0.05 / (len(ps) - rank):
+            break
+        rejected.add(i)
+    assert {i for i, q in enumerate(holm(ps)) if q < 0.05} == rejected == {0, 2, 4}
+
+
+def test_holm_verdict_rule_on_synthetic_numbers():
+    assert holm_verdict(0.2, 0.01) == REPRODUCED
+    assert holm_verdict(-0.2, 0.01) == NOT_REPRODUCED
+    assert holm_verdict(0.2, 0.05) == INCONCLUSIVE  # not below alpha
+    assert holm_verdict(0.2, 0.03, alpha=0.01) == INCONCLUSIVE
+    assert holm_verdict(math.nan, 0.01) == INCONCLUSIVE and holm_verdict(0.2, math.nan) == INCONCLUSIVE
+
+
+def test_table1_family_is_holm_corrected():
+    from mpo_rs.reproduce.report import FAMILY, claims
+
+    # MPO beats GRPO by 0.1 +- noise on 5 shared seeds: the paired interval alone excludes 0
+    # (p ~ 0.04), but Holm over the 4 comparisons of Table 1 does not reject (GSPO ties GRPO), so inconclusive.
+    shared = [0.1, 0.5, 0.3, 0.2, 0.4]
+    noise = [0.04, -0.06, 0.08, -0.10, 0.04]
+    rows = []
+    for seed in range(5):
+        for arm in ARMS:
+            value = shared[seed]
+            if arm.key == "mpo":
+                value += 0.1 + noise[seed]
+            elif arm.key in ("ppo", "mpo_token_is"):
+                value -= 0.3 + 0.01 * seed
+            rows.append({"arm": arm.key, "seed": seed, "final_success": value})
+    found = {c.number: c for c in claims(rows, FULL)}
+    comps = {x.what: x for c in found.values() for x in c.comparisons}
+    grpo = comps["MPO - GRPO"]
+    assert grpo.low > 0 and grpo.p < 0.05  # uncorrected, paired: it would be reproduced
+    assert grpo.p_holm > 0.05 and grpo.verdict == INCONCLUSIVE
+    assert grpo.welch_low < 0 < grpo.welch_high and grpo.n == 5
+    assert grpo.half_width == pytest.approx((grpo.high - grpo.low) / 2)
+    assert comps["MPO - PPO"].verdict == REPRODUCED and comps["MPO - PPO"].p_holm < 0.05
+    assert comps["MPO - MPO w/ token IS"].verdict == REPRODUCED
+    # Outside the family: decided by the paired interval, no Holm p-value.
+    assert math.isnan(comps["MPO w/ token IS - PPO"].p_holm)
+    assert {(x.metric, x.a, x.b) for x in comps.values() if math.isfinite(x.p_holm)} == set(FAMILY)
 
 
 def test_claims_use_the_rule():

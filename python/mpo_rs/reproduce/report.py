@@ -19,9 +19,39 @@ from typing import Any
 import numpy as np
 
 from .config import ADVANTAGE_SCALE_RULE, BETA_SWEEP, LAMBDA_GRID, ReproduceConfig
-from .stats import combine, diff_ci, mean_ci, verdict
+from .stats import combine, diff_ci, holm, holm_verdict, mean_ci, paired_diff_ci, verdict
 
-__all__ = ["Claim", "Comparison", "claims", "summarize_run", "write_report"]
+__all__ = ["FAMILY", "FAMILY_ALPHA", "Claim", "Comparison", "claims", "summarize_run", "write_report"]
+
+FAMILY: tuple[tuple[str, str, str], ...] = (
+    ("final_success", "mpo", "grpo"),
+    ("final_success", "mpo", "gspo"),
+    ("final_success", "mpo", "ppo"),
+    ("final_success", "mpo", "mpo_token_is"),
+)
+"""The family of comparisons corrected for multiplicity, fixed in advance: Table 1's, as
+(metric, A, B) for the claim "A beats B"; Holm's correction runs over all of them (a
+comparison that cannot be made counts as p = 1)."""
+
+FAMILY_ALPHA = 0.05
+"""The family-wise error rate of the Holm-corrected comparisons."""
+
+VERDICT_RULE = (
+    "Runs share their seeds across arms (same initialisation, tasks and sampler draws), so the "
+    'primary analysis is paired by seed: for a claim "A beats B", the per-seed differences A - B '
+    "over the seeds run on both arms give a mean and a Student-t 95% interval on n - 1 degrees of "
+    "freedom; Welch's unpaired interval of the difference of the seed means is shown beside it. "
+    "Table 1's comparisons (MPO against GRPO, GSPO, PPO and MPO w/ token IS, final success) form "
+    "one family, fixed in advance, with Holm-Bonferroni adjusted p-values of the two-sided paired "
+    f"t-test: such a comparison is **reproduced** when its adjusted p-value is below {FAMILY_ALPHA:g} "
+    "and the difference is positive, **not reproduced** when it is below "
+    f"{FAMILY_ALPHA:g} and the difference is negative, **inconclusive** otherwise (the intervals shown "
+    "for them are the uncorrected 95% ones, so one may exclude 0 while Holm does not reject). Every other "
+    "comparison is decided by its paired 95% interval: above 0 **reproduced**, below 0 **not "
+    "reproduced**, containing 0 **inconclusive** (uncorrected: read them as exploratory). A claim "
+    "made of several comparisons is reproduced when all are, not reproduced when any is reversed."
+)
+"""The verdict rule as the page states it (the code is :func:`claims`)."""
 
 CURVE_PANELS = (
     ("success", "validation success (held-out, T=1)"),
@@ -89,7 +119,11 @@ def _by_arm(rows: list[dict[str, Any]], metric: str) -> dict[str, list[float]]:
 
 @dataclass
 class Comparison:
-    """A - B for one metric, over seeds, with its 95% interval and verdict."""
+    """A - B for one metric over seeds: the paired analysis (``diff``, ``low``, ``high``: the
+    mean per-seed difference and its 95% interval over ``n`` seeds run on both arms; ``p``:
+    the paired t-test's two-sided p-value), Welch's unpaired interval beside it, and for a
+    comparison in :data:`FAMILY` its Holm-adjusted p-value. One-sample comparisons (``b``
+    empty) test A - offset and have no Welch interval."""
 
     what: str
     metric: str
@@ -99,13 +133,25 @@ class Comparison:
     low: float
     high: float
     verdict: str
+    n: int = 0
+    p: float = math.nan
+    welch_low: float = math.nan
+    welch_high: float = math.nan
+    p_holm: float = math.nan
+    half_width: float = math.nan
 
     def text(self) -> str:
         if not math.isfinite(self.diff):
             return f"{self.what}: not measured"
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
-            return f"{self.what}: {self.diff:+.3f} (no CI)"
-        return f"{self.what}: {self.diff:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+            return f"{self.what}: {self.diff:+.3f} (no CI, {self.n} paired seed(s))"
+        out = f"{self.what}: {self.diff:+.3f} [{self.low:+.3f}, {self.high:+.3f}] (±{self.half_width:.3f}, n={self.n}"
+        if math.isfinite(self.p_holm):
+            out += f", Holm p={self.p_holm:.3g}"
+        out += ")"
+        if math.isfinite(self.welch_low) and math.isfinite(self.welch_high):
+            out += f"; Welch [{self.welch_low:+.3f}, {self.welch_high:+.3f}]"
+        return out
 
 
 @dataclass
@@ -117,13 +163,40 @@ class Claim:
     note: str = ""
 
 
+def _by_seed(rows: list[dict[str, Any]], metric: str, arm: str) -> dict[int, float]:
+    return {int(r["seed"]): float(r.get(metric, math.nan)) for r in rows if r["arm"] == arm}
+
+
 def _compare(rows: list[dict[str, Any]], metric: str, a: str, b: str, what: str, offset: float = 0.0) -> Comparison:
-    by_arm = _by_arm(rows, metric)
+    mine = _by_seed(rows, metric, a)
     if b == "":  # one-sample: A - offset
-        diff, low, high, _ = mean_ci(np.asarray(by_arm.get(a, []), dtype=np.float64) - offset)
+        paired = paired_diff_ci(mine, dict.fromkeys(mine, offset))
+        welch = (math.nan, math.nan)
     else:
-        diff, low, high = diff_ci(by_arm.get(a, []), by_arm.get(b, []))
-    return Comparison(what, metric, a, b, diff, low, high, verdict(low, high))
+        theirs = _by_seed(rows, metric, b)
+        paired = paired_diff_ci(mine, theirs)
+        welch = diff_ci(mine.values(), theirs.values())[1:]
+    return Comparison(
+        what,
+        metric,
+        a,
+        b,
+        paired.diff,
+        paired.low,
+        paired.high,
+        verdict(paired.low, paired.high),
+        n=paired.n,
+        p=paired.p,
+        welch_low=welch[0],
+        welch_high=welch[1],
+        half_width=(paired.high - paired.low) / 2,
+    )
+
+
+def _family_holm(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+    """Holm-adjusted p-values of :data:`FAMILY`'s paired tests, keyed like FAMILY."""
+    ps = [_compare(rows, metric, a, b, "").p for metric, a, b in FAMILY]
+    return dict(zip(FAMILY, holm(ps), strict=True))
 
 
 def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
@@ -131,9 +204,15 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
     present = {r["arm"] for r in rows}
     label = {arm.key: arm.label for arm in config.arms}
     out: list[Claim] = []
+    adjusted = _family_holm(rows)
 
     def claim(number: int, paper: str, comps: list[Comparison], note: str = "") -> None:
         comps = [c for c in comps if c.a in present and (c.b == "" or c.b in present)]
+        for c in comps:
+            key = (c.metric, c.a, c.b)
+            if key in adjusted:
+                c.p_holm = adjusted[key]
+                c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
         out.append(Claim(number, paper, comps, combine([c.verdict for c in comps]), note))
 
     claim(
@@ -343,6 +422,12 @@ def _ci_text(values: list[float], digits: int = 3) -> str:
     return f"{_fmt(mean, digits)} [{_fmt(low, digits)}, {_fmt(high, digits)}]"
 
 
+def _family_of(found: list[Claim]) -> list[Comparison]:
+    """The comparisons of :data:`FAMILY` among the claims, in FAMILY's order."""
+    seen = {(x.metric, x.a, x.b): x for c in found for x in c.comparisons}
+    return [seen[key] for key in FAMILY if key in seen]
+
+
 def _markdown(
     config: ReproduceConfig,
     rows: list[dict[str, Any]],
@@ -363,15 +448,14 @@ def _markdown(
         f"**{meta['wall_s'] / 60:.1f} min** for {len(rows)} runs ({meta['started']}).",
         "",
         "The toy runs compare *orderings*, not the paper's values. Each claim is decided by a rule in "
-        '`mpo_rs/reproduce/stats.py`: for a claim "A beats B", the 95% Welch interval of the difference '
-        "of the seed means of A and B must lie above 0 (**reproduced**), lies below 0 (**not reproduced**), "
-        "or contains 0 (**inconclusive**); a claim made of several comparisons is reproduced when all are, "
-        "not reproduced when any is reversed. Unless said otherwise the metric is the success rate on "
-        f"{budget.eval_tasks} held-out tasks x {budget.eval_samples} samples at temperature 1 after the last update.",
+        "`mpo_rs/reproduce/report.py` and `stats.py`. " + VERDICT_RULE + " Unless said otherwise the metric "
+        f"is the success rate on {budget.eval_tasks} held-out tasks x {budget.eval_samples} samples at "
+        "temperature 1 after the last update.",
         "",
         "## Claims",
         "",
-        "| # | the paper | what the toy runs show (difference, 95% CI) | verdict |",
+        "| # | the paper | what the toy runs show (paired difference, 95% CI, half-width, seeds; Welch's CI) "
+        "| verdict |",
         "|---|---|---|---|",
     ]
     for c in found:
@@ -379,6 +463,20 @@ def _markdown(
         if c.note:
             shown += f"<br>*{c.note}*"
         lines.append(f"| {c.number} | {c.paper} | {shown} | **{c.verdict}** |")
+    lines += [
+        "",
+        "## Power achieved",
+        "",
+        f"The Holm-corrected family (alpha = {FAMILY_ALPHA:g}): the paired 95% half-width each comparison achieved.",
+        "",
+        "| comparison | metric | paired seeds | half-width | paired p | Holm p | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for comp in _family_of(found):
+        lines.append(
+            f"| {comp.what} | {comp.metric} | {comp.n} | {_fmt(comp.half_width)} | {_fmt(comp.p)} | "
+            f"{_fmt(comp.p_holm)} | {comp.verdict} |"
+        )
     lines += ["", "## Results per arm", ""]
     ks = sorted({int(k[len("final_pass@") :]) for r in rows for k in r if k.startswith("final_pass@")})
     header = ["arm", "task", "estimator", "ratio", "advantage scale", "final success"] + [f"pass@{k}" for k in ks]
@@ -544,6 +642,17 @@ def write_report(
             for c in found
         ],
     }
+    family = _family_of(found)
+    results["family"] = {
+        "alpha": FAMILY_ALPHA,
+        "correction": "holm",
+        "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in FAMILY],
+    }
+    for comp in family:
+        note(
+            f"{comp.what} ({comp.metric}): paired 95% half-width {_fmt(comp.half_width)} over {comp.n} seeds, "
+            f"Holm p={_fmt(comp.p_holm)} -> {comp.verdict}"
+        )
     (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default, allow_nan=True))
     (out / "reproduction.md").write_text(
         _markdown(config, rows, found, meta, {t: str(p.relative_to(out)) for t, p in figures.items()})

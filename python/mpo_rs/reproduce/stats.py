@@ -3,19 +3,44 @@
 - :func:`mean_ci`: the mean over seeds with a Student-t 95% interval.
 - :func:`diff_ci`: the difference of two arms' means with a Welch 95% interval (unequal
   variances; degrees of freedom rounded down, which widens the interval).
+- :func:`paired_diff_ci`: the mean of the per-seed differences A - B (runs matched by
+  seed; only the seeds present on both sides count) with a Student-t 95% interval on n - 1
+  degrees of freedom and the two-sided p-value of the paired t-test. The arms share their
+  seeds (same initialisation, tasks and sampler draws), so this is the primary analysis.
+- :func:`t_cdf` / :func:`t_two_sided_p`: Student's t distribution through the regularized
+  incomplete beta function (a continued fraction; no scipy at run time).
+- :func:`holm`: Holm-Bonferroni step-down adjusted p-values over a family of comparisons.
 - :func:`verdict`: a claim "A > B" is *reproduced* when the interval of A - B lies above
   0, *not reproduced* when it lies below 0, and *inconclusive* otherwise (or when it is
-  undefined: fewer than 2 seeds, a missing arm).
+  undefined: fewer than 2 seeds, a missing arm). :func:`holm_verdict` is the same rule for
+  a comparison in a corrected family: the Holm-adjusted p-value below alpha decides, and
+  the sign of the difference says which way.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["INCONCLUSIVE", "NOT_REPRODUCED", "REPRODUCED", "combine", "diff_ci", "mean_ci", "t_quantile", "verdict"]
+__all__ = [
+    "INCONCLUSIVE",
+    "NOT_REPRODUCED",
+    "REPRODUCED",
+    "Paired",
+    "combine",
+    "diff_ci",
+    "holm",
+    "holm_verdict",
+    "mean_ci",
+    "paired_diff_ci",
+    "t_cdf",
+    "t_quantile",
+    "t_two_sided_p",
+    "verdict",
+]
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -71,6 +96,115 @@ def diff_ci(a_values: Iterable[float], b_values: Iterable[float]) -> tuple[float
     df = se2**2 / ((va**2 / (a.size - 1) if va else 0.0) + (vb**2 / (b.size - 1) if vb else 0.0))
     half = t_quantile(df) * math.sqrt(se2)
     return diff, diff - half, diff + half
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (NaN when undefined)."""
+    if not (df > 0) or math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 0.0
+    return _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom (NaN when undefined)."""
+    p = t_two_sided_p(t, df)
+    if math.isnan(p):
+        return math.nan
+    return 1.0 - p / 2.0 if t > 0 else p / 2.0
+
+
+class Paired(NamedTuple):
+    """The paired analysis of A - B: mean per-seed difference, its 95% interval, the number
+    of seeds paired, and the two-sided p-value of the paired t-test."""
+
+    diff: float
+    low: float
+    high: float
+    n: int
+    p: float
+
+
+def paired_diff_ci(a_by_seed: Mapping[int, float], b_by_seed: Mapping[int, float]) -> Paired:
+    """A - B paired by seed: only the seeds present on both sides with finite values count
+    (a seed run on one side only is left out). With n pairs the interval is
+    mean(d) +- t_{0.975, n-1} sd(d) / sqrt(n) and p is the paired t-test's; NaN bounds and
+    p below 2 pairs. When every difference is equal the interval is the point itself and p
+    is 0 (1 when the differences are all 0)."""
+    seeds = sorted(
+        s for s in a_by_seed if s in b_by_seed and math.isfinite(a_by_seed[s]) and math.isfinite(b_by_seed[s])
+    )
+    d = np.asarray([a_by_seed[s] - b_by_seed[s] for s in seeds], dtype=np.float64)
+    n = int(d.size)
+    if n == 0:
+        return Paired(math.nan, math.nan, math.nan, 0, math.nan)
+    diff = float(d.mean())
+    if n < 2:
+        return Paired(diff, math.nan, math.nan, n, math.nan)
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    if se == 0:
+        return Paired(diff, diff, diff, n, 1.0 if diff == 0 else 0.0)
+    half = t_quantile(n - 1) * se
+    return Paired(diff, diff - half, diff + half, n, t_two_sided_p(diff / se, n - 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni step-down adjusted p-values, in the order given. With the m p-values
+    sorted ascending, p_(i) adjusted = max over j <= i of min(1, (m - j + 1) p_(j)); a
+    comparison is rejected at level alpha when its adjusted p-value is below alpha. The
+    family size m counts every entry: a NaN (a comparison that could not be made) stays NaN
+    and is treated as p = 1, so a missing arm never makes the others' correction milder."""
+    m = len(p_values)
+    filled = [p if math.isfinite(p) else 1.0 for p in p_values]
+    order = sorted(range(m), key=lambda i: filled[i])
+    adjusted = [math.nan] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * filled[i]))
+        adjusted[i] = running if math.isfinite(p_values[i]) else math.nan
+    return adjusted
+
+
+def holm_verdict(diff: float, p_adjusted: float, alpha: float = 0.05) -> str:
+    """The rule for a claim "A > B" inside a Holm-corrected family: *reproduced* when the
+    adjusted p-value of the paired test is below ``alpha`` and A - B > 0, *not reproduced*
+    when it is below ``alpha`` and A - B < 0, *inconclusive* otherwise (or undefined)."""
+    if not (math.isfinite(diff) and math.isfinite(p_adjusted)) or p_adjusted >= alpha or diff == 0:
+        return INCONCLUSIVE
+    return REPRODUCED if diff > 0 else NOT_REPRODUCED
 
 
 def verdict(low: float, high: float) -> str:
