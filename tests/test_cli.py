@@ -830,3 +830,28 @@ def test_progress_log_lines_are_spaced_by_the_period():
     p.update("write", 10, 2_500_000, 40, 0.5)
     p.clear()
     assert log.text == "mpo-rs: writing 10/40 rows, 2.5M tokens, 5.0M tokens/s (0 s)\n"
+
+
+def test_every_column_flag_of_every_command_has_help_text():
+    """Issue 20, item 8: ``diagnose --help`` must document --values-col/--mask-col/--rewards-col
+    (the column flags come from the column spec, mpo_rs.columns.add_flags)."""
+    import argparse
+
+    from mpo_rs import cli
+
+    parser = cli._parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    seen = set()
+    for command, p in sub.choices.items():
+        for action in p._actions:
+            for opt in action.option_strings:
+                if opt.endswith("-col"):
+                    seen.add((command, opt))
+                    assert action.help and action.help != argparse.SUPPRESS, (command, opt)
+                    assert "default" in action.help, (command, opt, action.help)
+    for opt in ("--values-col", "--mask-col", "--rewards-col"):
+        assert ("diagnose", opt) in seen and ("advantages", opt) in seen
+    text = sub.choices["diagnose"].format_help()
+    for opt in ("--values-col", "--mask-col", "--rewards-col"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(opt))
+        assert line.strip() != f"{opt} NAME", line  # the help follows on the flag's line
