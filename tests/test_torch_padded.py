@@ -356,3 +356,22 @@ def padded_module_batch():
     from mpo_rs.torch.batch import RolloutBatch
 
     return RolloutBatch
+
+
+def test_reward_in_a_padded_rows_last_column_hints_at_observation_rewards_credit():
+    """Issue 20, item 8: a score written into a padded row's last (padding) column failed
+    with "reward at observation token" and no hint of ``observation_rewards="credit"``."""
+    mask = torch.tensor([[1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+    values = torch.zeros(2, 6)
+    rewards = torch.zeros(2, 6)
+    rewards[1, 5] = 1.0
+    for estimate in (mt.mae_advantages, mt.gae_advantages):
+        with pytest.raises(mpo_rs.InvalidBatchError) as e:
+            estimate(values, mask, rewards)
+        message = str(e.value)
+        assert "trajectory 1, position 5" in message and "rewards must be 0 where mask is 0" in message
+        assert 'observation_rewards="credit"' in message and "padding" in message, message
+        credited = rewards.clone()
+        credited[1, 2], credited[1, 5] = 1.0, 0.0
+        got = estimate(values, mask, rewards, observation_rewards="credit")
+        torch.testing.assert_close(got, estimate(values, mask, credited), rtol=0, atol=0)
