@@ -855,3 +855,23 @@ def test_every_column_flag_of_every_command_has_help_text():
     for opt in ("--values-col", "--mask-col", "--rewards-col"):
         line = next(line for line in text.splitlines() if line.strip().startswith(opt))
         assert line.strip() != f"{opt} NAME", line  # the help follows on the flag's line
+
+
+def test_missing_column_error_names_the_flag_that_maps_it(tmp_path):
+    """Issue 20, item 8: a missing column was reported with no hint of the flag to map it."""
+    path = tmp_path / "log.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "values": pa.array([[0.0, 1.0]], pa.list_(pa.float32())),
+                "response_mask": pa.array([[1, 1]], pa.list_(pa.int8())),
+                "score": [1.0],
+            }
+        ),
+        path,
+    )
+    for command in (("advantages", path, "-o", tmp_path / "out.parquet"), ("diagnose", path)):
+        r = run_cli(*command)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert "missing column `loss_mask` (columns are: values, response_mask, score)" in r.stderr, r.stderr
+        assert r.stderr.rstrip().endswith("; name the column to use with --mask-col NAME"), r.stderr

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import columns, diagnose
 from .arrow import advantages_parquet
-from .exceptions import InvalidOptionError, MissingDependencyError, MpoError
+from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
 from .reproduce import command as reproduce
 
@@ -204,6 +204,17 @@ def _failed(e: BaseException) -> int:
     return _fail(str(e), EXIT_FAILED)
 
 
+def _with_column_hint(e: BaseException, args: argparse.Namespace) -> BaseException:
+    """A "missing column" error, with the flag that names another column (``--mask-col``)."""
+    if not isinstance(e, InvalidBatchError):
+        return e
+    chosen = {
+        r["name"]: getattr(args, f"{r['name']}_col") for r in columns.COLUMN_SPEC if hasattr(args, f"{r['name']}_col")
+    }
+    hint = columns.missing_column_hint(str(e), chosen, columns.flag)
+    return e if hint is None else InvalidBatchError(f"{e}; {hint}")
+
+
 def _advantages(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, enabled=not args.quiet, terminal=sys.stderr.isatty())
     try:
@@ -224,7 +235,7 @@ def _advantages(args: argparse.Namespace) -> int:
             # Before any message, and before SIGTERM's exception leaves for the console script.
             progress.clear()
     except _EXPECTED as e:
-        return _failed(e)  # on Ctrl-C, OUTPUT is the earlier one, or complete
+        return _failed(_with_column_hint(e, args))  # on Ctrl-C, OUTPUT is the earlier one, or complete
     if not args.quiet:
         print(summary_line(args.output, summary))
     return EXIT_OK
@@ -239,7 +250,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     try:
         table, written = diagnose.run(args, note=_note)
     except _EXPECTED as e:
-        return _failed(e)
+        return _failed(_with_column_hint(e, args))
     print(table)
     for path in written:
         print(f"wrote {path}")
