@@ -437,6 +437,9 @@ def test_a_log_with_no_usable_trajectory_says_nothing_to_report(tmp_path, capsys
     assert captured.err.count("\n") == 1, captured.err
     assert "no trajectory with >= 2 turns and varying values (2 read, all excluded); nothing to report" in captured.err
     assert not out.exists()
+    empty = _log(tmp_path / "empty.parquet", [], score=[])
+    assert main(["diagnose", str(empty)]) == 1
+    assert "no trajectory with >= 2 turns and varying values (the log has no rows)" in capsys.readouterr().err
 
 
 def test_trajectories_that_the_log_lacks_are_named_in_a_note(tmp_path, capsys):

@@ -94,9 +94,9 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     summary = diag.summary()
     if summary["all"]["trajectories"] == 0:
         # Blank figures and a table of nulls would read as a result; say there is none.
+        read = f"{diag.rows:,} read, all excluded" if diag.rows else "the log has no rows"
         raise InvalidBatchError(
-            f"{args.input}: no trajectory with >= 2 turns and varying values "
-            f"({diag.rows:,} read, all excluded); nothing to report"
+            f"{args.input}: no trajectory with >= 2 turns and varying values ({read}); nothing to report"
         )
     if keep:
         drawn = {t.row for t in diag.traces}
