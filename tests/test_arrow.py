@@ -249,3 +249,36 @@ def test_empty_tables():
     table = to_table(make_log(5)).slice(0, 0)
     out = with_advantages(table)
     assert out.num_rows == 0 and out.column_names[-4:] == list(OUTPUT_COLUMNS)
+
+
+def test_missing_loss_mask_names_the_users_columns_and_the_mask_col_keyword():
+    """Issue 20, item 8: a missing ``loss_mask`` listed only the columns passed on to Rust
+    (``values, score``), not the user's (``response_mask`` was there), and no keyword."""
+    table = pa.table(
+        {
+            "values": pa.array([[0.0, 1.0]], pa.list_(pa.float32())),
+            "response_mask": pa.array([[1, 1]], pa.list_(pa.int8())),
+            "score": [1.0],
+            "prompt": ["x"],
+        }
+    )
+    want = (
+        "missing column `loss_mask` (the input's columns are: values, response_mask, score, prompt); "
+        "name the column to use with mask_col=NAME"
+    )
+    inputs = [table, table.to_batches()[0], pa.chunked_array([table.to_batches()[0].to_struct_array()])]
+    try:
+        import polars as pl
+
+        inputs += [pl.from_arrow(table), pl.from_arrow(table).to_struct("s")]
+    except ImportError:
+        pass
+    for x in inputs:
+        with pytest.raises(mpo_rs.InvalidBatchError) as e:
+            with_advantages(x)
+        assert str(e.value) == want, (type(x), str(e.value))
+    out = with_advantages(table, mask_col="response_mask")
+    assert out.column_names[-4:] == list(OUTPUT_COLUMNS)
+    no_reward = table.drop_columns(["score"])
+    with pytest.raises(mpo_rs.InvalidBatchError, match="rewards_col=NAME or score_col=NAME"):
+        with_advantages(no_reward, mask_col="response_mask")

@@ -789,3 +789,89 @@ def test_console_script_is_declared():
     if "mpo-rs" not in scripts:
         pytest.skip("package metadata not installed (source tree)")
     assert scripts["mpo-rs"] == "_mpo_rs_cli:main"
+
+
+def test_progress_lines_in_a_log_file_when_stderr_is_not_a_terminal(log_file, tmp_path, monkeypatch, capsys):
+    """Defect (issue 20, item 8): progress showed only on a terminal; a batch job's log
+    stayed empty until the run ended. Now a line is printed every LOG_PERIOD_S seconds."""
+    from mpo_rs import cli
+
+    monkeypatch.setattr(cli, "LOG_PERIOD_S", 0.0)
+    assert cli.main(["advantages", str(log_file), "-o", str(tmp_path / "a.parquet")]) == 0
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines and "\r" not in err, err
+    assert all(line.startswith("mpo-rs: ") for line in lines), err
+    assert any("writing" in line and "rows" in line and "tokens/s" in line for line in lines), err
+    # -q still silences it.
+    assert cli.main(["advantages", str(log_file), "-o", str(tmp_path / "b.parquet"), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_log_lines_are_spaced_by_the_period():
+    from mpo_rs import cli
+
+    class Log:
+        text = ""
+
+        def write(self, s: str) -> None:
+            self.text += s
+
+        def flush(self) -> None:
+            pass
+
+    log = Log()
+    p = cli._Progress(log, enabled=True, terminal=False, period=3600.0)  # type: ignore[arg-type]
+    for i in range(100):
+        p.update("write", i, 1000 * i, 100, 0.5)
+    p.clear()
+    assert log.text == ""  # a run shorter than the period prints nothing
+    p = cli._Progress(log, enabled=True, terminal=False, period=0.0)  # type: ignore[arg-type]
+    p.update("write", 10, 2_500_000, 40, 0.5)
+    p.clear()
+    assert log.text == "mpo-rs: writing 10/40 rows, 2.5M tokens, 5.0M tokens/s (0 s)\n"
+
+
+def test_every_column_flag_of_every_command_has_help_text():
+    """Issue 20, item 8: ``diagnose --help`` must document --values-col/--mask-col/--rewards-col
+    (the column flags come from the column spec, mpo_rs.columns.add_flags)."""
+    import argparse
+
+    from mpo_rs import cli
+
+    parser = cli._parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    seen = set()
+    for command, p in sub.choices.items():
+        for action in p._actions:
+            for opt in action.option_strings:
+                if opt.endswith("-col"):
+                    seen.add((command, opt))
+                    assert action.help and action.help != argparse.SUPPRESS, (command, opt)
+                    assert "default" in action.help, (command, opt, action.help)
+    for opt in ("--values-col", "--mask-col", "--rewards-col"):
+        assert ("diagnose", opt) in seen and ("advantages", opt) in seen
+    text = sub.choices["diagnose"].format_help()
+    for opt in ("--values-col", "--mask-col", "--rewards-col"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(opt))
+        assert line.strip() != f"{opt} NAME", line  # the help follows on the flag's line
+
+
+def test_missing_column_error_names_the_flag_that_maps_it(tmp_path):
+    """Issue 20, item 8: a missing column was reported with no hint of the flag to map it."""
+    path = tmp_path / "log.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "values": pa.array([[0.0, 1.0]], pa.list_(pa.float32())),
+                "response_mask": pa.array([[1, 1]], pa.list_(pa.int8())),
+                "score": [1.0],
+            }
+        ),
+        path,
+    )
+    for command in (("advantages", path, "-o", tmp_path / "out.parquet"), ("diagnose", path)):
+        r = run_cli(*command)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert "missing column `loss_mask` (columns are: values, response_mask, score)" in r.stderr, r.stderr
+        assert r.stderr.rstrip().endswith("; name the column to use with --mask-col NAME"), r.stderr

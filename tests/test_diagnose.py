@@ -424,3 +424,32 @@ def test_large_logs_stream_in_bounded_memory(tmp_path):
         assert (n_small, n_large) == (256, 4096)
         growth[mode] = rss_large - rss_small
     assert growth["stream"] < 0.25 * growth["hold"], growth
+
+
+def test_a_log_with_no_usable_trajectory_says_nothing_to_report(tmp_path, capsys):
+    """Issue 20, item 8: every row excluded (one turn, or constant values) exited 0 with a
+    table of nulls and blank figures. Now: one error line, exit 1, nothing written."""
+    path = _log(tmp_path / "flat.parquet", [([0, 1], [1, 1]), ([2, 2, 0, 2], [1, 1, 0, 1])], score=[1, 0])
+    out = tmp_path / "report"
+    assert main(["diagnose", str(path), "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1, captured.err
+    assert "no trajectory with >= 2 turns and varying values (2 read, all excluded); nothing to report" in captured.err
+    assert not out.exists()
+    empty = _log(tmp_path / "empty.parquet", [], score=[])
+    assert main(["diagnose", str(empty)]) == 1
+    assert "no trajectory with >= 2 turns and varying values (the log has no rows)" in capsys.readouterr().err
+
+
+def test_trajectories_that_the_log_lacks_are_named_in_a_note(tmp_path, capsys):
+    """Issue 20, item 8: --trajectories asking for rows that do not exist exited 0 silently
+    without their figures. Now one note names them; the rest of the report is written."""
+    log = tmp_path / "l.parquet"
+    write_rollout_log(log, 12, row_group_rows=5, seed=1)
+    out = tmp_path / "r"
+    assert main(["diagnose", str(log), "-o", str(out), "--trajectories", "2,40,99,40"]) == 0
+    err = capsys.readouterr().err
+    assert "--trajectories: rows 40, 99 not in the log (12 rows, numbered from 0); not drawn" in err, err
+    assert {p.name for p in out.glob("trajectory_*.png")} == {"trajectory_2.png"}
+    assert (out / "summary.json").exists()

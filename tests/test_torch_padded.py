@@ -356,3 +356,53 @@ def padded_module_batch():
     from mpo_rs.torch.batch import RolloutBatch
 
     return RolloutBatch
+
+
+def test_reward_in_a_padded_rows_last_column_hints_at_observation_rewards_credit():
+    """Issue 20, item 8: a score written into a padded row's last (padding) column failed
+    with "reward at observation token" and no hint of ``observation_rewards="credit"``."""
+    mask = torch.tensor([[1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+    values = torch.zeros(2, 6)
+    rewards = torch.zeros(2, 6)
+    rewards[1, 5] = 1.0
+    for estimate in (mt.mae_advantages, mt.gae_advantages):
+        with pytest.raises(mpo_rs.InvalidBatchError) as e:
+            estimate(values, mask, rewards)
+        message = str(e.value)
+        assert "trajectory 1, position 5" in message and "rewards must be 0 where mask is 0" in message
+        assert 'observation_rewards="credit"' in message and "padding" in message, message
+        credited = rewards.clone()
+        credited[1, 2], credited[1, 5] = 1.0, 0.0
+        got = estimate(values, mask, rewards, observation_rewards="credit")
+        torch.testing.assert_close(got, estimate(values, mask, credited), rtol=0, atol=0)
+
+
+def test_readme_using_it_leads_with_a_padded_recipe_that_runs():
+    """Issue 20, item 8: the README's "Using it" showed only the flat API with undefined
+    variables. Its first snippet is now the padded-tensor recipe; it runs as written."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n## Using it\n", 1)[1].split("\n## ", 1)[0]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S)
+    assert snippet is not None
+    code = snippet.group(1)
+    assert "from mpo_rs.torch import" in code and "mae_advantages(" in code and "policy_loss(" in code
+    assert len(code.strip().splitlines()) <= 16  # a recipe, not a program
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md: Using it", "exec"), scope)
+    advantages, mask, loss = scope["advantages"], scope["response_mask"], scope["loss"]
+    assert isinstance(advantages, torch.Tensor) and advantages.shape == mask.shape  # type: ignore[union-attr]
+    assert bool((advantages[~mask] == 0).all())  # type: ignore[index, operator]
+    assert torch.isfinite(loss) and scope["log_prob"].grad is not None  # type: ignore[arg-type, attr-defined]
+
+
+def test_readme_docs_table_lists_every_docs_page():
+    """Issue 20, item 8: the README's docs table left out pages (torch, sampler, envs, ...)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    table = readme.split("\nDocumentation:\n", 1)[1].split("\n## ", 1)[0]
+    missing = [p.name for p in sorted((root / "docs").glob("*.md")) if f"](docs/{p.name})" not in table]
+    assert not missing, missing

@@ -20,12 +20,13 @@ copied. The lists of the outputs have the mask column's offset width.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
 from . import _native
 from ._deps import missing
-from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, VALUES
+from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, VALUES, missing_column_hint
 from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import ESTIMATORS, Estimator, resolve
 
@@ -76,7 +77,13 @@ def with_advantages(
     est = resolve(estimator, options, "mae")
     names = _wanted_columns(mask_col, values_col, rewards_col, score_col, group_col)
     columns: _Columns = (mask_col, values_col, rewards_col, score_col, group_col)
+    try:
+        return _with_advantages(table, est, names, columns)
+    except InvalidBatchError as e:
+        raise _with_missing_column_hint(e, table, columns) from None
 
+
+def _with_advantages(table: Any, est: Estimator, names: list[str], columns: _Columns) -> Any:
     polars = _module_of(table, "polars")
     if polars is not None:
         return _with_advantages_polars(polars, table, names, est, columns)
@@ -103,19 +110,49 @@ def with_advantages(
             )
         return _with_advantages_struct_chunks(pa, table, est, columns)
     if hasattr(table, "__arrow_c_stream__") or hasattr(table, "__arrow_c_array__"):
-        return with_advantages(
-            pa.table(table),
-            estimator=est,
-            mask_col=mask_col,
-            values_col=values_col,
-            rewards_col=rewards_col,
-            score_col=score_col,
-            group_col=group_col,
-        )
+        return _with_advantages(pa.table(table), est, names, columns)
     raise InvalidBatchError(
         "expected a pyarrow Table/RecordBatch/ChunkedArray, a polars DataFrame/Series, or an "
         f"object with the Arrow PyCapsule interface; got {type(table).__name__}"
     )
+
+
+_COLUMN_KEYS = ("mask", "values", "rewards", "score", "group")
+"""The spec's names of the columns in a ``_Columns`` tuple, in its order."""
+
+
+def _input_column_names(table: Any) -> list[str] | None:
+    """The column names of a ``with_advantages`` input, as the user passed it."""
+    for attr in ("column_names", "columns"):
+        names = getattr(table, attr, None)
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return names
+    schema = getattr(table, "schema", None)
+    if schema is not None and isinstance(getattr(schema, "names", None), list):
+        return list(schema.names)
+    for dtype in (getattr(table, "type", None), getattr(table, "dtype", None)):
+        fields = getattr(dtype, "fields", None)
+        if fields is not None:
+            try:
+                return [str(f.name) for f in fields]
+            except (AttributeError, TypeError):
+                pass
+        if dtype is not None and hasattr(dtype, "num_fields"):
+            return [dtype.field(i).name for i in range(dtype.num_fields)]
+    return None
+
+
+def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: _Columns) -> InvalidBatchError:
+    """A "missing column" error from Rust lists the columns it was passed (only those the
+    estimator reads); name the input's own columns and the keyword that maps one."""
+    hint = missing_column_hint(str(e), dict(zip(_COLUMN_KEYS, columns, strict=True)))
+    if hint is None:
+        return e
+    message = str(e)
+    names = _input_column_names(table)
+    if names is not None:
+        message = re.sub(r"\(columns are: [^)]*\)", f"(the input's columns are: {', '.join(names)})", message)
+    return InvalidBatchError(f"{message}; {hint}")
 
 
 def advantages_parquet(

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TextIO
 
 from . import columns, diagnose
 from .arrow import advantages_parquet
-from .exceptions import InvalidOptionError, MissingDependencyError, MpoError
+from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
 from .reproduce import command as reproduce
 
@@ -74,7 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
     columns.add_flags(adv.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
-    adv.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary")
+    adv.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (a status line on a terminal, a line every 10 s in a log) and no summary",
+    )
     diagnose.add_parser(commands)
     reproduce.add_parser(commands)
     return parser
@@ -114,13 +120,23 @@ def option_args(args: argparse.Namespace, names: Collection[str] | None = None) 
     return {name: value for name, value in given.items() if value is not None}
 
 
-class _Progress:
-    """A self-overwriting status line on a terminal; silent elsewhere."""
+# How often a run whose stderr is not a terminal (a log file under a batch scheduler)
+# prints a progress line.
+LOG_PERIOD_S = 10.0
 
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
+
+class _Progress:
+    """Progress on stderr: a self-overwriting status line on a terminal; elsewhere (a log
+    file) one line every ``period`` seconds, so a long run shows it is alive."""
+
+    def __init__(self, stream: TextIO, enabled: bool, terminal: bool = True, period: float | None = None) -> None:
+        period = LOG_PERIOD_S if period is None else period
         self.stream = stream
         self.enabled = enabled
+        self.terminal = terminal
+        self.period = period
         self.width = 0
+        self.next_line = time.monotonic() + period
 
     def update(self, phase: str, rows: int, tokens: int, total_rows: int, seconds: float) -> None:
         done = f"{rows:,}/{total_rows:,} rows"
@@ -129,6 +145,13 @@ class _Progress:
             line = f"{PROG}: writing {done}, {_si(tokens)} tokens, {_si(rate)} tokens/s"
         else:
             line = f"{PROG}: group statistics {done}"
+        if not self.terminal:
+            now = time.monotonic()
+            if now >= self.next_line:
+                self.next_line = now + self.period
+                self.stream.write(f"{line} ({seconds:.0f} s)\n")
+                self.stream.flush()
+            return
         self.width = max(self.width, len(line))
         self.stream.write("\r" + line.ljust(self.width))
         self.stream.flush()
@@ -181,8 +204,19 @@ def _failed(e: BaseException) -> int:
     return _fail(str(e), EXIT_FAILED)
 
 
+def _with_column_hint(e: BaseException, args: argparse.Namespace) -> BaseException:
+    """A "missing column" error, with the flag that names another column (``--mask-col``)."""
+    if not isinstance(e, InvalidBatchError):
+        return e
+    chosen = {
+        r["name"]: getattr(args, f"{r['name']}_col") for r in columns.COLUMN_SPEC if hasattr(args, f"{r['name']}_col")
+    }
+    hint = columns.missing_column_hint(str(e), chosen, columns.flag)
+    return e if hint is None else InvalidBatchError(f"{e}; {hint}")
+
+
 def _advantages(args: argparse.Namespace) -> int:
-    progress = _Progress(sys.stderr, enabled=not args.quiet and sys.stderr.isatty())
+    progress = _Progress(sys.stderr, enabled=not args.quiet, terminal=sys.stderr.isatty())
     try:
         try:
             summary = advantages_parquet(
@@ -201,7 +235,7 @@ def _advantages(args: argparse.Namespace) -> int:
             # Before any message, and before SIGTERM's exception leaves for the console script.
             progress.clear()
     except _EXPECTED as e:
-        return _failed(e)  # on Ctrl-C, OUTPUT is the earlier one, or complete
+        return _failed(_with_column_hint(e, args))  # on Ctrl-C, OUTPUT is the earlier one, or complete
     if not args.quiet:
         print(summary_line(args.output, summary))
     return EXIT_OK
@@ -216,7 +250,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     try:
         table, written = diagnose.run(args, note=_note)
     except _EXPECTED as e:
-        return _failed(e)
+        return _failed(_with_column_hint(e, args))
     print(table)
     for path in written:
         print(f"wrote {path}")

@@ -11,7 +11,8 @@ options come from ``Estimator.option_table()``; none spells a column name of its
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._native import column_spec
@@ -28,6 +29,8 @@ __all__ = [
     "add_flags",
     "default",
     "flag",
+    "keyword",
+    "missing_column_hint",
     "row",
 ]
 
@@ -50,6 +53,36 @@ def default(name: str) -> str:
 def flag(name: str) -> str:
     """The command-line flag of the column ``name`` (``--mask-col``)."""
     return f"--{name.replace('_', '-')}-col"
+
+
+def keyword(name: str) -> str:
+    """The Python keyword of the column ``name`` (``mask_col``)."""
+    return f"{name}_col"
+
+
+_MISSING = re.compile(r"missing column ((?:`[^`]+`(?: or )?)+)")
+
+
+def missing_column_hint(
+    message: str, chosen: Mapping[str, str | None], spell: Callable[[str], str] = keyword
+) -> str | None:
+    """The hint for a "missing column `X`" message: which option names the column to use
+    instead (``spell`` turns the spec's name into :func:`keyword` or :func:`flag`).
+    ``chosen`` maps the spec's names (``"mask"``) to the column names the run looked for,
+    None for an optional column left to its default. None when ``message`` is not one."""
+    m = _MISSING.search(message)
+    if m is None:
+        return None
+    wanted = re.findall(r"`([^`]+)`", m.group(1))
+    options = []
+    for column in wanted:
+        for name, chosen_name in chosen.items():
+            if column == (chosen_name if chosen_name is not None else default(name)):
+                options.append(f"{spell(name)}{'=' if spell is keyword else ' '}NAME")
+                break
+    if not options or all(o.split("=")[0].split(" ")[0] in message for o in options):
+        return None  # none to name, or the message names them already
+    return f"name the column to use with {' or '.join(options)}"
 
 
 MASK = default("mask")

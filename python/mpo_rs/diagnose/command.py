@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import _native, columns
 from .._deps import MissingDependencyError
-from .._native import InvalidOptionError
+from .._native import InvalidBatchError, InvalidOptionError
 from .plot import REPORT_DIR, TOOL, require_matplotlib, write_report
 from .read import check_batch_rows, diagnose_logs, require_pyarrow
 from .summary import format_table
@@ -54,7 +54,11 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     Everything that can fail without reading the log is checked first: options, REPORT_DIR
     (new, empty, or an earlier report of diagnose: docs/reliability.md, "Output safety"),
     pyarrow, matplotlib. Without matplotlib the figures are skipped -- ``note`` gets one
-    line saying so and naming the ``plot`` extra -- and summary.json is still written."""
+    line saying so and naming the ``plot`` extra -- and summary.json is still written.
+
+    A log without a single usable trajectory (>= 2 turns and varying values) raises
+    InvalidBatchError before anything is written; rows of ``--trajectories`` that the log
+    does not have get one ``note`` line (the rest of the report is written)."""
     keep = None
     if args.trajectories:
         try:
@@ -87,5 +91,20 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         keep_rows=keep,
         batch_rows=args.batch_rows,
     )
+    summary = diag.summary()
+    if summary["all"]["trajectories"] == 0:
+        # Blank figures and a table of nulls would read as a result; say there is none.
+        read = f"{diag.rows:,} read, all excluded" if diag.rows else "the log has no rows"
+        raise InvalidBatchError(
+            f"{args.input}: no trajectory with >= 2 turns and varying values ({read}); nothing to report"
+        )
+    if keep:
+        drawn = {t.row for t in diag.traces}
+        missing = [k for k in dict.fromkeys(keep) if k not in drawn]
+        if missing:
+            note(
+                f"--trajectories: row{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                f"not in the log ({diag.rows:,} rows, numbered from 0); not drawn"
+            )
     written = write_report(diag, args.output, figures=figures) if args.output else []
-    return format_table(diag.summary()), written
+    return format_table(summary), written

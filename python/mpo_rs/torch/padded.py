@@ -225,7 +225,17 @@ def _with_critic(
         _check_tensor(values, "values")
         batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
     source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
-    result = estimate(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
+    try:
+        result = estimate(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
+    except InvalidBatchError as e:
+        if token_level_rewards is None or observation_rewards != "error" or "at observation token" not in str(e):
+            raise
+        raise InvalidBatchError(
+            f"{e} (in `token_level_rewards`, where `response_mask` is 0: an observation or padding "
+            'token); pass observation_rewards="credit" to move such a reward to the last policy '
+            "token before it in its row (a score written into a padded row's last column), or "
+            '"drop" to ignore it'
+        ) from None
     advantages = batch.whitened(result.advantages) if whiten else result.advantages
     return batch.padded(advantages), batch.padded(result.returns)
 
