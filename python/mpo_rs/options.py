@@ -13,11 +13,12 @@ of them declares an option, a default or an estimator name of its own.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ._native import Estimator, InvalidOptionError
 
-__all__ = ["ESTIMATORS", "Estimator", "default", "family_estimators", "option_names", "resolve"]
+__all__ = ["ESTIMATORS", "Estimator", "default", "family_estimators", "option_names", "resolve", "resolve_family"]
 
 ESTIMATORS: tuple[str, ...] = Estimator.names()
 """The estimator names (the table's)."""
@@ -69,3 +70,27 @@ def family_estimators() -> tuple[str, ...]:
     for name in ESTIMATORS:
         first.setdefault(Estimator(name).family, name)
     return tuple(first.values())
+
+
+# How messages name the estimators of a family.
+_FAMILY_WORDS = {
+    "mae": "an MAE estimator (mpo_rs.Estimator('mae', ...))",
+    "gae": "a GAE estimator",
+    "group": "a group estimator (grpo, drgrpo, rloo)",
+}
+
+
+@functools.cache
+def _family_default(family: str) -> str:
+    return next(name for name in family_estimators() if Estimator(name).family == family)
+
+
+def resolve_family(estimator: str | Estimator, family: str, what: str) -> Estimator:
+    """``estimator`` (a name or an ``Estimator``, resolved as :func:`resolve` does) for a
+    slot that takes one family only (``"mae"``, ``"gae"`` or ``"group"``: the MAE of a
+    critic-free recipe, its group baseline). Raises :class:`mpo_rs.InvalidOptionError`
+    naming ``what`` when it is of another family."""
+    e = resolve(estimator, {}, _family_default(family))
+    if e.family != family:
+        raise InvalidOptionError(f"{what} must be {_FAMILY_WORDS[family]}, got {e.name!r}")
+    return e

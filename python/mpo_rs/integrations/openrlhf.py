@@ -32,30 +32,14 @@ except ModuleNotFoundError as _e:
 import numpy as np
 
 from ..exceptions import InvalidBatchError, InvalidOptionError
-from ..options import Estimator, resolve
+from ..options import Estimator, resolve_family
 from ..torch import critic_free, losses, padded
 
 __all__ = ["MPOExperienceMixin", "MPOPolicyLoss", "mpo_experience_maker", "token_rewards"]
 
 
-def _mae(estimator: str | Estimator) -> Estimator:
-    e = resolve(estimator, {}, "mae")
-    if e.family != "mae":
-        raise InvalidOptionError(
-            f"`mpo_estimator` must be an MAE estimator (mpo_rs.Estimator('mae', ...)), got {e.name!r}"
-        )
-    return e
-
-
 def _group(baseline: str | Estimator | None) -> Estimator | None:
-    if baseline is None:
-        return None
-    b = resolve(baseline, {}, "grpo")
-    if b.family != "group":
-        raise InvalidOptionError(
-            f"`mpo_baseline` must be a group estimator (grpo, drgrpo, rloo) or None, got {b.name!r}"
-        )
-    return b
+    return None if baseline is None else resolve_family(baseline, "group", "`mpo_baseline` (None: the critic's values)")
 
 
 def token_rewards(
@@ -92,7 +76,7 @@ class MPOExperienceMixin:
         mpo_baseline: str | Estimator | None = None,
         **kwargs: Any,
     ) -> None:
-        self.mpo_estimator = _mae(mpo_estimator)
+        self.mpo_estimator = resolve_family(mpo_estimator, "mae", "`mpo_estimator`")
         self.mpo_baseline = _group(mpo_baseline)
         super().__init__(*args, **kwargs)
 

@@ -39,7 +39,7 @@ except ModuleNotFoundError as _e:
 import numpy as np
 
 from ..exceptions import InvalidBatchError, InvalidOptionError
-from ..options import Estimator, resolve
+from ..options import Estimator, resolve_family
 from ..torch import critic_free, losses, padded
 
 __all__ = ["LOSS_AGGREGATIONS", "MPOBatch", "MPOGRPOTrainer"]
@@ -84,15 +84,6 @@ class MPOBatch:
     """(B, C): the values from :meth:`MPOGRPOTrainer.mpo_values`, or None (critic-free)."""
 
 
-def _estimator(estimator: str | Estimator) -> Estimator:
-    e = resolve(estimator, {}, "mae")
-    if e.family != "mae":
-        raise InvalidOptionError(
-            f"MPOGRPOTrainer's `estimator` must be an MAE estimator (mpo_rs.Estimator('mae', ...)), got {e.name!r}"
-        )
-    return e
-
-
 class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
     """``trl.GRPOTrainer`` with MPO's per-token advantages and turn-ratio loss.
 
@@ -120,7 +111,7 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         rollout_log: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.mpo_estimator = _estimator(estimator)
+        self.mpo_estimator = resolve_family(estimator, "mae", "MPOGRPOTrainer's `estimator`")
         if turn_ratio is not None and turn_ratio not in losses.TURN_RATIOS:
             raise InvalidOptionError(
                 f"unknown turn_ratio={turn_ratio!r}; expected one of {', '.join(map(repr, losses.TURN_RATIOS))} or None"
@@ -149,12 +140,7 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
                     f"use scale_rewards='group' or 'none', or pass baseline='grpo' | 'drgrpo' | 'rloo'"
                 )
             baseline = name
-        b = resolve(baseline, {}, "grpo")
-        if b.family != "group":
-            raise InvalidOptionError(
-                f"MPOGRPOTrainer's `baseline` must be a group estimator (grpo, drgrpo, rloo), got {b.name!r}"
-            )
-        return b
+        return resolve_family(baseline, "group", "MPOGRPOTrainer's `baseline`")
 
     def _check_settings(self) -> None:
         """Refuses the TRL settings this trainer does not carry over, naming them."""

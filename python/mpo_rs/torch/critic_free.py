@@ -24,8 +24,8 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch", "torch", _e) from None
 
 from .. import _native, estimators
-from ..exceptions import InvalidBatchError, InvalidOptionError
-from ..options import Estimator, resolve
+from ..exceptions import InvalidBatchError
+from ..options import Estimator, resolve_family
 from .padded import PaddedBatch, _host_scores
 
 __all__ = ["mae_group_advantages", "mae_over_baselines", "row_baselines"]
@@ -80,12 +80,8 @@ def mae_group_advantages(
     a row's score for its baseline is ``scores[j]`` or the sum of its token rewards.
     ``group_ids``: one per row (ints, strings, objects). Returns the ``(B, L)`` advantages.
     """
-    group = resolve(baseline, {}, "grpo")
-    if group.family != "group":
-        raise InvalidOptionError(f"`baseline` must be a group estimator (grpo, drgrpo, rloo), got {group.name!r}")
-    mae = resolve(estimator, {}, "mae")
-    if mae.family != "mae":
-        raise InvalidOptionError(f"`estimator` must be an MAE estimator, got {mae.name!r}")
+    group = resolve_family(baseline, "group", "`baseline`")
+    mae = resolve_family(estimator, "mae", "`estimator`")
     if (token_level_rewards is None) == (scores is None):
         raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
     if group_ids is None:
