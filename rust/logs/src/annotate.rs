@@ -12,7 +12,6 @@
 //!
 //! The lists take the mask column's width (list or large_list) and its offsets.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, ArrowPrimitiveType, LargeListArray, ListArray, PrimitiveArray, RecordBatch};
@@ -25,6 +24,7 @@ use crate::decode::{read_row_scores, ListOffsets, RewardData, Rollouts};
 use crate::error::DataError;
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
+use crate::relocate;
 use crate::schema::{Columns, ListKind, RewardColumn, OUTPUT_COLUMNS};
 
 /// Counts of what one batch held.
@@ -92,7 +92,8 @@ pub fn annotate(
     estimator: &Estimator,
     groups: Option<&GroupStats>,
 ) -> Result<Annotation, DataError> {
-    let r = Rollouts::read(batch, columns)?;
+    // Only the estimators see moved rewards; the input columns are written out as given.
+    let r = relocate::apply(Rollouts::read(batch, columns)?, columns)?;
     let core_err = |e: MpoError| from_core(e, columns);
     let rewards = match &r.rewards {
         RewardData::Token(t) => Rewards::Token(t),
@@ -114,7 +115,7 @@ pub fn annotate(
             let (Some(stats), Some(group_col)) = (groups, columns.group.as_deref()) else {
                 return Err(DataError::Capacity("group estimators need the statistics pass first".into()));
             };
-            let scores = group_scores(batch, columns, &r)?;
+            let scores = relocate::group_scores(batch, columns, &r)?;
             let per_row = stats.advantages_for(params, group_col, batch, &scores)?;
             let adv = mpo_core::broadcast_to_tokens(&per_row, &r.mask, &r.offsets).map_err(core_err)?;
             let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
@@ -142,16 +143,6 @@ pub fn annotate(
     })
 }
 
-/// The score of each row for the group baselines: the score column, or the sum of the
-/// row's token rewards (which must then be 0 on observation tokens).
-fn group_scores<'a>(batch: &'a RecordBatch, columns: &Columns, r: &Rollouts<'_>) -> Result<Cow<'a, [f32]>, DataError> {
-    let scores = read_row_scores(batch, &columns.reward)?;
-    if let (RewardData::Token(t), RewardColumn::Token(name)) = (&r.rewards, &columns.reward) {
-        check_observation_rewards(t, &r.mask, &r.offsets, name)?;
-    }
-    Ok(scores)
-}
-
 /// The group statistics of `batches` alone (one partial of a distributed run, see
 /// [`GroupStats::of_batches`]), the rows read and checked as [`annotate`] reads them.
 /// `columns.group` must be set; with a score column the mask is not read.
@@ -164,8 +155,8 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
         scores.push(match &columns.reward {
             RewardColumn::Score(_) => read_row_scores(batch, &columns.reward).map_err(shifted)?,
             RewardColumn::Token(_) => {
-                let r = Rollouts::read(batch, columns).map_err(shifted)?;
-                group_scores(batch, columns, &r).map_err(shifted)?
+                let r = relocate::apply(Rollouts::read(batch, columns).map_err(shifted)?, columns).map_err(shifted)?;
+                relocate::group_scores(batch, columns, &r).map_err(shifted)?
             }
         });
         base += batch.num_rows() as u64;
@@ -218,10 +209,10 @@ fn from_core(e: MpoError, columns: &Columns) -> DataError {
     }
 }
 
-/// Rewards must be 0 on observation tokens; the critic estimators check this in the core,
-/// the group estimators only sum rewards, so they check here (and so does `mpo-rs
-/// diagnose`, which refuses what `advantages` refuses). Rows and tokens are those of the
-/// batch.
+/// Rewards must be 0 on observation tokens (with `observation_rewards` "error"); the
+/// critic estimators check this in the core, the group estimators only sum rewards, so
+/// they check here (and so does `mpo-rs diagnose`, which refuses what `advantages`
+/// refuses). Rows and tokens are those of the batch.
 pub fn check_observation_rewards(rewards: &[f32], mask: &[u8], offsets: &[i64], column: &str) -> Result<(), DataError> {
     for (row, w) in offsets.windows(2).enumerate() {
         for q in w[0] as usize..w[1] as usize {
@@ -302,7 +293,9 @@ fn list_of<T: ArrowPrimitiveType>(offsets: &ListOffsets, values: Vec<T::Native>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::LogError;
     use crate::estimator::EstimatorColumns;
+    use crate::relocate::ObservationRewards;
     use crate::schema::ColumnSpec;
     use arrow::array::{AsArray, BooleanBuilder, Int64Array, ListBuilder};
 
@@ -394,6 +387,45 @@ mod tests {
         let turn = a.columns[3].as_list::<i32>().values().as_primitive::<Float32Type>();
         assert_eq!(turn.values().to_vec(), vec![0.75, 0.75, -0.75]);
         assert_eq!(a.columns[1].as_list::<i32>().values().as_primitive::<Float32Type>().values().to_vec(), adv);
+    }
+
+    /// A padded row [1,1,1,0] with its score in the padding column, a row whose reward sits
+    /// on a leading observation (no policy token before it) and a clean row.
+    fn padded(rewards: [[f32; 4]; 3]) -> RecordBatch {
+        let masks = vec![vec![1, 1, 1, 0], vec![0, 1, 1, 0], vec![1, 1, 0, 1]];
+        let values: Vec<Vec<f32>> = (0..3).map(|j| (0..4).map(|i| 0.1 * (i + j) as f32).collect()).collect();
+        RecordBatch::try_from_iter([
+            ("loss_mask", bool_list(&masks)),
+            ("values", f32_list(&values)),
+            ("rewards", f32_list(&rewards.map(|r| r.to_vec()))),
+            ("group_id", Arc::new(Int64Array::from(vec![0, 0, 0])) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    fn table(batch: &RecordBatch, name: &str, mode: ObservationRewards) -> Result<Vec<ArrayRef>, LogError> {
+        let est = Estimator::from_options(name, &[]).unwrap();
+        let spec = ColumnSpec { observation_rewards: mode, ..Default::default() };
+        let cols = spec.resolve(batch.schema_ref(), est.needs()).unwrap();
+        let (out, _) = crate::annotate_table(std::slice::from_ref(batch), batch.schema_ref(), &cols, &est)?;
+        Ok(out[0].columns().to_vec())
+    }
+
+    #[test]
+    fn observation_rewards_are_refused_with_the_hint_or_moved_as_by_hand() {
+        let given = padded([[0.0, 0.0, 0.0, 1.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0]]);
+        let credited = padded([[0.0, 0.0, 1.0, 0.0], [0.0; 4], [0.0, 0.5, 0.0, 0.0]]);
+        let dropped = padded([[0.0; 4], [0.0; 4], [0.0, 0.5, 0.0, 0.0]]);
+        for name in ["mae", "gae", "grpo", "drgrpo", "rloo"] {
+            let e = table(&given, name, ObservationRewards::Error).unwrap_err().to_string();
+            assert!(e.starts_with("row 0, column `rewards`: reward 1 at observation token 3;"), "{name}: {e}");
+            assert!(e.contains("observation_rewards=\"credit\", `--observation-rewards credit`"), "{e}");
+            for (mode, by_hand) in [(ObservationRewards::Credit, &credited), (ObservationRewards::Drop, &dropped)] {
+                let want = table(by_hand, name, ObservationRewards::Error).unwrap();
+                assert_eq!(table(&given, name, mode).unwrap(), want, "{name} {mode:?}");
+                assert_eq!(table(by_hand, name, mode).unwrap(), want, "{name} {mode:?} on clean rows");
+            }
+        }
     }
 
     #[test]

@@ -59,7 +59,13 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: the rewards sum to {value:e}, outside float32's range")]
     RewardSumOutOfRange { column: String, row: u64, value: f64 },
 
-    #[error("row {row}, column `{column}`: reward {value} at observation token {token}; rewards must be 0 where the mask is 0")]
+    /// The hint names the option in both spellings: the message is the same from every
+    /// entry point.
+    #[error(
+        "row {row}, column `{column}`: reward {value} at observation token {token}; rewards must be 0 where the mask is 0 \
+         (observation_rewards=\"credit\", `--observation-rewards credit`, moves such a reward to the last policy token \
+         before it in its row, as a score written into a padded row's last column needs; \"drop\" ignores it)"
+    )]
     ObservationReward { column: String, row: u64, token: u64, value: f32 },
 
     #[error(

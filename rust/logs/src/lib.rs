@@ -20,6 +20,7 @@ pub mod groups;
 mod output;
 pub mod paths;
 pub mod pipeline;
+pub mod relocate;
 pub mod safety;
 pub mod schema;
 pub mod table;
@@ -33,6 +34,7 @@ pub use error::{DataError, FileAt, LogError};
 pub use estimator::{Estimator, EstimatorColumns, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use groups::{GroupStats, IdKind, IdKinds, STATISTICS_COLUMNS};
 pub use pipeline::{check_group_column, run, Job, Phase, Progress, Summary, Tuning};
+pub use relocate::{ObservationRewards, OBSERVATION_REWARDS};
 pub use schema::{ColumnRow, ColumnSpec, Columns, ListKind, Needs, RewardColumn, COLUMNS, OUTPUT_COLUMNS};
 pub use table::{annotate_batches, annotate_table};
 

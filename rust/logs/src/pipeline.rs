@@ -31,7 +31,8 @@ use parquet::file::properties::WriterProperties;
 
 use crate::annotate::{annotate, append, output_schema, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
-use crate::decode::{contain, read_row_scores, DecodeError, RowGroupReader};
+use crate::decode::{contain, DecodeError, RowGroupReader};
+use crate::relocate::statistics_scores;
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
 use crate::estimator::{Estimator, EstimatorColumns};
@@ -292,7 +293,8 @@ pub fn check_group_column(inputs: &[PathBuf], group_col: &str) -> Result<(), Log
     Ok(())
 }
 
-/// The statistics pass: only the score/rewards and group columns are decoded.
+/// The statistics pass: only the score/rewards and group columns are decoded (and the mask
+/// where observation rewards are moved).
 fn group_statistics(
     sources: &[Source],
     columns: &Columns,
@@ -340,7 +342,7 @@ fn group_statistics(
                 // row group's error.
                 while let Some(batch) = contain(|| reader.next()).map_err(|m| s.corrupt(Some(g), m))? {
                     let batch = batch.map_err(|e| s.corrupt_column(g, e))?;
-                    let scores = read_row_scores(&batch, &columns.reward).map_err(|e| s.data(g, row_base, e))?;
+                    let scores = statistics_scores(&batch, columns).map_err(|e| s.data(g, row_base, e))?;
                     stats.scan(group_col, &batch, &scores).map_err(|e| s.data(g, row_base, e))?;
                     row_base += batch.num_rows() as u64;
                     rows += batch.num_rows() as u64;

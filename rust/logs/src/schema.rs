@@ -7,6 +7,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
 
 use crate::error::{DataError, LogError};
+use crate::relocate::ObservationRewards;
 
 /// One column of a rollout log as the tools know it: the key its option is named by
 /// (`mask` → `mask_col`, `--mask-col`), its default name, its type, its role and a
@@ -112,6 +113,8 @@ pub struct ColumnSpec {
     /// One outcome per trajectory (a numeric column).
     pub score: Option<String>,
     pub group: String,
+    /// What the estimators make of a token reward where the mask is 0.
+    pub observation_rewards: ObservationRewards,
 }
 
 impl Default for ColumnSpec {
@@ -122,6 +125,7 @@ impl Default for ColumnSpec {
             rewards: None,
             score: None,
             group: default_column("group").into(),
+            observation_rewards: ObservationRewards::Error,
         }
     }
 }
@@ -150,6 +154,7 @@ pub struct Columns {
     pub reward: RewardColumn,
     /// Present only for the group estimators.
     pub group: Option<String>,
+    pub observation_rewards: ObservationRewards,
 }
 
 /// What an estimator needs beyond the mask and the reward signal.
@@ -190,6 +195,7 @@ impl ColumnSpec {
             values: needs.values.then(|| self.values.clone()),
             reward,
             group: needs.groups.then(|| self.group.clone()),
+            observation_rewards: self.observation_rewards,
         };
         columns.check_schema(schema).map_err(LogError::Batch)?;
         Ok(columns)
@@ -238,16 +244,20 @@ impl Columns {
     /// are refused).
     pub fn partial_statistics_columns(&self) -> Vec<&str> {
         let mut cols = self.score_pass_columns();
-        if matches!(self.reward, RewardColumn::Token(_)) {
+        if matches!(self.reward, RewardColumn::Token(_)) && !cols.contains(&self.mask.as_str()) {
             cols.push(&self.mask);
         }
         cols
     }
 
-    /// Names of the columns read in the group-statistics pass (rewards or score, group).
+    /// Names of the columns read in the group-statistics pass (rewards or score, group;
+    /// the mask too where token rewards on observation tokens are moved).
     pub fn score_pass_columns(&self) -> Vec<&str> {
         let mut cols = vec![self.reward.name()];
         cols.extend(self.group.as_deref());
+        if self.observation_rewards != ObservationRewards::Error && matches!(self.reward, RewardColumn::Token(_)) {
+            cols.push(&self.mask);
+        }
         cols
     }
 }

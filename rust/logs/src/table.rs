@@ -8,10 +8,10 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 
 use crate::annotate::{annotate, output_fields, output_schema};
-use crate::decode::read_row_scores;
 use crate::error::{DataError, LogError};
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
+use crate::relocate::statistics_scores;
 use crate::schema::Columns;
 
 /// The output columns (advantages, returns, turn_index, turn_advantages) of every batch,
@@ -69,7 +69,7 @@ fn group_statistics(batches: &[RecordBatch], columns: &Columns, mut stats: Group
         let mut base = 0u64;
         for batch in batches {
             let shifted = |e: DataError| LogError::Batch(e.shift_rows(base));
-            let scores = read_row_scores(batch, &columns.reward).map_err(shifted)?;
+            let scores = statistics_scores(batch, columns).map_err(shifted)?;
             stats.scan(group_col, batch, &scores).map_err(shifted)?;
             base += batch.num_rows() as u64;
         }
