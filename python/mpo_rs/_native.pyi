@@ -106,12 +106,13 @@ def set_num_threads(threads: int) -> None: ...
 def get_num_threads() -> int: ...
 
 # --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, parquet.rs) ---
-__all__ += ["advantages_parquet", "arrow_advantages", "column_spec"]
+__all__ += ["advantages_parquet", "arrow_advantages", "column_spec", "observation_rewards_spec"]
 
 class _ArrowStream(Protocol):
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
 def column_spec() -> tuple[dict[str, Any], ...]: ...
+def observation_rewards_spec() -> tuple[dict[str, Any], ...]: ...
 def arrow_advantages(
     data: object,
     estimator: Estimator,
@@ -120,6 +121,7 @@ def arrow_advantages(
     rewards_col: str | None,
     score_col: str | None,
     group_col: str,
+    observation_rewards: str = "error",
 ) -> _ArrowStream: ...
 def advantages_parquet(
     input: str | os.PathLike[str],
@@ -133,6 +135,7 @@ def advantages_parquet(
     progress: Callable[[str, int, int, int, float], object] | None = None,
     batch_bytes: int | None = None,
     max_row_group_bytes: int | None = None,
+    observation_rewards: str = "error",
 ) -> dict[str, int | float]: ...
 
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).
@@ -149,6 +152,7 @@ def diagnose_batch(
     values_col: str,
     reward: tuple[str, str],
     step_col: str | None = None,
+    observation_rewards: str = "error",
 ) -> tuple[
     npt.NDArray[np.float32],
     npt.NDArray[np.uint8],

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _native
+from . import observation_rewards as _observation
 from ._deps import missing
 from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, VALUES, missing_column_hint
 from .exceptions import InvalidBatchError, InvalidOptionError
@@ -39,8 +40,9 @@ __all__ = [
 ]
 
 
-# (mask, values, rewards, score, group)
-_Columns = tuple[str, str, str | None, str | None, str]
+# (mask, values, rewards, score, group, observation_rewards): the trailing arguments of
+# `_native.arrow_advantages`, in its order.
+_Columns = tuple[str, str, str | None, str | None, str, str]
 
 # Tried, in this order, when neither a rewards nor a score column is named.
 _DEFAULT_REWARDS = REWARDS
@@ -56,6 +58,7 @@ def with_advantages(
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = GROUP,
+    observation_rewards: str = _observation.DEFAULT,
     **options: Any,
 ) -> Any:
     """Returns ``table`` with the advantage columns appended.
@@ -70,13 +73,21 @@ def with_advantages(
     row); with neither, a ``rewards`` column is used if present, else ``score``. The group
     estimators score a row by the sum of its rewards when given token-level rewards.
 
+    ``observation_rewards`` says what happens to a token reward where the mask is 0
+    (:data:`mpo_rs.observation_rewards.OBSERVATION_REWARDS`): ``"error"`` (default)
+    refuses it, ``"drop"`` ignores it, ``"credit"`` moves it to the last policy token before
+    it in its row (a score written into a padded row's last column), dropping it if there
+    is none. Only the estimators (and the group scores) see the moved reward; the rewards
+    column is returned as given.
+
     Bad data raises :class:`mpo_rs.InvalidBatchError` naming the row (in the whole table),
     the column and the token: null lists or elements, list lengths that disagree within a
     row, mask values other than 0/1, NaN/Inf where read, rewards on observation tokens.
     """
     est = resolve(estimator, options, "mae")
     names = _wanted_columns(mask_col, values_col, rewards_col, score_col, group_col)
-    columns: _Columns = (mask_col, values_col, rewards_col, score_col, group_col)
+    mode = _observation.check(observation_rewards)
+    columns: _Columns = (mask_col, values_col, rewards_col, score_col, group_col, mode)
     try:
         return _with_advantages(table, est, names, columns)
     except InvalidBatchError as e:
@@ -145,7 +156,7 @@ def _input_column_names(table: Any) -> list[str] | None:
 def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: _Columns) -> InvalidBatchError:
     """A "missing column" error from Rust lists the columns it was passed (only those the
     estimator reads); name the input's own columns and the keyword that maps one."""
-    hint = missing_column_hint(str(e), dict(zip(_COLUMN_KEYS, columns, strict=True)))
+    hint = missing_column_hint(str(e), dict(zip(_COLUMN_KEYS, columns[: len(_COLUMN_KEYS)], strict=True)))
     if hint is None:
         return e
     message = str(e)
@@ -165,6 +176,7 @@ def advantages_parquet(
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = GROUP,
+    observation_rewards: str = _observation.DEFAULT,
     progress: Callable[[str, int, int, int, float], object] | None = None,
     **options: Any,
 ) -> dict[str, int | float]:
@@ -178,7 +190,8 @@ def advantages_parquet(
     Ctrl-C, stops the run. Returns the run's summary: files, row_groups, rows, tokens,
     policy_tokens, turns, input_bytes, output_bytes, seconds.
 
-    ``estimator`` and ``options`` are those of :func:`with_advantages`.
+    ``estimator``, ``observation_rewards`` and ``options`` are those of
+    :func:`with_advantages` (the rewards column is written out as given).
 
     OUTPUT must be new or an earlier output of the tool (the output-safety rule,
     docs/reliability.md): an existing file or directory that is not, a device or a FIFO is
@@ -199,6 +212,7 @@ def advantages_parquet(
         score_col,
         group_col,
         progress=progress,
+        observation_rewards=_observation.check(observation_rewards),
     )
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TextIO
 
-from . import columns, diagnose
+from . import columns, diagnose, observation_rewards
 from .arrow import advantages_parquet
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
@@ -72,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=ESTIMATORS,
         default="mae",
         help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
+    )
+    adv.add_argument(
+        "--observation-rewards",
+        choices=observation_rewards.OBSERVATION_REWARDS,
+        default=observation_rewards.DEFAULT,
+        help=observation_rewards.flag_help() + " (the rewards column is written out as given)",
     )
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
     columns.add_flags(adv.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
@@ -228,6 +234,7 @@ def _advantages(args: argparse.Namespace) -> int:
                 rewards_col=args.rewards_col,
                 score_col=args.score_col,
                 group_col=args.group_col,
+                observation_rewards=args.observation_rewards,
                 progress=progress.update if progress.enabled else None,
                 **option_args(args),
             )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _native, columns
+from .. import observation_rewards as _observation
 from .._deps import MissingDependencyError
 from .._native import InvalidBatchError, InvalidOptionError
 from .plot import REPORT_DIR, TOOL, require_matplotlib, write_report
@@ -43,6 +44,12 @@ def add_parser(commands: Any) -> None:
         p,
         ("values", "mask", "score", "rewards", "step"),
         helps={"score": f"outcome per trajectory (default: {score}, else the sum of {rewards})"},
+    )
+    p.add_argument(
+        "--observation-rewards",
+        choices=_observation.OBSERVATION_REWARDS,
+        default=_observation.DEFAULT,
+        help=_observation.flag_help() + "; as in mpo-rs advantages",
     )
     p.add_argument("--batch-rows", type=int, default=1024, metavar="N", help="rows per streamed batch (1024)")
 
@@ -90,6 +97,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         step_col=args.step_col,
         keep_rows=keep,
         batch_rows=args.batch_rows,
+        observation_rewards=args.observation_rewards,
     )
     summary = diag.summary()
     if summary["all"]["trajectories"] == 0:

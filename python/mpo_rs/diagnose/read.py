@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _native
+from .. import observation_rewards as _observation
 from .._deps import require
 from .._native import InvalidBatchError, InvalidOptionError
 from ..columns import MASK, REWARDS, SCORE, STEP, VALUES
@@ -198,6 +199,7 @@ def diagnose_logs(
     step_col: str | None = None,
     keep_rows: list[int] | None = None,
     batch_rows: int = 1024,
+    observation_rewards: str = _observation.DEFAULT,
 ) -> Diagnosis:
     """Streams the log and returns the per-trajectory results.
 
@@ -211,12 +213,15 @@ def diagnose_logs(
 
     The outcome of a trajectory is ``score_col`` if given (default: ``score`` when present),
     else the sum of ``rewards_col`` (default: ``rewards``); the column is chosen on the
-    first file. ``step_col`` (default: ``step`` when present) splits the aggregates by
+    first file; a token reward where the mask is 0 is refused, dropped or credited to the
+    last policy token before it as ``observation_rewards`` says (as in ``mpo-rs
+    advantages``). ``step_col`` (default: ``step`` when present) splits the aggregates by
     training step. Traces for figures are kept for the rows in ``keep_rows`` (row numbers
     over the whole log), else for the first success and the first failure with at least
     two turns.
     """
     batch_rows = check_batch_rows(batch_rows)
+    mode = _observation.check(observation_rewards)
     require_pyarrow()
     parts: dict[str, list[np.ndarray]] = {
         k: [] for k in ("total", "between", "within", "n_turns", "outcome", "step", "jumps", "jump_row")
@@ -248,7 +253,7 @@ def diagnose_logs(
                 if batch is None:
                     break
                 (values, mask, offsets, outcome, step, total, between, within, jumps, n_turns) = _native.diagnose_batch(
-                    batch, file, g, file_row, cols.mask, cols.values, cols.reward, cols.step
+                    batch, file, g, file_row, cols.mask, cols.values, cols.reward, cols.step, mode
                 )
                 rows = np.arange(row0, row0 + batch.num_rows)
                 finite = np.isfinite(jumps)

@@ -32,7 +32,8 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch", "torch", _e) from None
 
 from .. import _arrays, estimators
-from ..exceptions import InvalidBatchError, InvalidOptionError
+from .. import observation_rewards as _observation
+from ..exceptions import InvalidBatchError
 
 __all__ = [
     "OBSERVATION_REWARDS",
@@ -43,10 +44,11 @@ __all__ = [
     "whiten",
 ]
 
-OBSERVATION_REWARDS = ("error", "drop", "credit")
+OBSERVATION_REWARDS = _observation.OBSERVATION_REWARDS
 """What to do with a nonzero reward on a token where the mask is 0: refuse it (the
 estimators' rule), drop it (verl's GAE never reads it), or credit it to the last policy
-token before it in its row (the action the observation answered)."""
+token before it in its row (the action the observation answered). The one table of the
+log tools too (:mod:`mpo_rs.observation_rewards`)."""
 
 WHITEN_EPS = 1e-8
 """Added to the variance before the square root, as verl's ``masked_whiten``."""
@@ -112,11 +114,7 @@ class PaddedBatch:
         """Flat rewards, with rewards on observation tokens handled as ``observation_rewards``
         says (:data:`OBSERVATION_REWARDS`); ``"credit"`` drops a reward with no policy token
         before it in its row."""
-        if not isinstance(observation_rewards, str) or observation_rewards not in OBSERVATION_REWARDS:
-            raise InvalidOptionError(
-                f"unknown observation_rewards={observation_rewards!r}; expected one of "
-                f"{', '.join(map(repr, OBSERVATION_REWARDS))}"
-            )
+        _observation.check(observation_rewards)
         rewards = self.flat(token_level_rewards, "token_level_rewards")
         if observation_rewards == "error":
             return rewards  # the estimator names the first such token

@@ -6,7 +6,7 @@
 
 use ::arrow::array::RecordBatch;
 use ::arrow::datatypes::SchemaRef;
-use mpo_logs::{annotate_table, ColumnSpec, EstimatorColumns, COLUMNS};
+use mpo_logs::{annotate_table, ColumnSpec, EstimatorColumns, ObservationRewards, COLUMNS, OBSERVATION_REWARDS};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::input::AnyRecordBatch;
@@ -17,7 +17,30 @@ use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow_advantages, m)?)?;
-    m.add_function(wrap_pyfunction!(column_spec, m)?)
+    m.add_function(wrap_pyfunction!(column_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(observation_rewards_spec, m)?)
+}
+
+/// What the log tools may do with a reward on an observation token (mask 0), one dict per
+/// choice of ``observation_rewards=`` / ``--observation-rewards``: ``name`` and ``doc``;
+/// the first is the default.
+#[pyfunction]
+fn observation_rewards_spec(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let rows = OBSERVATION_REWARDS
+        .iter()
+        .map(|(name, _, doc)| {
+            let row = PyDict::new(py);
+            row.set_item("name", name)?;
+            row.set_item("doc", doc)?;
+            Ok(row)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, rows)
+}
+
+/// The `observation_rewards` choice called `name` (`InvalidOptionError` listing the names).
+pub(crate) fn observation_rewards(name: &str) -> PyResult<ObservationRewards> {
+    ObservationRewards::from_name(name).map_err(log_error)
 }
 
 /// The columns of a rollout log, one dict per column: ``name`` (the key of its option:
@@ -59,13 +82,20 @@ pub(crate) fn columns_of(
     score_col: Option<String>,
     group_col: String,
 ) -> ColumnSpec {
-    ColumnSpec { mask: mask_col, values: values_col, rewards: rewards_col, score: score_col, group: group_col }
+    ColumnSpec {
+        mask: mask_col,
+        values: values_col,
+        rewards: rewards_col,
+        score: score_col,
+        group: group_col,
+        ..ColumnSpec::default()
+    }
 }
 
 /// The output columns (advantages, returns, turn_index, turn_advantages) of every batch
 /// of `data`, as a table with one batch per input batch.
 #[pyfunction]
-#[pyo3(signature = (data, estimator, mask_col, values_col, rewards_col, score_col, group_col))]
+#[pyo3(signature = (data, estimator, mask_col, values_col, rewards_col, score_col, group_col, observation_rewards="error"))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `mpo_rs.arrow.with_advantages`
 fn arrow_advantages(
     py: Python<'_>,
@@ -76,10 +106,12 @@ fn arrow_advantages(
     rewards_col: Option<String>,
     score_col: Option<String>,
     group_col: String,
+    observation_rewards: &str,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
-    let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    spec.observation_rewards = self::observation_rewards(observation_rewards)?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let (out, out_schema) =
         crate::pool::run(py, log_error, || annotate_table(&batches, &schema, &columns, &estimator))?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes as dt;
 use mpo_core::MpoError;
-use mpo_logs::{check_observation_rewards, read_row_scores, RewardData, Rollouts};
+use mpo_logs::{relocate, RewardData, Rollouts};
 use mpo_logs::{run, Columns, DataError, FileAt, Job, LogError, Phase, Progress, RewardColumn, Tuning};
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -44,12 +44,14 @@ fn phase_name(p: Phase) -> &'static str {
 /// Computes the advantage columns of a Parquet file or directory of files and writes
 /// INPUT with them appended to OUTPUT, atomically. `progress(phase, rows, tokens,
 /// total_rows, seconds)` is called about ten times a second; an exception from it (or
-/// Ctrl-C) stops the run, leaving OUTPUT as it was. Returns the run's summary.
+/// Ctrl-C) stops the run, leaving OUTPUT as it was. `observation_rewards` (a name of
+/// `observation_rewards_spec()`) says what the estimators make of a token reward where
+/// the mask is 0; the rewards column is written out as given. Returns the run's summary.
 #[pyfunction]
 #[pyo3(signature = (
     input, output, estimator,
     mask_col, values_col, rewards_col, score_col, group_col,
-    progress=None, batch_bytes=None, max_row_group_bytes=None
+    progress=None, batch_bytes=None, max_row_group_bytes=None, observation_rewards="error"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn advantages_parquet<'py>(
@@ -65,13 +67,16 @@ fn advantages_parquet<'py>(
     progress: Option<Py<PyAny>>,
     batch_bytes: Option<usize>,
     max_row_group_bytes: Option<usize>,
+    observation_rewards: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let defaults = Tuning::default();
+    let mut columns = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    columns.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
     let job = Job {
         input,
         output,
         estimator: estimator.get().core,
-        columns: columns_of(mask_col, values_col, rewards_col, score_col, group_col),
+        columns,
         tuning: Tuning {
             batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes).max(1),
             max_row_group_bytes: max_row_group_bytes.unwrap_or(defaults.max_row_group_bytes).max(1),
@@ -152,11 +157,14 @@ type Diagnosed<'py> = (
 /// `("score", column)` or `("rewards", column)`: the outcome is the score, or the sum of
 /// the token rewards. Errors name `path`, `row_group` (None: a check of the schema on an
 /// empty batch) and the row in the file (`row_base` + the row in the batch), and raise
-/// `InvalidBatchError`.
+/// `InvalidBatchError`.  A reward on an observation token is refused or moved
+/// as `observation_rewards` says (as in `advantages_parquet`).
 ///
 /// Returns (values, mask, offsets, outcome, step, total, between, within, jumps, n_turns).
 #[pyfunction]
-#[pyo3(signature = (batch, path, row_group, row_base, mask_col, values_col, reward, step_col=None))]
+#[pyo3(signature = (
+    batch, path, row_group, row_base, mask_col, values_col, reward, step_col=None, observation_rewards="error"
+))]
 #[allow(clippy::too_many_arguments)]
 fn diagnose_batch<'py>(
     py: Python<'py>,
@@ -168,14 +176,16 @@ fn diagnose_batch<'py>(
     values_col: String,
     reward: (String, String),
     step_col: Option<String>,
+    observation_rewards: &str,
 ) -> PyResult<Diagnosed<'py>> {
+    let observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
     let batch = batch.into_inner();
     let reward = match reward.0.as_str() {
         "score" => RewardColumn::Score(reward.1),
         "rewards" => RewardColumn::Token(reward.1),
         other => return Err(InvalidOptionError::new_err(format!("unknown reward kind {other:?}"))),
     };
-    let columns = Columns { mask: mask_col, values: Some(values_col), reward, group: None };
+    let columns = Columns { mask: mask_col, values: Some(values_col), reward, group: None, observation_rewards };
     let to_py =
         |error: DataError| to_py(LogError::Data { at: FileAt { path, row_group }, error: error.shift_rows(row_base) });
     let d = pool::run(py, to_py, || diagnose(&batch, &columns, step_col.as_deref()))?;
@@ -204,16 +214,12 @@ struct Diagnosis {
 }
 
 fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> Result<Diagnosis, DataError> {
-    let r = Rollouts::read(batch, columns)?;
+    let r = relocate::apply(Rollouts::read(batch, columns)?, columns)?;
     let outcome: Vec<f64> = match &r.rewards {
         RewardData::Score(s) => s.iter().map(|&x| x as f64).collect(),
         // The sum of each row's rewards; NaN/Inf refused naming the token, and a reward on
-        // an observation token as `advantages` refuses it.
-        RewardData::Token(t) => {
-            let sums = read_row_scores(batch, &columns.reward)?;
-            check_observation_rewards(t, &r.mask, &r.offsets, columns.reward.name())?;
-            sums.iter().map(|&x| x as f64).collect()
-        }
+        // an observation token refused or moved as `advantages` does.
+        RewardData::Token(_) => relocate::group_scores(batch, columns, &r)?.iter().map(|&x| x as f64).collect(),
     };
     if let Some(row) = outcome.iter().position(|x| !x.is_finite()) {
         // A sum of finite f32 rewards can overflow f32.
