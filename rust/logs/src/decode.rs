@@ -522,7 +522,13 @@ mod tests {
     }
 
     fn cols(reward: RewardColumn) -> Columns {
-        Columns { mask: "loss_mask".into(), values: Some("values".into()), reward, group: None, observation_rewards: Default::default() }
+        Columns {
+            mask: "loss_mask".into(),
+            values: Some("values".into()),
+            reward,
+            group: None,
+            observation_rewards: Default::default(),
+        }
     }
 
     #[test]

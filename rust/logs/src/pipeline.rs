@@ -32,13 +32,13 @@ use parquet::file::properties::WriterProperties;
 use crate::annotate::{annotate, append, output_schema, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
 use crate::decode::{contain, DecodeError, RowGroupReader};
-use crate::relocate::statistics_scores;
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
 use crate::estimator::{Estimator, EstimatorColumns};
 use crate::groups::GroupStats;
 use crate::output::writer_properties;
 use crate::paths::Targets;
+use crate::relocate::statistics_scores;
 use crate::schema::{ColumnSpec, Columns};
 
 /// One run of the tool.

@@ -114,7 +114,11 @@ pub fn apply<'a>(mut r: Rollouts<'a>, columns: &Columns) -> Result<Rollouts<'a>,
 /// score column, or the sum of the row's token rewards as `r` (read from `batch` and
 /// passed through [`apply`]) holds them. With `Error` a reward on an observation token is
 /// refused; the column's own checks (finite rewards, a sum within float32) come first.
-pub fn group_scores<'a>(batch: &'a RecordBatch, columns: &Columns, r: &Rollouts<'_>) -> Result<Cow<'a, [f32]>, DataError> {
+pub fn group_scores<'a>(
+    batch: &'a RecordBatch,
+    columns: &Columns,
+    r: &Rollouts<'_>,
+) -> Result<Cow<'a, [f32]>, DataError> {
     let scores = read_row_scores(batch, &columns.reward)?;
     let (RewardData::Token(t), RewardColumn::Token(name)) = (&r.rewards, &columns.reward) else {
         return Ok(scores);
@@ -192,10 +196,7 @@ mod tests {
         let mask = [1, 1, 1, 0, 0, 1, 0, 0, 1, 0, 0];
         let rewards = [0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 3.0, 0.0, 0.5, 0.25, 0.125];
         let offsets = [0, 4, 8, 11];
-        assert_eq!(
-            moved(&rewards, &mask, &offsets, Credit),
-            [0.0, 0.0, 1.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.875, 0.0, 0.0]
-        );
+        assert_eq!(moved(&rewards, &mask, &offsets, Credit), [0.0, 0.0, 1.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.875, 0.0, 0.0]);
         assert_eq!(moved(&rewards, &mask, &offsets, Drop), [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0]);
         // A row never credits the row before it.
         assert_eq!(moved(&[0.0, 7.0, 0.0], &[1, 0, 1], &[0, 1, 3], Credit), [0.0; 3]);

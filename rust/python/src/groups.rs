@@ -61,8 +61,13 @@ impl GroupStatistics {
         score_col: Option<String>,
     ) -> PyResult<Self> {
         let reward = reward_column(rewards_col, score_col)?;
-        let columns =
-            Columns { mask: mask_col, values: None, reward, group: Some(group_col), observation_rewards: Default::default() };
+        let columns = Columns {
+            mask: mask_col,
+            values: None,
+            reward,
+            group: Some(group_col),
+            observation_rewards: Default::default(),
+        };
         let (batches, _) = read_all(data)?;
         let stats = run(py, || partial_group_statistics(&batches, &columns))?;
         Ok(Self { stats })
