@@ -157,7 +157,7 @@ type Diagnosed<'py> = (
 /// `("score", column)` or `("rewards", column)`: the outcome is the score, or the sum of
 /// the token rewards. Errors name `path`, `row_group` (None: a check of the schema on an
 /// empty batch) and the row in the file (`row_base` + the row in the batch), and raise
-/// `InvalidBatchError`.  A reward on an observation token is refused or moved
+/// `InvalidBatchError`. A reward on an observation token is refused or moved
 /// as `observation_rewards` says (as in `advantages_parquet`).
 ///
 /// Returns (values, mask, offsets, outcome, step, total, between, within, jumps, n_turns).
