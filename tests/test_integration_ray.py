@@ -175,6 +175,27 @@ def test_bad_data_in_a_block_raises_a_named_error(cluster):
     assert isinstance(info.value, mpo_rs.InvalidBatchError) or "InvalidBatchError" in str(info.value)
 
 
+def test_observation_rewards_credit_as_with_advantages(cluster):
+    # Issue 20, item 8: the option of the single-machine tools, in the statistics pass too.
+    from mpo_rs.arrow import with_advantages
+
+    table = rollout_table(9, 12, 0, string_groups=False)
+    rewards = table["rewards"].to_pylist()
+    masks = table["loss_mask"].to_pylist()
+    row = next(i for i, m in enumerate(masks) if m and not all(m))
+    rewards[row][masks[row].index(False)] = 1.0
+    table = table.set_column(table.column_names.index("rewards"), "rewards", pa.array(rewards, pa.list_(pa.float32())))
+    for estimator in ("rloo", "mae"):
+        annotated = mpo_ray.add_advantages(
+            ray.data.from_arrow(table), estimator=estimator, rewards_col="rewards", observation_rewards="credit"
+        )
+        got = pa.concat_tables(ray.get(annotated.to_arrow_refs())).sort_by("row_id")
+        want = with_advantages(table, estimator=estimator, rewards_col="rewards", observation_rewards="credit")
+        assert got["advantages"].to_pylist() == want.sort_by("row_id")["advantages"].to_pylist()
+    with pytest.raises(_native.InvalidOptionError, match="unknown observation_rewards='keep'"):
+        mpo_ray.add_advantages(ray.data.from_arrow(table), observation_rewards="keep")
+
+
 def test_the_example_script_writes_what_the_single_machine_tool_writes(cluster, log_dirs, tmp_path):
     import importlib.util
 

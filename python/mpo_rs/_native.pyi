@@ -174,7 +174,13 @@ class GroupStatistics:
     columns: ClassVar[list[str]]
     @staticmethod
     def scan(
-        data: object, *, group_col: str, mask_col: str, rewards_col: str | None = None, score_col: str | None = None
+        data: object,
+        *,
+        group_col: str,
+        mask_col: str,
+        rewards_col: str | None = None,
+        score_col: str | None = None,
+        observation_rewards: str = "error",
     ) -> GroupStatistics: ...
     @staticmethod
     def merge(tables: list[object], labels: list[str] | None = None) -> GroupStatistics: ...
@@ -201,6 +207,7 @@ def annotate_batch(
     rewards_col: str | None,
     score_col: str | None,
     group_col: str,
+    observation_rewards: str = "error",
 ) -> _ArrowStream: ...
 
 # Report directories under the output-safety rule (rust/python/src/safety.rs).

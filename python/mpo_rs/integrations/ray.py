@@ -37,6 +37,7 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.integrations.ray", "ray", _e) from None
 
+from .. import observation_rewards as _observation
 from .._native import GroupStatistics, annotate_batch, check_group_column, resolve_log_columns
 from ..columns import GROUP, MASK, VALUES
 from ..exceptions import InvalidBatchError
@@ -55,14 +56,18 @@ class _Columns:
     score: str | None
     group: str
     statistics: tuple[str, ...]  # what the statistics pass reads
+    observation_rewards: str
 
     @classmethod
-    def resolve(cls, dataset: ray.data.Dataset, estimator: Estimator, **names: Any) -> _Columns:
+    def resolve(
+        cls, dataset: ray.data.Dataset, estimator: Estimator, observation_rewards: object, **names: Any
+    ) -> _Columns:
         # Checks the columns' presence and types here, so a bad call fails on the driver
         # rather than inside a remote task.
+        mode = _observation.check(observation_rewards)
         rewards, score, read = resolve_log_columns(_arrow_schema(dataset), estimator, **names)
         statistics = tuple(dict.fromkeys(read))
-        return cls(names["mask_col"], names["values_col"], rewards, score, names["group_col"], statistics)
+        return cls(names["mask_col"], names["values_col"], rewards, score, names["group_col"], statistics, mode)
 
     def keywords(self) -> dict[str, Any]:
         return {
@@ -71,6 +76,7 @@ class _Columns:
             "rewards_col": self.rewards,
             "score_col": self.score,
             "group_col": self.group,
+            "observation_rewards": self.observation_rewards,
         }
 
 
@@ -83,6 +89,7 @@ def add_advantages(
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = GROUP,
+    observation_rewards: str = _observation.DEFAULT,
     batch_size: int | None = None,
     **options: Any,
 ) -> ray.data.Dataset:
@@ -90,8 +97,8 @@ def add_advantages(
 
     ``estimator`` (a name or an :class:`mpo_rs.Estimator`), the options of the Rust table
     (``lam=0.9``, ``norm_std=False``, ...; None meaning the default) and the column names
-    are those of :func:`mpo_rs.arrow.with_advantages` and the ``mpo-rs advantages``
-    command, resolved by the same :func:`mpo_rs.options.resolve`: an unknown option, or one
+    (and ``observation_rewards``) are those of :func:`mpo_rs.arrow.with_advantages` and the
+    ``mpo-rs advantages`` command, resolved by the same :func:`mpo_rs.options.resolve`: an unknown option, or one
     the estimator does not take, raises :class:`mpo_rs.InvalidOptionError`. Options and
     the columns' types are checked here, on the driver, before any task runs.
 
@@ -104,7 +111,7 @@ def add_advantages(
     """
     est = resolve(estimator, options, "mae")
     names = {"mask_col": mask_col, "values_col": values_col, "rewards_col": rewards_col, "score_col": score_col}
-    columns = _Columns.resolve(dataset, est, group_col=group_col, **names)
+    columns = _Columns.resolve(dataset, est, observation_rewards, group_col=group_col, **names)
     # Put once: every task reads the same copy from the object store (see _statistics).
     stats_ref = ray.put(_group_statistics(dataset, columns)) if est.family == "group" else None
     return dataset.map_batches(
@@ -122,14 +129,16 @@ def group_statistics(
     score_col: str | None = None,
     group_col: str = GROUP,
     mask_col: str = MASK,
+    observation_rewards: str = _observation.DEFAULT,
 ) -> pa.Table:
     """Per-group ``count``, ``sum``, ``mean`` and ``m2`` (sum of squared deviations from the
     mean) of the row scores, one row per distinct ``group`` (sorted; int64, uint64, float64
     or large_string: the one type that holds every id exactly). A row's score is its
     ``score_col`` value, or the sum of its token rewards (then rewards on observation tokens
-    are refused, as ``mpo-rs advantages`` refuses them). Runs one Ray job."""
+    are refused, dropped or credited as ``observation_rewards`` says, as in ``mpo-rs
+    advantages``). Runs one Ray job."""
     names = {"mask_col": mask_col, "values_col": VALUES, "rewards_col": rewards_col, "score_col": score_col}
-    columns = _Columns.resolve(dataset, Estimator("drgrpo"), group_col=group_col, **names)
+    columns = _Columns.resolve(dataset, Estimator("drgrpo"), observation_rewards, group_col=group_col, **names)
     return _group_statistics(dataset, columns)
 
 
@@ -143,6 +152,7 @@ def advantages_parquet(
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = GROUP,
+    observation_rewards: str = _observation.DEFAULT,
     batch_size: int | None = None,
     read_parquet_args: Mapping[str, Any] | None = None,
     **options: Any,
@@ -179,6 +189,7 @@ def advantages_parquet(
         rewards_col=rewards_col,
         score_col=score_col,
         group_col=group_col,
+        observation_rewards=observation_rewards,
         batch_size=batch_size,
     )
     annotated.write_parquet(os.fspath(output))
@@ -231,7 +242,12 @@ def _group_statistics(dataset: ray.data.Dataset, columns: _Columns) -> pa.Table:
 
 def _partial_statistics(batch: pa.Table, columns: _Columns) -> pa.Table:
     stats = GroupStatistics.scan(
-        batch, group_col=columns.group, mask_col=columns.mask, rewards_col=columns.rewards, score_col=columns.score
+        batch,
+        group_col=columns.group,
+        mask_col=columns.mask,
+        rewards_col=columns.rewards,
+        score_col=columns.score,
+        observation_rewards=columns.observation_rewards,
     )
     return pa.table(stats.to_arrow())
 

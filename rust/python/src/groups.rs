@@ -49,9 +49,10 @@ pub struct GroupStatistics {
 impl GroupStatistics {
     /// The statistics of the rows of ``data`` alone (one partial of a distributed pass),
     /// the rows read and checked as the annotation reads them (with token rewards, the mask
-    /// too). Errors name the row within ``data``.
+    /// too; a token reward where the mask is 0 refused or moved as ``observation_rewards``
+    /// says). Errors name the row within ``data``.
     #[staticmethod]
-    #[pyo3(signature = (data, *, group_col, mask_col, rewards_col=None, score_col=None))]
+    #[pyo3(signature = (data, *, group_col, mask_col, rewards_col=None, score_col=None, observation_rewards="error"))]
     fn scan(
         py: Python<'_>,
         data: AnyRecordBatch,
@@ -59,6 +60,7 @@ impl GroupStatistics {
         mask_col: String,
         rewards_col: Option<String>,
         score_col: Option<String>,
+        observation_rewards: &str,
     ) -> PyResult<Self> {
         let reward = reward_column(rewards_col, score_col)?;
         let columns = Columns {
@@ -66,7 +68,7 @@ impl GroupStatistics {
             values: None,
             reward,
             group: Some(group_col),
-            observation_rewards: Default::default(),
+            observation_rewards: crate::arrow::observation_rewards(observation_rewards)?,
         };
         let (batches, _) = read_all(data)?;
         let stats = run(py, || partial_group_statistics(&batches, &columns))?;
@@ -149,9 +151,12 @@ fn resolve_log_columns(
 
 /// ``data`` with the advantage columns appended, one batch per input batch. The group
 /// estimators take their baselines from ``statistics`` (merged over the whole log); the
-/// others need none. Errors name the row within ``data``.
+/// others need none. ``observation_rewards`` as in ``arrow_advantages``. Errors name the
+/// row within ``data``.
 #[pyfunction]
-#[pyo3(signature = (data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col))]
+#[pyo3(signature = (
+    data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col, observation_rewards="error"
+))]
 #[allow(clippy::too_many_arguments)] // one per keyword of the Python call
 fn annotate_batch(
     py: Python<'_>,
@@ -163,10 +168,12 @@ fn annotate_batch(
     rewards_col: Option<String>,
     score_col: Option<String>,
     group_col: String,
+    observation_rewards: &str,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
-    let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    spec.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let groups = statistics.map(|s| &s.get().stats);
     if columns.group.is_some() && groups.is_none() {
