@@ -532,6 +532,6 @@ def test_the_figures_read_themselves(tmp_path):
     renderer = fig.canvas.get_renderer()
     assert not _overlaps(ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer))
     top = float(trace.values[trace.mask.astype(bool)].max())
-    jump_labels = [t for t in ax.texts if t.get_text()[:1] in "+-"]
+    jump_labels = [t for t in ax.texts if t.get_text()[:1] in ("+", "-")]  # not the arrows (no text)
     assert jump_labels and all(t.get_position()[1] > top for t in jump_labels)
     plt.close(fig)
