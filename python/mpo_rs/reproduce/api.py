@@ -23,6 +23,7 @@ import dataclasses
 import datetime
 import functools
 import importlib
+import json
 import os
 import sys
 import tempfile
@@ -41,9 +42,12 @@ __all__ = [
     "BUDGETS",
     "CompareResult",
     "arm_keys",
+    "budget_name",
     "build_config",
+    "command_line",
     "compare",
     "env_spec",
+    "is_committed",
     "load_env_factory",
     "make_env",
     "task_chance",
@@ -102,7 +106,7 @@ def _import(spec: str, module_name: str) -> Any:
         raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_env_factory(spec: str) -> Callable[..., Any]:
     """The callable named by ``spec`` (``module:factory``, the factory may be dotted, e.g.
     ``pkg.envs:MyEnv.create``). Raises InvalidConfigError with one line when the spec is not
@@ -128,7 +132,9 @@ def _checked_env(spec: str, params: Mapping[str, Any]) -> Any:
     try:
         env = factory(**params)
     except Exception as e:  # a bad parameter, or the factory's own failure: one line, typed
-        raise InvalidConfigError(f"env {spec!r}: calling it with {dict(params)} failed: {type(e).__name__}: {e}") from None
+        raise InvalidConfigError(
+            f"env {spec!r}: calling it with {dict(params)} failed: {type(e).__name__}: {e}"
+        ) from None
     missing = [m for m in ENV_MEMBERS if not hasattr(env, m)]
     if missing:
         raise InvalidConfigError(
@@ -249,6 +255,52 @@ def build_config(
     if env is not None and env_spec(env).startswith("__main__:"):
         config = dataclasses.replace(config, workers=1)  # __main__ may not import in a worker
     return config
+
+
+def budget_name(config: ReproduceConfig) -> str | None:
+    """``quick``, ``small`` or ``full`` when ``config`` runs that named budget, else None
+    (a Budget of the caller's)."""
+    for full in (FULL, GPU):
+        for name, budget in (("quick", QUICK.budget), ("small", _small(full.budget)), ("full", full.budget)):
+            if config.budget == budget:
+                return name
+    return None
+
+
+def is_committed(config: ReproduceConfig) -> bool:
+    """Whether ``config`` is the committed full configuration (FULL, or GPU) unchanged:
+    the run ``make reproduce`` writes the page from."""
+    return config.config_hash() in (FULL.config_hash(), GPU.config_hash())
+
+
+def command_line(config: ReproduceConfig) -> str:
+    """The ``mpo-rs reproduce`` flags that run ``config`` (without ``--out``), or "" when
+    only the Python API can (a Budget of the caller's)."""
+    budget = budget_name(config)
+    if budget is None:
+        return ""
+    parts = ["mpo-rs reproduce"]
+    if budget != "full":
+        parts.append("--quick" if budget == "quick" else f"--budget {budget}")
+    if config.device == "cuda":
+        parts.append("--device cuda")
+    base = _base(budget, config.device)
+    user = [t for t in config.tasks if ":" in t.name]
+    if user:
+        parts.append(f"--env {user[0].name}")
+        parts += [f"--env-param {k}={json.dumps(v)}" for k, v in user[0].params]
+        template = _template_arms(base)
+        default = [a.key for a in template.values() if a.family == template["mpo"].family]
+    else:
+        default = [a.key for a in base.arms]
+    keys = [a.key for a in config.arms]
+    if keys != default:
+        parts.append(f"--arms {','.join(keys)}")
+    if config.seeds != base.seeds:
+        parts.append(f"--seeds {config.seeds}")
+    if config.first_seed != base.first_seed:
+        parts.append(f"--first-seed {config.first_seed}")
+    return " ".join(parts)
 
 
 # --------------------------------------------------------------------------- running it

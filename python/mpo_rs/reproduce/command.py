@@ -119,7 +119,9 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         raise InvalidOptionError(f"--quick is --budget quick; it cannot be combined with --budget {args.budget}")
     budget = "quick" if args.quick else (args.budget or "full")
     if args.docs and (budget != "full" or args.env):
-        raise InvalidOptionError("--docs writes the committed page; it takes the full run, not --quick, --budget or --env")
+        raise InvalidOptionError(
+            "--docs writes the committed page; it takes the full run, not --quick, --budget or --env"
+        )
     arms = None
     if args.arms is not None:
         arms = [key.strip() for key in args.arms.split(",") if key.strip()]
