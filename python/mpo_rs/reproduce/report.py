@@ -971,8 +971,8 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
         "to you asks for more seeds, not for the conclusion that MPO does nothing.",
         "- Whether MPO should help: its premise is that value changes at turn boundaries, where observations "
         "bring information. `mpo-rs diagnose OUT/rollouts/mpo-seed1.parquet` measures the between-turn share "
-        "of the trained critic's value variance (docs/envs.md measures it before training for the built-in "
-        "tasks); on KeyDoor, where the premise fails, it is about 0.1.",
+        "of the trained critic's value variance; docs/envs.md measures it before training for the built-in "
+        "tasks, on KeyDoor (where the premise fails) and on the tasks where it holds.",
         "- An output directory holds one configuration: its hash covers the env's `module:factory` and "
         "parameters, the arms, the seeds and the budget. The same command resumes the finished runs; another "
         "env or parameter is refused there.",
