@@ -379,6 +379,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     for arm in QUICK.arms:
         assert arm.label in page
     # The smoke test's page says what it is and repeats nothing that holds only for the full run.
+    assert page.splitlines()[0] == "# Reproduction of the MPO paper's claims at toy scale (smoke test)"
     assert "**This is a smoke test**" in page and "decide nothing" in page
     for full_only in ("these are the final seeds", "(this configuration)", "`make reproduce` rewrites"):
         assert full_only not in page, full_only

@@ -163,6 +163,8 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
     assert [c["what"] for c in results["family_comparisons"]] == ["MPO - GRPO"]
     assert results["chance"][ENV]["how"].startswith("uniformly random tokens")
     page = (out / "reproduction.md").read_text()
+    assert page.startswith("# Does MPO help on `examples.my_env:make`? The reproduction's protocol on a user")
+    assert page.splitlines()[0].endswith("(smoke test)")
     assert "**A run on a user environment**, `examples.my_env:make`" in page
     assert "**This is a smoke test**" in page
     assert "`make reproduce` rewrites" not in page and "(this configuration)" not in page
