@@ -65,8 +65,9 @@ def test_env_values_and_params_are_checked(tmp_path: Path, capsys) -> None:
 
 
 def test_arms_subset_and_unknown_keys() -> None:
-    config = build_config(ENV, arms=["ppo", "mpo"], budget="quick")
+    config = build_config(ENV, arms=["mpo", "ppo"], budget="quick")
     assert [a.key for a in config.arms] == ["ppo", "mpo"]  # the configuration's order
+    assert build_config(ENV, arms="mpo, ppo", budget="quick") == config
     assert {a.task for a in config.arms} == {ENV} and [t.name for t in config.tasks] == [ENV]
     # The default on a user env: Table 1's arms, retargeted; the knobs are the committed arms'.
     default = build_config(ENV, budget="quick")

@@ -235,6 +235,8 @@ def build_config(
     for name, value, least in (("seeds", seeds, 1), ("workers", workers, 1), ("first_seed", first_seed, 0)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             raise InvalidOptionError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(arms, str):  # "mpo,ppo", as the command line writes it
+        arms = [key.strip() for key in arms.split(",") if key.strip()]
     config = _base(budget, device)
     if env is not None:
         spec = env_spec(env)

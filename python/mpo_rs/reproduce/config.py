@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,7 +247,7 @@ class ReproduceConfig:
         payload.pop("workers")
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
-    def with_arms(self, keys: Any) -> ReproduceConfig:
+    def with_arms(self, keys: Sequence[str]) -> ReproduceConfig:
         """Only the arms ``keys`` (a sequence of arm keys), in this configuration's order;
         an unknown key is an InvalidOptionError naming the known ones."""
         known = [arm.key for arm in self.arms]
