@@ -529,11 +529,11 @@ def _synthetic_rows(level: dict[str, float], ev: float = 0.5) -> list[dict]:
 
 
 def _page(rows: list[dict], config=FULL):
-    from mpo_rs.reproduce.report import Page, _family_of, claims, family
+    from mpo_rs.reproduce.report import Page, claims, family_comparisons
 
     found = claims(rows, config)
     chance = {"key_door": (0.004, "exact"), "guess_number": (0.265, "exact")}
-    return Page(config, rows, found, _family_of(found, family(config)), chance, {}, {})
+    return Page(config, rows, found, family_comparisons(rows, found, config), chance, {}, {})
 
 
 def test_summary_names_each_tasks_verdicts_power_and_caveats():
@@ -557,6 +557,22 @@ def test_summary_names_each_tasks_verdicts_power_and_caveats():
     assert "family of 1: MPO - PPO" in only and "critics never learned" not in only
     assert "**Not the committed configuration**: this page is `mpo-rs reproduce --arms ppo,mpo`'s" in sub.kind()[0]
     assert _page(_synthetic_rows({})).kind() == []  # the committed run says nothing about itself
+
+
+def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):
+    from mpo_rs.reproduce import report
+
+    extra = ("auc_success", "guess_mpo", "guess_ppo")
+    monkeypatch.setattr(report, "FAMILY", (*report.FAMILY, extra))
+    rows = _synthetic_rows({"guess_mpo": 0.9, "guess_ppo": 0.1})
+    comps = {(c.metric, c.a, c.b): c for c in _page(rows).family_comps}
+    assert list(comps) == list(report.FAMILY)
+    mine = comps[extra]
+    assert mine.what == "mean held-out success over training, MPO - PPO" and mine.verdict == REPRODUCED
+    ps = [c.p for c in comps.values()]
+    assert mine.p_holm == pytest.approx(holm(ps)[-1])
+    guess = _page(rows).summary().split("\n\n")[1]
+    assert "Holm-corrected over the family of 5: mean held-out success over training, MPO - PPO" in guess
 
 
 def test_at_chance_caveat():

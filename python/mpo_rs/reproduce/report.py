@@ -41,6 +41,7 @@ __all__ = [
     "Page",
     "claims",
     "family",
+    "family_comparisons",
     "figure_groups",
     "summarize_run",
     "task_title",
@@ -612,10 +613,25 @@ def _ci_text(values: list[float], digits: int = 3) -> str:
     return f"{_fmt(mean, digits)} [{_fmt(low, digits)}, {_fmt(high, digits)}]"
 
 
-def _family_of(found: list[Claim], fam: tuple[tuple[str, str, str], ...]) -> list[Comparison]:
-    """The comparisons of the family among the claims, in the family's order."""
+def family_comparisons(rows: list[dict[str, Any]], found: list[Claim], config: ReproduceConfig) -> list[Comparison]:
+    """The comparisons of the family, in its order, Holm-adjusted: a claim's own where a
+    claim makes it, else measured here (a family may compare arms no claim of the paper
+    names, e.g. on a task of its own)."""
+    fam = family(config)
     seen = {(x.metric, x.a, x.b): x for c in found for x in c.comparisons}
-    return [seen[key] for key in fam if key in seen]
+    adjusted = _family_holm(rows, fam)
+    label = _labels(config)
+    out = []
+    for key in fam:
+        comp = seen.get(key)
+        if comp is None:
+            metric, a, b = key
+            prefix = "" if metric == "final_success" else f"{METRIC_NAMES.get(metric, metric)}, "
+            comp = _compare(rows, metric, a, b, f"{prefix}{label.get(a, a)} - {label.get(b, b)}")
+            comp.p_holm = adjusted[key]
+            comp.verdict = holm_verdict(comp.diff, comp.p_holm, FAMILY_ALPHA)
+        out.append(comp)
+    return out
 
 
 METRIC_NAMES = {
@@ -1071,7 +1087,7 @@ def write_report(
         ],
     }
     fam = family(config)
-    family_comps = _family_of(found, fam)
+    family_comps = family_comparisons(rows, found, config)
     results["family"] = {
         "alpha": FAMILY_ALPHA,
         "correction": "holm",
