@@ -616,3 +616,37 @@ def test_figure_groups_follow_the_configuration():
     assert [k for k, _ in groups["key_door", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
     sub = figure_groups(FULL, {"mpo", "ppo"})
     assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("key_door", "table1", ["ppo", "mpo"])]
+
+
+def test_curve_figure_axes_chance_and_clipping():
+    pytest.importorskip("matplotlib")
+    from mpo_rs.reproduce.report import curves_figure
+
+    def run(arm, seed):
+        # Success near 1 and 0 with a spread that would take a 95% interval past [0, 1];
+        # explained variance from -5 (a critic's first updates) up to 0.9.
+        curve = [
+            {"update": u, "entropy": 2.0 - 0.1 * u, "explained_variance": -5.0 + 1.5 * u + 0.1 * seed,
+             "turns": 2.0 + seed, "response_length": 4.0 + seed}
+            for u in range(5)
+        ]  # fmt: skip
+        evals = [{"update": u, "success": [0.0, 1.0][seed % 2] if u else 0.5} for u in (0, 4)]
+        return {"arm": arm, "seed": seed, "curve": curve, "evals": evals}
+
+    runs = [run(arm, seed) for arm in ("ppo", "mpo") for seed in range(3)]
+    fig, caption = curves_figure(runs, [("ppo", "PPO"), ("mpo", "MPO")], "t", chance=0.25)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    by_title = {ax.get_title(): ax for ax in axes}
+    assert len(axes) == 5 and caption == ""
+    assert len(fig.axes) == 6  # a 2 x 3 grid, not one row; the sixth cell hidden
+    success = by_title["validation success (held-out, T=1)"]
+    assert success.get_ylim() == pytest.approx((-0.02, 1.02))
+    assert any(line.get_label() == "chance" and line.get_ydata()[0] == 0.25 for line in success.get_lines())
+    for band in success.collections:
+        ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+        assert ys.min() >= 0.0 and ys.max() <= 1.0  # the interval is clipped to [0, 1]
+    ev = by_title["critic explained variance (axis cut at -1)"]
+    assert ev.get_ylim() == pytest.approx((-1.0, 1.0))
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -40,6 +40,7 @@ __all__ = [
     "Comparison",
     "Page",
     "claims",
+    "curves_figure",
     "family",
     "family_comparisons",
     "figure_groups",
@@ -505,8 +506,19 @@ def _plot_curves(
     path: Path,
     chance: float | None = None,
 ) -> tuple[Path, str]:
+    """Saves :func:`curves_figure` at ``path``; returns the path and its caption."""
+    plt = _pyplot()
+    fig, caption = curves_figure(runs, arms, title, chance)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path, caption
+
+
+def curves_figure(
+    runs: list[dict[str, Any]], arms: list[tuple[str, str]], title: str, chance: float | None = None
+) -> tuple[Any, str]:
     """The learning curves of ``arms`` as a grid of the non-constant panels of
-    :data:`CURVE_PANELS`; returns the path and a caption naming the panels left out."""
+    :data:`CURVE_PANELS` (a matplotlib figure) and a caption naming the panels left out."""
     plt = _pyplot()
     panels, dropped = curve_panels(runs, arms)
     fig, axes = _grid(plt, len(panels), (4.6, 3.1))
@@ -539,10 +551,8 @@ def _plot_curves(
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
     fig.suptitle(f"{title}: mean and 95% CI over seeds", fontsize=11)
     fig.tight_layout(rect=(0, 0.07, 1, 0.97))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
     caption = f"Left out, constant by construction: {'; '.join(dropped)}." if dropped else ""
-    return path, caption
+    return fig, caption
 
 
 def _plot_bars(
