@@ -39,7 +39,6 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.run", "torch", _e) from None
 
-from ..envs import make
 from ..exceptions import InvalidOptionError
 from ..torch.batching import chunks, pad_rows
 from ..torch.critic import value_head_critic
@@ -47,6 +46,7 @@ from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
 from ..torch.metrics import explained_variance
 from ..torch.models import TinyCausalLM
 from ..torch.sampler import sample
+from .api import make_env
 from .config import Arm, ReproduceConfig
 
 __all__ = [
@@ -159,7 +159,7 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
     task = config.task(arm.task)
 
     def env_factory() -> Any:
-        return make(task.name, **task.kwargs())
+        return make_env(task)  # a registry name, or a user's module:factory
 
     probe = env_factory()
     max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
