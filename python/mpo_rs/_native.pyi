@@ -200,7 +200,7 @@ def annotate_batch(
 ) -> _ArrowStream: ...
 
 # Report directories under the output-safety rule (rust/python/src/safety.rs).
-__all__ += ["check_output_dir", "claim_output_dir", "output_dir_marker"]
+__all__ += ["check_dataset_output", "check_output_dir", "claim_output_dir", "output_dir_marker"]
 
 def check_output_dir(
     path: str | os.PathLike[str], tool: str, *, overwrite: bool = False, label: str | None = None
@@ -214,3 +214,6 @@ def claim_output_dir(
     label: str | None = None,
 ) -> str | None: ...
 def output_dir_marker(path: str | os.PathLike[str]) -> tuple[str, str | None] | None: ...
+def check_dataset_output(
+    inputs: list[str] | list[os.PathLike[str]], output: str | os.PathLike[str] | None = None
+) -> None: ...
