@@ -98,18 +98,18 @@ pub const OPTIONS: [OptionSpec; 10] = [
         estimators: &["mae", "gae", "bilevel"],
     },
     OptionSpec {
-        name: "high_level_gamma",
-        kind: OptionKind::Float,
-        domain: DISCOUNT,
-        doc: "turn-level discount of bilevel, once per turn (RAGEN's high_level_gamma)",
-        estimators: &["bilevel"],
-    },
-    OptionSpec {
         name: "lam_critic",
         kind: OptionKind::Float,
         domain: UNIT_INTERVAL,
         doc: "lambda of the critic's value targets (1 = Monte-Carlo returns)",
         estimators: &["mae", "gae"],
+    },
+    OptionSpec {
+        name: "high_level_gamma",
+        kind: OptionKind::Float,
+        domain: DISCOUNT,
+        doc: "turn-level discount of bilevel, once per turn (RAGEN's high_level_gamma)",
+        estimators: &["bilevel"],
     },
     OptionSpec {
         name: "length_adaptive_alpha",
