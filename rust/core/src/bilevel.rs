@@ -272,8 +272,8 @@ mod tests {
         let rewards = [0.0, 0.3, 0.0, 1.0, 0.0, 0.0, 0.0, -0.2, 0.0, 0.5];
         let offsets = [0, 4, 10];
         let out = bilevel_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap();
-        for q in 0..mask.len() {
-            if mask[q] == 0 {
+        for (q, &m) in mask.iter().enumerate() {
+            if m == 0 {
                 assert_eq!((out.advantages[q], out.returns[q], out.turns.token_turn[q]), (0.0, 0.0, -1));
             }
         }
@@ -287,10 +287,10 @@ mod tests {
         }
         // Every observation run three times as long: policy tokens keep their bits.
         let mut longer = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), vec![0i64]);
-        for q in 0..mask.len() {
-            let extra = if mask[q] == 0 { 3 } else { 1 };
+        for (q, &m) in mask.iter().enumerate() {
+            let extra = if m == 0 { 3 } else { 1 };
             for _ in 0..extra {
-                longer.0.push(mask[q]);
+                longer.0.push(m);
                 longer.1.push(values[q]);
                 longer.2.push(rewards[q]);
                 longer.3.push(q);
