@@ -1,5 +1,5 @@
-"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE, group
-baselines; docs/estimators.md).
+"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE,
+bi-level GAE, group baselines; docs/estimators.md).
 
 Plain Python floats (f64) and explicit sums instead of the recurrences the Rust core uses,
 so that the two implementations share nothing but the formulas.
@@ -121,6 +121,44 @@ def gae(
             adv[pol[i]] = sum((gamma * lam_j) ** k * deltas[i + k] for k in range(n - i))
             ret[pol[i]] = v[pol[i]] + sum((gamma * lam_critic) ** k * deltas[i + k] for k in range(n - i))
     return adv, ret
+
+
+def bilevel(values, mask, offsets, *, rewards=None, scores=None, lam=1.0, gamma=1.0, high_level_gamma=0.95):
+    """RAGEN's bi-level GAE by its defining sums; returns (advantages, returns, turn_advantages).
+
+    e_t is turn t's last token. High level: δ^hi_t = R_t + γ_hi V_{e_{t+1}} − V_{e_t},
+    A^hi_t = Σ_l (γ_hi λ)^l δ^hi_{t+l}, G_t = A^hi_t + V_{e_t}. Low level inside turn t,
+    with r' = G_t on e_t and 0 before it: δ_{t,i} = r'_{t,i} + γ V_{t,i+1} − V_{t,i}
+    (V after e_t is 0), A_{t,i} = Σ_k (γλ)^k δ_{t,i+k}; returns = A + V.
+    """
+    r = token_rewards(mask, offsets, rewards, scores)
+    v = [float(x) for x in values]
+    turns = segment(mask, offsets)
+    adv = [0.0] * len(mask)
+    ret = [0.0] * len(mask)
+    turn_adv = [0.0] * len(turns.starts)
+    for j in range(len(offsets) - 1):
+        tids = list(range(turns.traj_offsets[j], turns.traj_offsets[j + 1]))
+        toks = [list(range(turns.starts[t], turns.ends[t])) for t in tids]
+        n = len(tids)
+
+        def end_v(k: int, toks: list[list[int]] = toks, n: int = n) -> float:  # V_{e_k}; 0 past the end
+            return v[toks[k][-1]] if k < n else 0.0
+
+        d_hi = [sum(r[q] for q in toks[k]) + high_level_gamma * end_v(k + 1) - end_v(k) for k in range(n)]
+        for k in range(n):
+            a_hi = sum((high_level_gamma * lam) ** ell * d_hi[k + ell] for ell in range(n - k))
+            turn_adv[tids[k]] = a_hi
+            g = a_hi + end_v(k)
+            tk = toks[k]
+            L = len(tk)
+            deltas = [
+                (g if i + 1 == L else 0.0) + gamma * (v[tk[i + 1]] if i + 1 < L else 0.0) - v[tk[i]] for i in range(L)
+            ]
+            for i, q in enumerate(tk):
+                adv[q] = sum((gamma * lam) ** m * deltas[i + m] for m in range(L - i))
+                ret[q] = adv[q] + v[q]
+    return adv, ret, turn_adv
 
 
 def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) -> list[float]:

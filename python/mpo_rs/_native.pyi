@@ -16,6 +16,7 @@ __all__ = [
     "MissingCriticValuesError",
     "MissingDependencyError",
     "MpoError",
+    "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",
     "get_num_threads",
@@ -74,6 +75,14 @@ def gae_advantages(
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+def bilevel_advantages(
+    values: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float32] | None,
+    scores: npt.NDArray[np.float32] | None,
+    estimator: Estimator,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def group_advantages(
     scores: npt.NDArray[np.float32],
     group_index: npt.NDArray[np.int64],

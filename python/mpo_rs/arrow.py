@@ -61,7 +61,7 @@ def with_advantages(
     """Returns ``table`` with the advantage columns appended.
 
     ``estimator`` is a name or an :class:`mpo_rs.Estimator`: ``"mae"`` (default), ``"gae"``,
-    or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
+    ``"bilevel"``, or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
     ``"rloo"``. ``options`` (``lam=0.9``, ...) override the estimator's options; None
     means the default. An unknown option, or one the estimator does not take, raises
     :class:`mpo_rs.InvalidOptionError` (see docs/estimators.md for the table).

@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         "--estimator",
         choices=ESTIMATORS,
         default="mae",
-        help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
+        help="mae (default), gae, bilevel (RAGEN's bi-level GAE), or a critic-free group baseline: grpo, drgrpo, rloo",
     )
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
     columns.add_flags(adv.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))

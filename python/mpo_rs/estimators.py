@@ -26,9 +26,11 @@ from .exceptions import InvalidBatchError
 from .options import Estimator, resolve
 
 __all__ = [
+    "BiLevelResult",
     "GAEResult",
     "MAEResult",
     "Turns",
+    "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",
     "group_advantages",
@@ -77,6 +79,18 @@ class GAEResult:
     """Per token GAE over policy tokens; 0 off-policy."""
     returns: npt.NDArray[np.float32]
     """Per token value targets with lam_critic; 0 off-policy."""
+
+
+@dataclass(frozen=True, eq=False)
+class BiLevelResult:
+    advantages: npt.NDArray[np.float32]
+    """Per token: the token-level GAE inside each turn started from the turn's return G_t;
+    0 off-policy. Not mean-preserving: a turn's mean is not A_t^hi."""
+    returns: npt.NDArray[np.float32]
+    """Per token: advantages + values; 0 off-policy."""
+    turn_advantages: npt.NDArray[np.float32]
+    """Per turn: the turn-level GAE A_t^hi (also the advantage of the turn's last token)."""
+    turns: Turns
 
 
 def _reward_source(rewards: Any, scores: Any) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
@@ -143,6 +157,36 @@ def gae_advantages(
     r, s = _reward_source(rewards, scores)
     adv, ret = _native.gae_advantages(float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est)
     return GAEResult(adv, ret)
+
+
+def bilevel_advantages(
+    values: Any,
+    mask: Any,
+    offsets: Any,
+    *,
+    rewards: Any = None,
+    scores: Any = None,
+    estimator: str | Estimator | None = None,
+    **options: Any,
+) -> BiLevelResult:
+    """RAGEN's bi-level GAE (``compute_bi_level_gae_advantage_return``), turns from the mask.
+
+    High level: a GAE over turns on the value at each turn's last token (discount
+    ``high_level_gamma`` once per turn, ``lam``) gives A_t^hi and the turn return
+    G_t = A_t^hi + V. Low level: a token GAE inside each turn (discount ``gamma``, ``lam``)
+    whose last token is rewarded with G_t and bootstraps from nothing. ``returns`` are
+    advantages + values. Token rewards are summed per turn; a score sits on the last policy
+    token. No whitening (RAGEN whitens afterwards: an advantage-scale choice).
+
+    ``estimator`` is ``"bilevel"`` (default) or an ``Estimator("bilevel", ...)``; ``options``
+    override its options (defaults, RAGEN's: lam=1, gamma=1, high_level_gamma=0.95).
+    """
+    est = resolve(estimator, options, "bilevel")
+    r, s = _reward_source(rewards, scores)
+    adv, ret, turn_adv, turns = _native.bilevel_advantages(
+        float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est
+    )
+    return BiLevelResult(adv, ret, turn_adv, Turns(*turns))
 
 
 def group_advantages(

@@ -37,6 +37,7 @@ from ..exceptions import InvalidBatchError, InvalidOptionError
 __all__ = [
     "OBSERVATION_REWARDS",
     "PaddedBatch",
+    "bilevel_advantages",
     "gae_advantages",
     "group_advantages",
     "mae_advantages",
@@ -217,8 +218,9 @@ def _with_critic(
     whiten: bool,
     options: dict[str, Any],
 ) -> tuple[Tensor, Tensor]:
-    """The padded form of a critic estimator (``estimators.mae_advantages`` or
-    ``gae_advantages``): flatten, estimate, optionally whiten, pad back."""
+    """The padded form of a critic estimator (``estimators.mae_advantages``,
+    ``gae_advantages`` or ``bilevel_advantages``): flatten, estimate, optionally whiten,
+    pad back."""
     if token_level_rewards is None:
         batch = PaddedBatch.of(response_mask, like=values, like_name="values")
     else:
@@ -291,6 +293,32 @@ def gae_advantages(
     ``lam_critic=lam``)."""
     return _with_critic(
         estimators.gae_advantages,
+        values,
+        response_mask,
+        token_level_rewards,
+        scores,
+        observation_rewards,
+        whiten,
+        options,
+    )
+
+
+def bilevel_advantages(
+    values: Tensor,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None = None,
+    *,
+    scores: Any = None,
+    observation_rewards: str = "error",
+    whiten: bool = False,
+    **options: Any,
+) -> tuple[Tensor, Tensor]:
+    """RAGEN's bi-level GAE over ``(B, L)`` rows; a turn is a run of policy tokens in a row.
+    Arguments and results as :func:`mae_advantages`; ``options`` go to
+    :func:`mpo_rs.estimators.bilevel_advantages` (``lam``, ``gamma``, ``high_level_gamma``).
+    RAGEN whitens the advantages over the policy tokens: ``whiten=True``."""
+    return _with_critic(
+        estimators.bilevel_advantages,
         values,
         response_mask,
         token_level_rewards,

@@ -8,6 +8,7 @@
 //! identical for any thread count. No function panics on bad input: it returns an
 //! [`MpoError`] that names the argument and the trajectory/token.
 
+mod bilevel;
 mod compact;
 mod diagnostics;
 mod error;
@@ -22,6 +23,7 @@ mod params;
 mod runs;
 mod turns;
 
+pub use bilevel::{bilevel_advantages, BiLevelOutput};
 pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
 pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
@@ -31,5 +33,5 @@ pub use group::{
 };
 pub use layout::{Layout, Rewards};
 pub use mae::{mae_advantages, MaeOutput};
-pub use params::{GaeParams, GroupParams, MaeParams};
+pub use params::{BiLevelParams, GaeParams, GroupParams, MaeParams};
 pub use turns::{segment_turns, Turns};

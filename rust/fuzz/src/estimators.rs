@@ -1,5 +1,6 @@
 //! The estimator fuzz target: bytes → a structured call of one mpo-core entry point
-//! (segment_turns, mae_advantages, gae_advantages, group_advantages, broadcast_to_tokens)
+//! (segment_turns, mae_advantages, gae_advantages, bilevel_advantages, group_advantages,
+//! broadcast_to_tokens)
 //! → the result checked against the formulas and input rules (docs/estimators.md).
 //!
 //! Inputs are mostly well formed, with adversarial parts mixed in: NaN/±inf/huge/subnormal
@@ -10,8 +11,8 @@
 //! - invalid input: a typed error naming one of the problems the validator found, at a
 //!   place that really has it (argument, trajectory, token, position);
 //! - valid input with moderate numbers ("clean"): success, outputs of the right length,
-//!   finite and equal to the slow reference ([`crate::reference`]) to 1e-5 relative; MAE
-//!   and GAE bitwise equal on a one-thread pool;
+//!   finite and equal to the slow reference ([`crate::reference`]) to 1e-5 relative; MAE,
+//!   GAE and bi-level GAE bitwise equal on a one-thread pool;
 //! - valid input with extreme numbers or `eps` = 0: success with finite outputs, or any
 //!   typed error (the core may refuse to produce a non-finite result).
 //!
@@ -20,7 +21,7 @@
 use std::sync::OnceLock;
 
 use arbitrary::Unstructured;
-use mpo_core::{GaeParams, GroupParams, MaeParams, MpoError, Rewards};
+use mpo_core::{BiLevelParams, GaeParams, GroupParams, MaeParams, MpoError, Rewards};
 
 use crate::{reference, Failure};
 
@@ -39,6 +40,7 @@ pub enum Kind {
     Gae,
     Group,
     Broadcast,
+    BiLevel,
 }
 
 /// One call of a core entry point, with every argument as it will be passed.
@@ -55,6 +57,7 @@ pub struct Case {
     pub mae: MaeParams,
     pub gae: GaeParams,
     pub group: GroupParams,
+    pub bilevel: BiLevelParams,
     pub group_index: Vec<i64>,
     pub n_groups: usize,
     /// Per-trajectory values for `broadcast_to_tokens`.
@@ -123,7 +126,7 @@ impl Case {
     pub fn decode(data: &[u8]) -> arbitrary::Result<Self> {
         let mut u = Unstructured::new(data);
         let u = &mut u;
-        let kind = *u.choose(&[Kind::Segment, Kind::Mae, Kind::Gae, Kind::Group, Kind::Broadcast])?;
+        let kind = *u.choose(&[Kind::Segment, Kind::Mae, Kind::Gae, Kind::Group, Kind::Broadcast, Kind::BiLevel])?;
         let dirty_numbers = u.ratio(1, 4)?;
         let dirty_params = u.ratio(1, 8)?;
         let dirty_layout = u.ratio(1, 5)?;
@@ -201,8 +204,27 @@ impl Case {
         for _ in 0..n_traj {
             per_traj.push(number(u, dirty_numbers)?);
         }
-        let mut case =
-            Case { kind, mask, offsets, values, rewards, scores, mae, gae, group, group_index, n_groups, per_traj };
+        // Decoded last, so the bytes of the other parameters read as before.
+        let bilevel = BiLevelParams {
+            lam: unit(u, dirty_params)?,
+            gamma: gamma(u, dirty_params)?,
+            high_level_gamma: gamma(u, dirty_params)?,
+        };
+        let mut case = Case {
+            kind,
+            mask,
+            offsets,
+            values,
+            rewards,
+            scores,
+            mae,
+            gae,
+            group,
+            bilevel,
+            group_index,
+            n_groups,
+            per_traj,
+        };
         if dirty_layout {
             case.break_layout(u)?;
         }
@@ -341,6 +363,12 @@ fn judge(c: &Case) -> Verdict {
                 param(a > 0.0, a, "length_adaptive_alpha", p);
             }
         }
+        Kind::BiLevel => {
+            let b = &c.bilevel;
+            param(unit_ok(b.lam), b.lam, "lam", p);
+            param(b.gamma > 0.0 && b.gamma <= 1.0, b.gamma, "gamma", p);
+            param(b.high_level_gamma > 0.0 && b.high_level_gamma <= 1.0, b.high_level_gamma, "high_level_gamma", p);
+        }
         Kind::Group => {
             let e = c.group.eps;
             param(e > 0.0, e, "eps", p);
@@ -374,7 +402,7 @@ fn judge(c: &Case) -> Verdict {
         return v;
     }
     let n_traj = o.len() - 1;
-    let reads_values = matches!(c.kind, Kind::Mae | Kind::Gae);
+    let reads_values = matches!(c.kind, Kind::Mae | Kind::Gae | Kind::BiLevel);
     if reads_values {
         if c.values.len() != c.mask.len() {
             p.push(Problem::Length("values"));
@@ -402,7 +430,7 @@ fn judge(c: &Case) -> Verdict {
                 p.push(Problem::NonFiniteTrajectory("per_trajectory"));
             }
         }
-        Kind::Mae | Kind::Gae => {
+        Kind::Mae | Kind::Gae | Kind::BiLevel => {
             for q in 0..c.mask.len() {
                 if c.mask[q] == 1 {
                     if !c.values[q].is_finite() {
@@ -539,6 +567,7 @@ enum Output {
     Turns(mpo_core::Turns),
     Mae(mpo_core::MaeOutput),
     Gae(mpo_core::GaeOutput),
+    BiLevel(mpo_core::BiLevelOutput),
     Flat(Vec<f32>),
 }
 
@@ -547,6 +576,13 @@ fn call(c: &Case) -> Result<Output, MpoError> {
         Kind::Segment => Output::Turns(mpo_core::segment_turns(&c.mask, &c.offsets)?),
         Kind::Mae => Output::Mae(mpo_core::mae_advantages(&c.values, &c.mask, &c.offsets, c.reward_source(), &c.mae)?),
         Kind::Gae => Output::Gae(mpo_core::gae_advantages(&c.values, &c.mask, &c.offsets, c.reward_source(), &c.gae)?),
+        Kind::BiLevel => Output::BiLevel(mpo_core::bilevel_advantages(
+            &c.values,
+            &c.mask,
+            &c.offsets,
+            c.reward_source(),
+            &c.bilevel,
+        )?),
         Kind::Group => Output::Flat(mpo_core::group_advantages(
             c.scores.as_deref().unwrap_or(&[]),
             &c.group_index,
@@ -691,6 +727,49 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
             }
             finite
         }
+        Output::BiLevel(o) => {
+            let lens = [o.advantages.len(), o.returns.len(), o.turns.token_turn.len()];
+            if lens != [n_tok; 3] || o.turn_advantages.len() != o.turns.n_turns() {
+                return Err(Failure::new(format!(
+                    "bi-level GAE output lengths {lens:?} / {} turns, expected {n_tok}",
+                    o.turn_advantages.len()
+                )));
+            }
+            let finite = all_finite(&o.advantages) && all_finite(&o.returns) && all_finite(&o.turn_advantages);
+            if !verdict.either {
+                let b = &c.bilevel;
+                let rw = if c.scores.is_none() { Some(c.rewards.as_slice()) } else { None };
+                let r = reference::token_rewards(&c.mask, &c.offsets, rw, c.scores.as_deref());
+                let want = reference::bilevel(&c.values, &c.mask, &c.offsets, &r, b.lam, b.gamma, b.high_level_gamma);
+                compare("advantages", &o.advantages, &want.advantages)?;
+                compare("returns", &o.returns, &want.returns)?;
+                compare("turn_advantages", &o.turn_advantages, &want.turn_advantages)?;
+                let t = reference::segment(&c.mask, &c.offsets);
+                if o.turns
+                    != (mpo_core::Turns {
+                        starts: t.starts,
+                        ends: t.ends,
+                        traj_offsets: t.traj_offsets,
+                        token_turn: t.token_turn,
+                    })
+                {
+                    return Err(Failure::new("bi-level GAE turns differ from the reference segmentation".into()));
+                }
+            }
+            if (0..n_tok).any(|q| c.mask[q] == 0 && (o.advantages[q] != 0.0 || o.returns[q] != 0.0)) {
+                return Err(Failure::new("bi-level GAE wrote a nonzero result on an observation token".into()));
+            }
+            if deep {
+                match one_thread().install(|| call(c)) {
+                    Ok(Output::BiLevel(a))
+                        if bits(&a.advantages) == bits(&o.advantages)
+                            && bits(&a.returns) == bits(&o.returns)
+                            && bits(&a.turn_advantages) == bits(&o.turn_advantages) => {}
+                    _ => return Err(Failure::new("bi-level GAE differs on a one-thread pool".into())),
+                }
+            }
+            finite
+        }
         Output::Flat(adv) if c.kind == Kind::Group => {
             let scores = c.scores.as_deref().unwrap_or(&[]);
             if adv.len() != scores.len() {
@@ -736,6 +815,7 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
         Kind::Gae => "ok-gae",
         Kind::Group => "ok-group",
         Kind::Broadcast => "ok-broadcast",
+        Kind::BiLevel => "ok-bilevel",
     })
 }
 

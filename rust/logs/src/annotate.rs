@@ -104,6 +104,10 @@ pub fn annotate(
             let out = mpo_core::mae_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
             (out.advantages, out.returns, out.turns, out.turn_advantages)
         }
+        Estimator::BiLevel(p) => {
+            let out = mpo_core::bilevel_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
+            (out.advantages, out.returns, out.turns, out.turn_advantages)
+        }
         Estimator::Gae(p) => {
             let out = mpo_core::gae_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
             let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
@@ -302,7 +306,7 @@ fn list_of<T: ArrowPrimitiveType>(offsets: &ListOffsets, values: Vec<T::Native>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::EstimatorColumns;
+    use crate::estimator::{EstimatorColumns, OptionValue};
     use crate::schema::ColumnSpec;
     use arrow::array::{AsArray, BooleanBuilder, Int64Array, ListBuilder};
 
@@ -361,6 +365,21 @@ mod tests {
         let out = append(&batch, a, output_schema(batch.schema_ref(), &cols)).unwrap();
         assert_eq!(out.num_columns(), 9);
         assert_eq!(out.schema().field(5).name(), "advantages");
+    }
+
+    #[test]
+    fn bilevel_columns_match_the_core() {
+        let (batch, mask, values, rewards, offsets) = sample();
+        let est = Estimator::from_options("bilevel", &[("lam", OptionValue::Float(0.9))]).unwrap();
+        let cols = ColumnSpec::default().resolve(batch.schema_ref(), est.needs()).unwrap();
+        let a = annotate(&batch, &cols, &est, None).unwrap();
+        let Estimator::BiLevel(p) = est else { unreachable!() };
+        let want = mpo_core::bilevel_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap();
+        let flat = |c: &ArrayRef| c.as_list::<i32>().values().as_primitive::<Float32Type>().values().to_vec();
+        assert_eq!(flat(&a.columns[0]), want.advantages);
+        assert_eq!(flat(&a.columns[1]), want.returns);
+        assert_eq!(flat(&a.columns[3]), want.turn_advantages);
+        assert_eq!(a.columns[3].as_list::<i32>().value_offsets(), &[0, 2, 3, 3, 3]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
     m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(bilevel_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_baselines, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
@@ -121,6 +122,34 @@ fn gae_advantages<'py>(
     let source = rewards_of(r, s)?;
     let out = run(py, || mpo_core::gae_advantages(v, m, o, source, &params))?;
     Ok((PyArray1::from_vec(py, out.advantages), PyArray1::from_vec(py, out.returns)))
+}
+
+/// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
+#[pyfunction]
+fn bilevel_advantages<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    rewards: Option<PyReadonlyArray1<'py, f32>>,
+    scores: Option<PyReadonlyArray1<'py, f32>>,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
+    let estimator = estimator.get();
+    let Core::BiLevel(params) = estimator.core else {
+        return Err(wrong_family("bilevel_advantages", "bilevel", estimator));
+    };
+    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
+    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
+    let source = rewards_of(r, s)?;
+    let out = run(py, || mpo_core::bilevel_advantages(v, m, o, source, &params))?;
+    Ok((
+        PyArray1::from_vec(py, out.advantages),
+        PyArray1::from_vec(py, out.returns),
+        PyArray1::from_vec(py, out.turn_advantages),
+        turn_arrays(py, out.turns),
+    ))
 }
 
 /// Group-baseline advantages from dense group codes in `0..n_groups`.
