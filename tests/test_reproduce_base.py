@@ -129,7 +129,7 @@ def _same(a, b):
 SMALL = dataclasses.replace(
     QUICK,
     base=BasePolicy(noise=QUICK.base.noise, episodes=16, steps=4, batch_size=8, lr=3e-3),  # type: ignore[union-attr]
-    warmup=CriticWarmup(episodes=32, steps=6),
+    warmup=CriticWarmup(episodes=32, steps=6, batch_size=8),
 )
 
 
@@ -230,6 +230,7 @@ def test_every_configuration_has_a_noise_level_per_task():
         FULL.base.eps("no_such_task")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # one FULL behaviour cloning: ~14 CPU seconds
 @pytest.mark.parametrize("task", ["search"])
 def test_full_base_policy_is_in_the_band(task):
     """FULL's base policy of the main task, made as the runs make it, succeeds within the

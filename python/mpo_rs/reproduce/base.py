@@ -65,6 +65,7 @@ __all__ = [
     "base_path",
     "base_policy",
     "behaviour_clone",
+    "calibrate",
     "critic_key",
     "critic_path",
     "demonstrations",
@@ -215,7 +216,7 @@ def base_key(config: ReproduceConfig, task: str, seed: int) -> str:
 
 def critic_key(config: ReproduceConfig, task: str, seed: int) -> str:
     """The hash of what decides a warmed-up critic: its base policy's, the warm-up, the
-    critic's learning rate, the minibatch, the gradient clip and the group size."""
+    critic's learning rate, the gradient clip and the group size."""
     if config.warmup is None:
         raise InvalidConfigError(f"configuration {config.name!r} has no critic warm-up (warmup=None)")
     b = config.budget
@@ -224,7 +225,6 @@ def critic_key(config: ReproduceConfig, task: str, seed: int) -> str:
             "base": base_key(config, task, seed),
             "warmup": dataclasses.asdict(config.warmup),
             "critic_lr": b.critic_learning_rate,
-            "minibatch_size": b.minibatch_size,
             "max_grad_norm": b.max_grad_norm,
             "group_size": b.group_size,
         }
@@ -376,16 +376,16 @@ def _returns(batch: Any) -> np.ndarray:
 def _explained_variance(critic: nn.Module, batch: Any, device: torch.device, rows: int) -> float:
     values = np.zeros(batch.token_ids.shape[0], np.float32)
     for lo in range(0, batch.n_trajectories, rows):
-        padded = pad_rows({"token_ids": batch.token_ids}, batch.offsets, np.arange(lo, min(lo + rows, batch.n_trajectories)))
+        padded = pad_rows(
+            {"token_ids": batch.token_ids}, batch.offsets, np.arange(lo, min(lo + rows, batch.n_trajectories))
+        )
         ids = torch.from_numpy(padded.arrays["token_ids"]).to(device)
         v = token_values(critic, ids, torch.from_numpy(padded.arrays["attention_mask"]).to(device)).cpu().numpy()
         values[padded.positions] = v[padded.valid]
     return explained_variance(values[batch.mask], _returns(batch)[batch.mask])
 
 
-def _make_critic(
-    critic: nn.Module, policy: nn.Module, config: ReproduceConfig, task: str, seed: int
-) -> dict[str, Any]:
+def _make_critic(critic: nn.Module, policy: nn.Module, config: ReproduceConfig, task: str, seed: int) -> dict[str, Any]:
     assert config.warmup is not None
     warmup, budget = config.warmup, config.budget
     started, cpu = time.perf_counter(), time.process_time()
@@ -396,7 +396,7 @@ def _make_critic(
     rng = np.random.default_rng([seed, 0xC41])
     losses = []
     for _ in range(warmup.steps):
-        rows = rng.choice(batch.n_trajectories, size=min(budget.minibatch_size, batch.n_trajectories), replace=False)
+        rows = rng.choice(batch.n_trajectories, size=min(warmup.batch_size, batch.n_trajectories), replace=False)
         padded = pad_rows(flat, batch.offsets, rows)
         dev = {k: torch.from_numpy(v).to(device) for k, v in padded.arrays.items()}
         v = token_values(critic, dev["token_ids"], dev["attention_mask"])
@@ -424,3 +424,24 @@ def _make_critic(
         "warmup_cpu_s": warmup_cpu_s,
     }
     return {"state": {k: v.detach().cpu() for k, v in critic.state_dict().items()}, "info": info}
+
+
+# --------------------------------------------------------------------------- choosing the noise
+
+
+def calibrate(
+    config: ReproduceConfig, task: str, eps_values: list[float], seeds: tuple[int, ...], episodes: int = 256
+) -> list[dict[str, Any]]:
+    """The measurement behind ``BasePolicy.noise``: for each eps, the base policies of
+    ``seeds`` made with ``config``'s settings (nothing cached) and their held-out success on
+    ``episodes`` tasks. Pick the eps whose success sits inside ``BASE_BAND`` for every seed."""
+    if config.base is None:
+        raise InvalidConfigError(f"configuration {config.name!r} has no base policies (base=None)")
+    out = []
+    for eps in eps_values:
+        noise = tuple((name, eps if name == task else e) for name, e in config.base.noise)
+        trial = dataclasses.replace(config, base=dataclasses.replace(config.base, noise=noise))
+        for seed in seeds:
+            policy, info = base_policy(trial, task, seed)
+            out.append({**info, "held_out_success": held_out_success(policy, trial, task, seed, episodes)})
+    return out

@@ -169,8 +169,17 @@ def _relatives(task: str) -> tuple[Arm, ...]:
     # the core has the estimator (TODO at merge: the `bilevel` helper adds it).
     if bilevel_available():
         out.append(
-            Arm(f"{p}ragen_bilevel", "bi-level GAE (RAGEN)", "relatives", task, "bilevel", "token", "none",
-                lam=0.95, high_level_gamma=0.95)  # fmt: skip
+            Arm(
+                f"{p}ragen_bilevel",
+                "bi-level GAE (RAGEN)",
+                "relatives",
+                task,
+                "bilevel",
+                "token",
+                "none",
+                lam=0.95,
+                high_level_gamma=0.95,
+            )
         )
     return tuple(out)
 
@@ -289,7 +298,9 @@ class CriticWarmup:
     episodes: int
     """Base-policy rollouts fitted (tasks x the budget's group size)."""
     steps: int
-    """Critic optimizer steps, each on ``Budget.minibatch_size`` trajectories drawn at random."""
+    """Critic optimizer steps (Adam, a fresh one; the RL critic optimizer starts afresh too)."""
+    batch_size: int
+    """Trajectories per step, drawn at random without replacement within a step."""
 
 
 BASE_BAND = (0.10, 0.25)
@@ -373,15 +384,16 @@ BASE_NOISE = (
     ("search", 0.0),
     ("multi_hop", 0.1),
     ("frozen_lake", 0.86),
-    ("key_door", 0.59),
+    ("key_door", 0.55),
     ("guess_number", 1.0),
 )
 """The demonstrations' eps per task, chosen (before any RL run) so that FULL's cloned base
-policy succeeds 10-25% of the time on held-out tasks. The clone is worse than the noisy
-oracle it imitates (a tiny model after a few hundred steps), so the eps are lower than the
-premise measurement's (docs/envs.md): on ``search`` the clone of the oracle itself (eps 0)
-succeeds ~0.11 where the oracle succeeds 0.44. On ``guess_number`` no noise brings the base
-below the band: the uniformly random policy (eps 1) already succeeds 0.265."""
+policy succeeds 10-25% of the time on 256 held-out tasks; measured with
+:func:`mpo_rs.reproduce.base.calibrate`'s protocol (docs/envs.md, "Base policies"). The clone
+is worse than the noisy oracle it imitates (a width-64 model after 500 steps), so the eps are
+at or below the premise measurement's: on ``search`` the clone of the oracle itself (eps 0)
+succeeds ~0.20 where the oracle succeeds 0.44. On ``guess_number`` no noise brings the base
+into the band: the uniformly random policy (eps 1) already succeeds 0.265."""
 
 QUICK = ReproduceConfig(
     name="quick",
@@ -403,10 +415,16 @@ QUICK = ReproduceConfig(
     ),
     model=ModelSpec(width=32, layers=1, heads=2),
     # A short corridor: the smoke test checks that everything runs, not what is learnt.
-    tasks=(TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))), SEARCH, FROZEN_LAKE, MULTI_HOP, GUESS_NUMBER),
+    tasks=(
+        TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))),
+        SEARCH,
+        FROZEN_LAKE,
+        MULTI_HOP,
+        GUESS_NUMBER,
+    ),
     # The same steps as FULL, a few of each: the base policies barely move from the initialisation.
     base=BasePolicy(noise=BASE_NOISE, episodes=16, steps=3, batch_size=8, lr=3e-3),
-    warmup=CriticWarmup(episodes=16, steps=3),
+    warmup=CriticWarmup(episodes=16, steps=3, batch_size=8),
 )
 
 FULL = ReproduceConfig(
@@ -433,8 +451,8 @@ FULL = ReproduceConfig(
     model=ModelSpec(width=64, layers=2, heads=2),
     tasks=TASKS,
     first_seed=1,
-    base=BasePolicy(noise=BASE_NOISE, episodes=512, steps=300, batch_size=32, lr=3e-3),
-    warmup=CriticWarmup(episodes=256, steps=100),
+    base=BasePolicy(noise=BASE_NOISE, episodes=512, steps=500, batch_size=32, lr=3e-3),
+    warmup=CriticWarmup(episodes=1024, steps=300, batch_size=32),
 )
 
 PILOT = dataclasses.replace(FULL, name="pilot", seeds=4, first_seed=1001)
@@ -468,7 +486,7 @@ GPU = ReproduceConfig(
     workers=1,
     first_seed=1,
     base=BasePolicy(noise=BASE_NOISE, episodes=2048, steps=1000, batch_size=64, lr=1e-3),
-    warmup=CriticWarmup(episodes=1024, steps=200),
+    warmup=CriticWarmup(episodes=2048, steps=600, batch_size=64),
 )
 
 CONFIGS = {c.name: c for c in (QUICK, PILOT, FULL, GPU)}

@@ -94,7 +94,9 @@ def _comparisons() -> tuple[Contrast, ...]:
     ]
     out.append(Contrast("beta", MAIN_TASK, BETA_SWEEP[0.0], "ppo", f"{MAIN_TASK}: β=0 - PPO"))
     out += [
-        Contrast("lambda", MAIN_TASK, LAMBDA_GRID[(0.80, 0.95)], key, f"{MAIN_TASK}: (0.80, 0.95) - ({lam:.2f}, {i:.2f})")
+        Contrast(
+            "lambda", MAIN_TASK, LAMBDA_GRID[(0.80, 0.95)], key, f"{MAIN_TASK}: (0.80, 0.95) - ({lam:.2f}, {i:.2f})"
+        )
         for (lam, i), key in LAMBDA_GRID.items()
         if (lam, i) != (0.80, 0.95)
     ]
@@ -216,7 +218,7 @@ class Sizing:
 def _rows(pilot_results: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Rows with the metrics: the report's rows as they are, runs (with ``evals``) through
     ``report.summarize_run``."""
-    rows = []
+    rows: list[Mapping[str, Any]] = []
     for item in pilot_results:
         if "evals" in item and "curve" in item:
             from .report import summarize_run
@@ -241,7 +243,7 @@ def sizing(pilot_results: Iterable[Mapping[str, Any]], plan: AnalysisPlan = PLAN
         value = float(row.get(metric, math.nan))
         if math.isfinite(value):
             by_arm.setdefault(str(row["arm"]), {})[int(row["seed"])] = value
-    per = []
+    per: list[dict[str, Any]] = []
     for c in plan.comparisons:
         if c.claim not in plan.sizing_claims:
             continue
