@@ -260,7 +260,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 def _reproduce(args: argparse.Namespace) -> int:
     try:
         out = reproduce.run(args, note=_note)
-    except InvalidOptionError as e:
+    except MpoError as e:  # a bad flag, or a bad --env (InvalidConfigError)
         return _fail(str(e), EXIT_USAGE)
     except (MissingDependencyError, OSError) as e:
         return _fail(str(e), EXIT_FAILED)

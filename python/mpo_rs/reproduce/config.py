@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -367,6 +368,17 @@ class ReproduceConfig:
         payload = self.to_dict()
         payload.pop("workers")
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def with_arms(self, keys: Sequence[str]) -> ReproduceConfig:
+        """Only the arms ``keys`` (a sequence of arm keys), in this configuration's order;
+        an unknown key is an InvalidOptionError naming the known ones."""
+        known = [arm.key for arm in self.arms]
+        unknown = [key for key in keys if key not in known]
+        if unknown or not keys:
+            raise InvalidOptionError(
+                f"unknown arm(s) {', '.join(map(repr, unknown)) or '(none given)'}; known: {', '.join(known)}"
+            )
+        return dataclasses.replace(self, arms=tuple(arm for arm in self.arms if arm.key in set(keys)))
 
     def with_overrides(self, **changes: Any) -> ReproduceConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

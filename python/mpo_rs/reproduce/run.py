@@ -39,13 +39,13 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.run", "torch", _e) from None
 
-from ..envs import make
 from ..exceptions import InvalidOptionError
 from ..torch.batching import chunks, pad_rows
 from ..torch.critic import value_head_critic
 from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
 from ..torch.metrics import explained_variance
 from ..torch.sampler import sample
+from .api import make_env
 from .config import Arm, ReproduceConfig
 
 __all__ = [
@@ -192,7 +192,7 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
     task = config.task(arm.task)
 
     def env_factory() -> Any:
-        return make(task.name, **task.kwargs())
+        return make_env(task)  # a registry name, or a user's module:factory
 
     # Every arm of the seed starts from the same policy (the base policy, or the same random
     # initialisation) and every critic arm from the same critic (warmed up, or a zero head).
