@@ -350,9 +350,13 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         "curves.parquet",
         "evals.parquet",
         "reproduction.md",
+        "img/curves_search_table1.png",
+        "img/curves_search_relatives.png",
+        "img/curves_search_scale.png",
+        "img/curves_multi_hop_table1.png",
+        "img/curves_frozen_lake_table1.png",
         "img/curves_key_door_table1.png",
-        "img/curves_guess_number_turns.png",
-        "img/curves_key_door_scale.png",
+        "img/curves_guess_number_table1.png",
         "img/final_success.png",
         "diagnosis/mpo/summary.json",
         "diagnosis/ppo/summary.json",
@@ -402,10 +406,13 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     # A summary at the top, one paragraph per task, each naming its verdicts.
     summary = page.split("## Summary\n\n", 1)[1].split("\nConfiguration **quick**", 1)[0]
     assert page.index("## Summary") < page.index("## Claims")
-    key_door, guess = summary.strip().split("\n\n")
+    paragraphs = summary.strip().split("\n\n")
+    assert len(paragraphs) == len(QUICK.tasks)  # one per task
+    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
     assert key_door.startswith("**KeyDoor** (chance ") and guess.startswith("**GuessNumber** (chance ")
+    assert search.startswith("**Search** (chance ")
     for what in ("MPO - GRPO", "MPO - GSPO", "MPO - PPO", "MPO - MPO w/ token IS"):
-        assert what in key_door
+        assert what in search  # Table 1's family: the main task
     assert "GuessNumber turns per episode, MPO - GRPO" in guess
     assert "one seed per arm" in key_door  # the caveat
     assert results["summary"] == summary.strip()
@@ -553,8 +560,11 @@ def _page(rows: list[dict], config=FULL):
 
 def test_summary_names_each_tasks_verdicts_power_and_caveats():
     page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
-    key_door, guess = page.summary().split("\n\n")
+    paragraphs = page.summary().split("\n\n")
+    assert [p.split("**")[1] for p in paragraphs] == ["KeyDoor", "Search", "FrozenLake", "MultiHop", "GuessNumber"]
+    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
     assert key_door.startswith("**KeyDoor** (chance 0.004; 5 seed(s) per arm): final held-out success")
+    key_door, control = search, key_door  # Table 1's family is on the main task, search
     # The point estimates of the family's arms, the family's paired Holm verdicts, the power.
     assert "GRPO 0.33, GSPO 0.65, PPO 0.13, MPO w/ token IS 0.33, MPO 0.66." in key_door
     assert "MPO - GRPO +0.33 ± 0.02 → **reproduced**" in key_door
@@ -564,6 +574,7 @@ def test_summary_names_each_tasks_verdicts_power_and_caveats():
     assert "other comparison(s) on this task" in key_door
     # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, on both tasks.
     assert "the critics never learned" in key_door and "the critics never learned" in guess
+    assert "the critics never learned" in control
     assert guess.startswith("**GuessNumber** (chance 0.265;")
     assert "GuessNumber turns per episode, MPO - GRPO" in guess
     # An arm subset: only its tasks, its family.
@@ -586,7 +597,7 @@ def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatc
     assert mine.what == "mean held-out success over training, MPO - PPO" and mine.verdict == REPRODUCED
     ps = [c.p for c in comps.values()]
     assert mine.p_holm == pytest.approx(holm(ps)[-1])
-    guess = _page(rows).summary().split("\n\n")[1]
+    guess = _page(rows).summary().split("\n\n")[-1]
     assert "Holm-corrected over the family of 5: mean held-out success over training, MPO - PPO" in guess
 
 
@@ -622,15 +633,19 @@ def test_figure_groups_follow_the_configuration():
     groups = {(g.task, g.family): g for g in figure_groups(FULL, present)}
     assert list(groups) == [
         ("key_door", "table1"),
-        ("key_door", "beta"),
-        ("key_door", "lambda"),
-        ("key_door", "scale"),
-        ("guess_number", "turns"),
+        ("search", "table1"),
+        ("search", "relatives"),
+        ("search", "beta"),
+        ("search", "lambda"),
+        ("search", "scale"),
+        ("frozen_lake", "table1"),
+        ("multi_hop", "table1"),
+        ("guess_number", "table1"),
     ]
-    assert [k for k, _ in groups["key_door", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
-    assert [k for k, _ in groups["key_door", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
+    assert [k for k, _ in groups["search", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
+    assert [k for k, _ in groups["search", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
     sub = figure_groups(FULL, {"mpo", "ppo"})
-    assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("key_door", "table1", ["ppo", "mpo"])]
+    assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
 
 
 def test_curve_figure_axes_chance_and_clipping():

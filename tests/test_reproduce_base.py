@@ -202,7 +202,7 @@ def test_run_all_prepares_each_task_and_seed_once(tmp_path):
     )
     notes: list[str] = []
     runs = run_all(config, tmp_path, workers=1, note=notes.append)
-    made = [n for n in notes if n.startswith("base policy")]
+    made = [n for n in notes if "base policy held-out success" in n]
     assert len(made) == 2  # guess_number and search, seed 0
     assert base.critic_path(tmp_path, "guess_number", 0).is_file()
     assert not base.critic_path(tmp_path, "search", 0).exists()  # only critic-free arms there

@@ -44,7 +44,6 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.base", "torch", _e) from None
 
-from ..envs import make
 from ..envs.premise import NoisyOracle, belief_model
 from ..exceptions import InvalidConfigError
 from ..torch.batching import pad_rows
@@ -54,6 +53,7 @@ from ..torch.metrics import explained_variance
 from ..torch.model_io import token_log_probs, token_values
 from ..torch.models import TinyCausalLM
 from ..torch.sampler import sample
+from .api import make_env
 from .config import ReproduceConfig
 
 __all__ = [
@@ -89,8 +89,7 @@ SEED_STRIDE = 1 << 32
 def new_policy(config: ReproduceConfig, task: str, seed: int) -> TinyCausalLM:
     """The run's policy at its random initialisation (``torch.manual_seed(seed)``): the
     architecture every arm of ``config`` on ``task`` trains."""
-    spec = config.task(task)
-    probe = make(spec.name, **spec.kwargs())
+    probe = make_env(config.task(task))
     max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
     torch.manual_seed(seed)
     model = config.model
@@ -182,7 +181,7 @@ def held_out_success(policy: nn.Module, config: ReproduceConfig, task: str, seed
     policy.eval()
     out = sample(
         policy,
-        lambda: make(spec.name, **spec.kwargs()),
+        lambda: make_env(spec),
         seeds=range(HELD_OUT_SEED_BASE, HELD_OUT_SEED_BASE + episodes),
         generator=gen,
         device=device,
@@ -200,15 +199,14 @@ def _digest(payload: dict[str, Any]) -> str:
 
 def base_key(config: ReproduceConfig, task: str, seed: int) -> str:
     """The hash of what decides a base policy: the task, the model, the device, the base
-    settings and the seed (not the arms or the RL budget)."""
-    if config.base is None:
-        raise InvalidConfigError(f"configuration {config.name!r} has no base policies (base=None)")
+    settings and the seed (not the arms or the RL budget). With ``base=None`` it names the
+    random initialisation the arms start from (what a warm-up without a base policy fits)."""
     return _digest(
         {
             "task": dataclasses.asdict(config.task(task)),
             "model": dataclasses.asdict(config.model),
             "device": config.device,
-            "base": dataclasses.asdict(config.base),
+            "base": None if config.base is None else dataclasses.asdict(config.base),
             "seed": seed,
         }
     )
@@ -260,9 +258,7 @@ def _save(path: Path, saved: dict[str, Any]) -> None:
 def is_cached(config: ReproduceConfig, task: str, seed: int, out_dir: str | Path, *, critic: bool) -> bool:
     """Whether ``out_dir`` holds the base policy (and with ``critic`` the warmed-up critic) of
     (``task``, ``seed``) for ``config``'s settings."""
-    if config.base is None:
-        return True
-    if _load(base_path(out_dir, task, seed), base_key(config, task, seed)) is None:
+    if config.base is not None and _load(base_path(out_dir, task, seed), base_key(config, task, seed)) is None:
         return False
     if critic and config.warmup is not None:
         return _load(critic_path(out_dir, task, seed), critic_key(config, task, seed)) is not None
@@ -297,8 +293,7 @@ def _make_base(policy: TinyCausalLM, config: ReproduceConfig, task: str, seed: i
     assert config.base is not None
     base = config.base
     started, cpu = time.perf_counter(), time.process_time()
-    spec = config.task(task)
-    env = make(spec.name, **spec.kwargs())
+    env = make_env(config.task(task))
     eps = base.eps(task)
     oracle = NoisyOracle(belief_model(env), eps, base.well_formed)
     rng = np.random.default_rng([seed, 0x5EED])
@@ -356,7 +351,7 @@ def _rollouts(policy: nn.Module, config: ReproduceConfig, task: str, first: int,
     with torch.no_grad():
         out = sample(
             policy,
-            lambda: make(spec.name, **spec.kwargs()),
+            lambda: make_env(spec),
             seeds=range(first, first + max(1, episodes // group)),
             group_size=group,
             generator=gen,

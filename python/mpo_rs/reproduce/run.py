@@ -170,12 +170,15 @@ def starting_models(
 
 
 def prepare(config: ReproduceConfig, task: str, seed: int, out_dir: str | Path, critic: bool) -> dict[str, Any]:
-    """Makes (or finds) the base policy of (``task``, ``seed``) and, with ``critic``, its
-    warmed-up critic under ``out_dir/base``; what was measured."""
-    from .base import base_policy, warm_critic
+    """Makes (or finds) the base policy of (``task``, ``seed``) (when the configuration has
+    them) and, with ``critic``, its warmed-up critic under ``out_dir/base``; what was measured."""
+    from .base import base_policy, new_policy, warm_critic
 
     started = time.perf_counter()
-    policy, base_info = base_policy(config, task, seed, out_dir)
+    if config.base is not None:
+        policy, base_info = base_policy(config, task, seed, out_dir)
+    else:
+        policy, base_info = new_policy(config, task, seed), None
     warm_info = warm_critic(config, task, seed, policy, out_dir)[1] if critic and config.warmup is not None else None
     return {"task": task, "seed": seed, "base": base_info, "warmup": warm_info, "wall_s": time.perf_counter() - started}
 
@@ -462,8 +465,6 @@ def _prepare_all(config: ReproduceConfig, out_dir: str | Path, workers: int, not
     already under ``out_dir/base`` are kept."""
     from .base import is_cached
 
-    if config.base is None:
-        return
     needed: dict[tuple[str, int], bool] = {}
     for arm in config.arms:
         for seed in sorted(seeds):
@@ -471,17 +472,18 @@ def _prepare_all(config: ReproduceConfig, out_dir: str | Path, workers: int, not
     jobs = [
         (config, task, seed, str(out_dir), critic)
         for (task, seed), critic in needed.items()
-        if not is_cached(config, task, seed, out_dir, critic=critic)
+        if (config.base is not None or (critic and config.warmup is not None))
+        and not is_cached(config, task, seed, out_dir, critic=critic)
     ]
     if not jobs:
         return
 
     def made(i: int, result: dict[str, Any]) -> None:
         base, warm = result["base"], result["warmup"]
-        text = f"base policy {result['task']} seed {result['seed']}: held-out success {base['held_out_success']:.3f}"
+        parts = [] if base is None else [f"base policy held-out success {base['held_out_success']:.3f}"]
         if warm is not None:
-            text += f", critic warm-up explained variance {warm['explained_variance']:.2f}"
-        note(f"{text} ({result['wall_s']:.0f} s)")
+            parts.append(f"critic warm-up explained variance {warm['explained_variance']:.2f}")
+        note(f"{result['task']} seed {result['seed']}: {', '.join(parts)} ({result['wall_s']:.0f} s)")
 
     order = list(range(len(jobs)))
     if workers == 1 or config.device != "cpu" or len(jobs) <= 1:
