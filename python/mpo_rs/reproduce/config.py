@@ -6,8 +6,18 @@ arm fixes only the advantage estimator and its knobs, the importance-sampling ra
 the advantage scale. Arms that ablate one knob of MPO differ from MPO in that knob alone
 (``tests/test_reproduce.py`` checks it).
 
-Three committed configurations: :data:`QUICK` (a smoke test, every arm one seed),
-:data:`FULL` (the reported CPU run) and :data:`GPU` (bigger model, longer horizon).
+The tasks: the three that meet MPO's premise (``search``, the main task, ``multi_hop``,
+``frozen_lake``) and the two controls (``key_door``, ``guess_number``). Table 1's arms run
+on every task (keys ``<prefix><method>``, :data:`TASK_PREFIX`); MPO's public relatives
+(AReaL's turn-level GAE, RAGEN's bi-level GAE), the β sweep, the (λ, λ_intra) grid and the
+advantage-scale ablation run on the main task. Every arm starts from the base policy of its
+(task, seed) and every critic arm from the same warmed-up critic (:class:`BasePolicy`,
+:class:`CriticWarmup`, :mod:`mpo_rs.reproduce.base`).
+
+Four committed configurations: :data:`QUICK` (a smoke test, every arm one seed),
+:data:`PILOT` (FULL's protocol on seeds of its own, to size FULL's seeds:
+:mod:`mpo_rs.reproduce.plan`), :data:`FULL` (the reported CPU run) and :data:`GPU` (bigger
+model, longer horizon).
 
 **Advantage scale, one rule for every arm** (:data:`ADVANTAGE_SCALE_RULE`): no arm's
 advantages are rescaled by statistics of the batch. GRPO and GSPO keep the normalisation
@@ -19,7 +29,8 @@ the critic arms whitened as verl does, before this rule was fixed), PPO and MPO 
 2.63 -> 0.40 for PPO) while GRPO reached 0.83, and the same two arms unwhitened reached
 0.25 each. On a sparse terminal reward most batches hold no success; whitening blows
 their advantages -- the critic's errors -- up to the scale of a real signal, while GRPO's
-all-zero groups contribute exactly 0. The final runs use seeds 1-5, not the pilot's 0.
+all-zero groups contribute exactly 0. The final runs never use the pilot's seed 0 (nor
+:data:`PILOT`'s seeds).
 """
 
 from __future__ import annotations
@@ -444,6 +455,10 @@ FULL = ReproduceConfig(
     # The pilot's seed count until the pilot has run: then plan.sizing(pilot runs) gives the
     # seeds (capped by the time budget) and the lead commits them here, before the final runs.
     seeds=4,
+    # The old FULL's budget per run (100 updates of 24 episodes), with 256 held-out episodes
+    # per evaluation (the plan's final metric). Measured on today's harness (CPU seconds of one
+    # process, see plan.py): ~700 s per seed for the 36 arms, the base policies and warm-ups
+    # included, ~520 s of two-worker wall time: 4 seeds ~35 min, the plan's cap of 12 ~105 min.
     budget=Budget(
         updates=100,
         tasks_per_update=6,
