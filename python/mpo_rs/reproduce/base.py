@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -242,7 +243,7 @@ def _load(path: Path | None, key: str) -> dict[str, Any] | None:
         return None
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError):
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
         return None  # absent, torn or not ours: made again
     return saved if isinstance(saved, dict) and saved.get("key") == key else None
 

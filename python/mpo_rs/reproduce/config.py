@@ -457,7 +457,7 @@ FULL = ReproduceConfig(
     seeds=4,
     # The old FULL's budget per run (100 updates of 24 episodes), with 256 held-out episodes
     # per evaluation (the plan's final metric). Measured on today's harness (CPU seconds of one
-    # process, see plan.py): ~700 s per seed for the 36 arms, the base policies and warm-ups
+    # process, see plan.py): ~650 s per seed for the 36 arms, the base policies and warm-ups
     # included, ~520 s of two-worker wall time: 4 seeds ~35 min, the plan's cap of 12 ~105 min.
     budget=Budget(
         updates=100,
@@ -479,7 +479,7 @@ FULL = ReproduceConfig(
     tasks=TASKS,
     first_seed=1,
     base=BasePolicy(noise=BASE_NOISE, episodes=512, steps=500, batch_size=32, lr=3e-3),
-    warmup=CriticWarmup(episodes=1024, steps=300, batch_size=32),
+    warmup=CriticWarmup(episodes=1024, steps=100, batch_size=32),
 )
 
 PILOT = dataclasses.replace(FULL, name="pilot", seeds=4, first_seed=1001)

@@ -111,7 +111,7 @@ COMPARISONS: tuple[Contrast, ...] = _comparisons()
 # of one process (torch at one thread; the machine was shared, wall times were 2-4x these):
 # a 100-update FULL run takes 10.3 s on search (MPO), 5.6 on multi_hop, 25.7 on frozen_lake,
 # 30.6 on key_door and ~6 on guess_number, so FULL's 36 arms take ~505 s per seed; the base
-# policies (BC: 13.6 + 13.4 + 47 + 34 + 4.4 s) and warm-ups (~10-25 s each) add ~190 s. Two
+# policies (BC: 13.6 + 13.4 + 47 + 34 + 4.4 s) and warm-ups (~4-14 s each at 100 steps) add ~150 s. Two
 # worker processes give ~1.35x one's throughput, so a seed costs ~520 s of wall time on a quiet
 # machine: 600 s with a margin, a cap of 12 seeds. Re-measure after the speed-up lands.
 TIME_BUDGET_S = 120 * 60
