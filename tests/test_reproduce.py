@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from mpo_rs.exceptions import InvalidOptionError
-from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, QUICK
-from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID
+from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, PILOT, QUICK
+from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TASK_PREFIX
 from mpo_rs.reproduce.stats import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -280,7 +280,19 @@ def test_arms_differ_only_in_their_knobs(config):
     for (lam, intra), key in LAMBDA_GRID.items():
         assert ablated(key) <= {"lam", "lam_intra"}
         assert (by_key[key].lam, by_key[key].lam_intra) == (lam, intra)
-    assert ablated("guess_mpo") == {"task"}
+    for task in ("multi_hop", "frozen_lake", "key_door", "guess_number"):  # Table 1 on every task
+        prefix = TASK_PREFIX[task]
+        for key in ("grpo", "gspo", "ppo", "mpo_token_is", "mpo"):
+            other = dataclasses.asdict(by_key[prefix + key])
+            main = dataclasses.asdict(by_key[key])
+            assert {k for k in main if main[k] != other[k]} - {"key", "label", "family"} == {"task"}
+    # The relatives: AReaL's turn-level GAE is the beta = 0 arm under a token ratio.
+    assert ablated("areal_turn_gae") == {"beta", "ratio"}
+    areal, beta0 = dataclasses.asdict(by_key["areal_turn_gae"]), dataclasses.asdict(by_key["mpo_beta0"])
+    assert {k for k in areal if areal[k] != beta0[k]} - {"key", "label", "family"} == {"ratio"}
+    if "ragen_bilevel" in by_key:
+        ragen = by_key["ragen_bilevel"]
+        assert (ragen.estimator, ragen.ratio, ragen.advantage_scale) == ("bilevel", "token", "none")
     assert ablated("mpo_whiten") == {"advantage_scale"}
     ppo, ppo_whiten = dataclasses.asdict(by_key["ppo"]), dataclasses.asdict(by_key["ppo_whiten"])
     assert {k for k in ppo if ppo[k] != ppo_whiten[k]} - {"key", "label", "family"} == {"advantage_scale"}
@@ -288,14 +300,14 @@ def test_arms_differ_only_in_their_knobs(config):
     assert {a.advantage_scale for a in config.arms if a.family != "scale"} <= {"group-std", "none"}
     assert {a.advantage_scale for a in config.arms if a.family == "scale"} == {"whiten"}
     for key in ("grpo", "gspo", "ppo", "mpo_token_is"):
-        assert by_key[key].task == "key_door" and by_key[key].lam_critic == 1.0
+        assert by_key[key].task == MAIN_TASK == "search" and by_key[key].lam_critic == 1.0
     assert (by_key["grpo"].ratio, by_key["gspo"].ratio, by_key["ppo"].ratio) == ("token", "sequence", "token")
     assert by_key["ppo"].estimator == "gae" and by_key["ppo"].advantage_scale == "none"
     assert by_key["grpo"].advantage_scale == by_key["gspo"].advantage_scale == "group-std"
 
 
 def test_committed_configurations():
-    assert FULL.seeds >= 5 and GPU.seeds >= 5 and QUICK.seeds >= 1
+    assert FULL.seeds >= 4 and GPU.seeds >= 5 and QUICK.seeds >= 1
     assert FULL.config_hash() != QUICK.config_hash()
     assert FULL.config_hash() == dataclasses.replace(FULL, workers=7).config_hash()  # scheduling only
     # The reported task is KeyDoor with its defaults: T·K >= 100 policy tokens.
@@ -305,8 +317,11 @@ def test_committed_configurations():
     assert door.max_turns * door.action_tokens >= 100
     gpu_door = make("key_door", **GPU.task("key_door").kwargs())
     assert gpu_door.max_turns > door.max_turns and GPU.model.width > FULL.model.width and GPU.device == "cuda"
-    assert {a.family for a in ARMS} == {"table1", "beta", "lambda", "scale", "turns"}
-    assert FULL.seed_list == (1, 2, 3, 4, 5)  # the pilot that fixed the advantage-scale rule ran seed 0
+    assert {a.family for a in ARMS} == {"table1", "relatives", "beta", "lambda", "scale"}
+    assert {a.task for a in ARMS} == {spec.name for spec in FULL.tasks}
+    # The pilot that fixed the advantage-scale rule ran seed 0; the sizing pilot runs seeds of its own.
+    assert 0 not in FULL.seed_list and not set(FULL.seed_list) & set(PILOT.seed_list)
+    assert PILOT.seeds == FULL.seeds and dataclasses.replace(PILOT, name="full", first_seed=1) == FULL
 
 
 # --------------------------------------------------------------------------- end to end
@@ -335,9 +350,13 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         "curves.parquet",
         "evals.parquet",
         "reproduction.md",
+        "img/curves_search_table1.png",
+        "img/curves_search_relatives.png",
+        "img/curves_search_scale.png",
+        "img/curves_multi_hop_table1.png",
+        "img/curves_frozen_lake_table1.png",
         "img/curves_key_door_table1.png",
-        "img/curves_guess_number_turns.png",
-        "img/curves_key_door_scale.png",
+        "img/curves_guess_number_table1.png",
         "img/final_success.png",
         "diagnosis/mpo/summary.json",
         "diagnosis/ppo/summary.json",
@@ -361,7 +380,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         assert 0.0 <= r["final_success"] <= 1.0
         ev = r["final_explained_variance"]
         assert math.isnan(ev) or -10.0 < ev <= 1.0, (r["arm"], ev)  # NaN when undefined, never -1e7
-        assert r["critic_trained"] or r["arm"] in ("grpo", "gspo", "guess_grpo")
+        assert r["critic_trained"] or not QUICK.arm(r["arm"]).trains_critic
         assert (out / "rollouts" / f"{r['arm']}-seed0.parquet").is_file()
 
     curves = pq.read_table(out / "curves.parquet").to_pydict()
@@ -387,10 +406,13 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     # A summary at the top, one paragraph per task, each naming its verdicts.
     summary = page.split("## Summary\n\n", 1)[1].split("\nConfiguration **quick**", 1)[0]
     assert page.index("## Summary") < page.index("## Claims")
-    key_door, guess = summary.strip().split("\n\n")
+    paragraphs = summary.strip().split("\n\n")
+    assert len(paragraphs) == len(QUICK.tasks)  # one per task
+    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
     assert key_door.startswith("**KeyDoor** (chance ") and guess.startswith("**GuessNumber** (chance ")
+    assert search.startswith("**Search** (chance ")
     for what in ("MPO - GRPO", "MPO - GSPO", "MPO - PPO", "MPO - MPO w/ token IS"):
-        assert what in key_door
+        assert what in search  # Table 1's family: the main task
     assert "GuessNumber turns per episode, MPO - GRPO" in guess
     assert "one seed per arm" in key_door  # the caveat
     assert results["summary"] == summary.strip()
@@ -538,8 +560,11 @@ def _page(rows: list[dict], config=FULL):
 
 def test_summary_names_each_tasks_verdicts_power_and_caveats():
     page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
-    key_door, guess = page.summary().split("\n\n")
+    paragraphs = page.summary().split("\n\n")
+    assert [p.split("**")[1] for p in paragraphs] == ["KeyDoor", "Search", "FrozenLake", "MultiHop", "GuessNumber"]
+    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
     assert key_door.startswith("**KeyDoor** (chance 0.004; 5 seed(s) per arm): final held-out success")
+    key_door, control = search, key_door  # Table 1's family is on the main task, search
     # The point estimates of the family's arms, the family's paired Holm verdicts, the power.
     assert "GRPO 0.33, GSPO 0.65, PPO 0.13, MPO w/ token IS 0.33, MPO 0.66." in key_door
     assert "MPO - GRPO +0.33 ± 0.02 → **reproduced**" in key_door
@@ -549,6 +574,7 @@ def test_summary_names_each_tasks_verdicts_power_and_caveats():
     assert "other comparison(s) on this task" in key_door
     # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, on both tasks.
     assert "the critics never learned" in key_door and "the critics never learned" in guess
+    assert "the critics never learned" in control
     assert guess.startswith("**GuessNumber** (chance 0.265;")
     assert "GuessNumber turns per episode, MPO - GRPO" in guess
     # An arm subset: only its tasks, its family.
@@ -571,7 +597,7 @@ def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatc
     assert mine.what == "mean held-out success over training, MPO - PPO" and mine.verdict == REPRODUCED
     ps = [c.p for c in comps.values()]
     assert mine.p_holm == pytest.approx(holm(ps)[-1])
-    guess = _page(rows).summary().split("\n\n")[1]
+    guess = _page(rows).summary().split("\n\n")[-1]
     assert "Holm-corrected over the family of 5: mean held-out success over training, MPO - PPO" in guess
 
 
@@ -607,15 +633,19 @@ def test_figure_groups_follow_the_configuration():
     groups = {(g.task, g.family): g for g in figure_groups(FULL, present)}
     assert list(groups) == [
         ("key_door", "table1"),
-        ("key_door", "beta"),
-        ("key_door", "lambda"),
-        ("key_door", "scale"),
-        ("guess_number", "turns"),
+        ("search", "table1"),
+        ("search", "relatives"),
+        ("search", "beta"),
+        ("search", "lambda"),
+        ("search", "scale"),
+        ("frozen_lake", "table1"),
+        ("multi_hop", "table1"),
+        ("guess_number", "table1"),
     ]
-    assert [k for k, _ in groups["key_door", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
-    assert [k for k, _ in groups["key_door", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
+    assert [k for k, _ in groups["search", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
+    assert [k for k, _ in groups["search", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
     sub = figure_groups(FULL, {"mpo", "ppo"})
-    assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("key_door", "table1", ["ppo", "mpo"])]
+    assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
 
 
 def test_curve_figure_axes_chance_and_clipping():

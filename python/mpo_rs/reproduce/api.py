@@ -246,8 +246,10 @@ def build_config(
         template = _template_arms(config)
         main_family = template["mpo"].family
         chosen = [a for a in template.values() if a.family == main_family] if arms is None else template.values()
+        # A user env has no oracle to clone: its arms start from the random initialisation
+        # (base=None); the critic warm-up needs only the policy's rollouts, so it stays.
         config = dataclasses.replace(
-            config, tasks=(task,), arms=tuple(dataclasses.replace(a, task=spec) for a in chosen)
+            config, tasks=(task,), arms=tuple(dataclasses.replace(a, task=spec) for a in chosen), base=None
         )
     elif env_params:
         raise InvalidOptionError("env_params (--env-param) needs an env (--env module:factory)")
