@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import InvalidConfigError, InvalidOptionError
-from ..options import Estimator, option_names
+from ..options import Estimator
 
 __all__ = [
     "ARMS",
@@ -113,8 +113,7 @@ class Arm:
     def estimator_spec(self) -> Estimator:
         """The arm's estimator with its options, for the learner: MAE with ``lam``,
         ``lam_intra``, ``beta`` and ``lam_critic``; GAE with ``lam`` and ``lam_critic``;
-        the bi-level GAE with those of ``lam``, ``lam_critic`` and ``high_level_gamma`` its
-        table row takes; GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by
+        the bi-level GAE with ``lam`` and ``high_level_gamma``; GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by
         the group's std). Options the arm leaves None take the table's defaults."""
         if self.estimator == "grpo":
             return Estimator("grpo" if self.advantage_scale == "group-std" else "drgrpo")
@@ -122,9 +121,8 @@ class Arm:
         if self.estimator == "mae":
             knobs.update(lam_intra=self.lam_intra, beta=self.beta)
         if self.estimator == "bilevel":
-            knobs["high_level_gamma"] = self.high_level_gamma
-            takes = set(option_names("bilevel"))
-            knobs = {k: v for k, v in knobs.items() if k in takes}
+            # RAGEN's returns are A + V: the table's bilevel row has no lam_critic.
+            knobs = {"lam": self.lam, "high_level_gamma": self.high_level_gamma}
         return Estimator(self.estimator, **{k: v for k, v in knobs.items() if v is not None})
 
     def __post_init__(self) -> None:
@@ -162,11 +160,6 @@ def _table1(task: str) -> tuple[Arm, ...]:
     )
 
 
-def bilevel_available() -> bool:
-    """Whether the core's options table has RAGEN's bi-level GAE (``bilevel``)."""
-    return "bilevel" in Estimator.names()
-
-
 def _relatives(task: str) -> tuple[Arm, ...]:
     """MPO's public relatives: what a user could use instead (mpo-spec §2.4)."""
     p = TASK_PREFIX[task]
@@ -177,22 +170,20 @@ def _relatives(task: str) -> tuple[Arm, ...]:
     # RAGEN's bi-level GAE: a turn-level GAE (high_level_gamma), then a token GAE inside each turn
     # from the turn's return; not mean-preserving. lam = high_level_gamma = 0.95 as RAGEN's and
     # VAGEN's scripts set them, gamma the table's default. RAGEN whitens the advantages over the
-    # batch; here, by the one advantage-scale rule, they stay in reward units. Defined only once
-    # the core has the estimator (TODO at merge: the `bilevel` helper adds it).
-    if bilevel_available():
-        out.append(
-            Arm(
-                f"{p}ragen_bilevel",
-                "bi-level GAE (RAGEN)",
-                "relatives",
-                task,
-                "bilevel",
-                "token",
-                "none",
-                lam=0.95,
-                high_level_gamma=0.95,
-            )
+    # batch; here, by the one advantage-scale rule, they stay in reward units.
+    out.append(
+        Arm(
+            f"{p}ragen_bilevel",
+            "bi-level GAE (RAGEN)",
+            "relatives",
+            task,
+            "bilevel",
+            "token",
+            "none",
+            lam=0.95,
+            high_level_gamma=0.95,
         )
+    )
     return tuple(out)
 
 

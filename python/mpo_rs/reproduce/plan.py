@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import InvalidConfigError
-from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TASK_PREFIX, ReproduceConfig, bilevel_available
+from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TASK_PREFIX, ReproduceConfig
 from .stats import t_quantile
 
 __all__ = [
@@ -83,9 +83,7 @@ def _comparisons() -> tuple[Contrast, ...]:
     out: list[Contrast] = []
     for task in TASK_PREFIX:
         out += _table1(task)
-    relatives = [("areal_turn_gae", "turn-level GAE (AReaL)")]
-    if bilevel_available():
-        relatives.append(("ragen_bilevel", "bi-level GAE (RAGEN)"))
+    relatives = [("areal_turn_gae", "turn-level GAE (AReaL)"), ("ragen_bilevel", "bi-level GAE (RAGEN)")]
     out += [Contrast("relatives", MAIN_TASK, "mpo", key, f"{MAIN_TASK}: MPO - {name}") for key, name in relatives]
     out += [
         Contrast("beta", MAIN_TASK, BETA_SWEEP[1.0], key, f"{MAIN_TASK}: β=1 - β={b:g}")
