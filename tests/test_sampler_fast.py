@@ -245,3 +245,25 @@ def test_run_one_trains_no_critic_for_a_critic_free_arm():
     assert all(np.isnan(row["explained_variance"]) and row["values_s"] < 1e-3 for row in grpo["curve"])
     assert all("critic_explained_variance" not in row for row in grpo["curve"])
     assert all("critic_explained_variance" in row for row in ppo["curve"])
+
+
+def test_right_padding_takes_the_causal_kernel_with_the_same_outputs_and_gradients(monkeypatch):
+    """The learner's right-padded layout skips the explicit mask; at real positions the
+    logits and every parameter's gradient are bitwise those of the masked kernel."""
+    from mpo_rs.torch import models
+
+    lengths = torch.tensor([30, 22, 27, 30])
+    mask = (torch.arange(30)[None] < lengths[:, None]).long()
+    ids = torch.randint(0, VOCAB, (4, 30)) * mask
+    assert models._right_padded(mask.bool()) and not models._right_padded(torch.tensor([[1, 0, 1]]).bool())
+    results = []
+    for causal in (True, False):
+        if not causal:
+            monkeypatch.setattr(models, "_right_padded", lambda attended: False)
+        m = model(5)
+        logits = m(input_ids=ids, attention_mask=mask).logits
+        (logits.log_softmax(-1)[..., 3] * mask).sum().backward()
+        results.append((logits.detach()[mask.bool()], [p.grad.clone() for p in m.parameters()]))
+    assert torch.equal(results[0][0], results[1][0])
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        assert torch.equal(a, b)

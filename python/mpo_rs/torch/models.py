@@ -103,6 +103,11 @@ class CausalLMOutput:
     """(B, L, width): the trunk's last hidden state (only with ``output_hidden_states=True``)."""
 
 
+def _right_padded(attended: Tensor) -> bool:
+    """Whether every row's attended positions come first, with no hole after a padding."""
+    return not bool((attended[:, 1:] & ~attended[:, :-1]).any())
+
+
 class _Block(nn.Module):
     """Pre-norm self-attention and MLP."""
 
@@ -116,7 +121,7 @@ class _Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(
-        self, h: Tensor, allowed: Tensor, past: tuple[Tensor, Tensor] | None, store: _KVStore | None, layer: int
+        self, h: Tensor, allowed: Tensor | None, past: tuple[Tensor, Tensor] | None, store: _KVStore | None, layer: int
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """With ``store``, this call's keys and values go into its buffers after the
         ``past`` columns they hold; else they are concatenated to ``past``."""
@@ -132,7 +137,7 @@ class _Block(nn.Module):
         elif past is not None:
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
         h = h + F.linear(a.transpose(1, 2).reshape(batch, length, width), self.attn_out.weight, self.attn_out.bias)
         norm = self.mlp_norm
         x = F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
@@ -145,11 +150,13 @@ class TinyCausalLM(nn.Module):
     Called as ``model(input_ids=..., attention_mask=..., position_ids=...,
     past_key_values=..., use_cache=...)`` and returning a :class:`CausalLMOutput`, like a
     Hugging Face causal LM. ``attention_mask`` ``(B, past + L)`` may have holes anywhere
-    (left, right or in the middle): a masked position is never attended to by another one.
-    ``position_ids`` default to the number of attended tokens before each position, so
+    (left, right or in the middle): a masked position is never attended to by an attended
+    one (outputs at masked positions are unspecified: a right-padded batch without a cache
+    takes the causal kernel, whose padded rows differ). ``position_ids`` default to the number of attended tokens before each position, so
     a row gets the same positions however it is padded. The LM head is ``lm_head``
     (``get_output_embeddings``), so :func:`~mpo_rs.torch.critic.value_head_critic` can
-    swap it for a scalar head.
+    swap it for a scalar head. With ``use_cache=True`` and autograd off, the cache is a
+    :class:`KVCache` in preallocated buffers (see there).
     """
 
     def __init__(self, vocab_size: int, width: int = 64, layers: int = 2, heads: int = 2, max_len: int = 2048) -> None:
@@ -213,6 +220,11 @@ class TinyCausalLM(nn.Module):
             allowed = attended.clone()
             allowed[:, -1] = True
             allowed = allowed[:, None, None, :]
+        elif past == 0 and _right_padded(attended):
+            # Right padding (every row's tokens first; the learner's layout): a real query's
+            # keys are exactly the causal ones, so the kernel may skip the masked blocks. Real
+            # positions get the same outputs and gradients, bit for bit; padded ones differ.
+            allowed = None
         else:
             # Query i (absolute past + i) sees key j when j <= past + i and j is attended; it
             # always sees itself, so no row is empty (that would give NaN).
