@@ -115,14 +115,17 @@ def render(results: dict, meta: dict) -> str:
         f"on {os.cpu_count()} cores (above the core count, other work shared the CPUs: wall times are inflated "
         "and noisier, CPU times less so)._",
         "",
-        "| arm | old s/update | new s/update | new: sample / values / step s | new/old updates per s (wall) "
-        "| (CPU time) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| arm | old s/update | new s/update | old: sample / values / step s | new: sample / values / step s "
+        "| new/old updates per s (wall) | (CPU time) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for arm, r in results.items():
+        split = {
+            side: " / ".join(f"{r[f'{side}_{k}']:.3f}" for k in ("sample_s", "values_s", "step_s"))
+            for side in ("old", "new")
+        }
         lines.append(
-            f"| {arm} | {r['old_s_per_update']:.3f} | {r['new_s_per_update']:.3f} | "
-            f"{r['new_sample_s']:.3f} / {r['new_values_s']:.3f} / {r['new_step_s']:.3f} | "
+            f"| {arm} | {r['old_s_per_update']:.3f} | {r['new_s_per_update']:.3f} | {split['old']} | {split['new']} | "
             f"**{r['speedup_wall']:.2f}×** | {r['speedup_cpu']:.2f}× |"
         )
     lines += [
@@ -146,6 +149,19 @@ def write_section(page: Path, section: str) -> None:
         anchor = text.find("\n## Reproduce\n")
         text = text + "\n" + section if anchor < 0 else text[: anchor + 1] + section + "\n" + text[anchor + 1 :]
     page.write_text(text)
+
+
+def _shown_arguments(argv: list[str]) -> list[str]:
+    """The arguments that decide the measurement (not where its output goes)."""
+    shown, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--docs", "--json"):
+            skip = True
+        elif not a.startswith(("--docs=", "--json=")):
+            shown.append(a)
+    return shown
 
 
 def main() -> None:
@@ -201,9 +217,11 @@ def main() -> None:
             results[arm] = {
                 "old_s_per_update": med["old"]["wall_s"],
                 "new_s_per_update": med["new"]["wall_s"],
-                "new_sample_s": statistics.median(x["sample_s"] for x in new),
-                "new_values_s": statistics.median(x["values_s"] for x in new),
-                "new_step_s": statistics.median(x["step_s"] for x in new),
+                **{
+                    f"{side}_{key}": statistics.median(x[key] for x in runs[side])
+                    for side in ("old", "new")
+                    for key in ("sample_s", "values_s", "step_s")
+                },
                 "speedup_wall": med["old"]["wall_s"] / med["new"]["wall_s"],
                 "speedup_cpu": med["old"]["cpu_s"] / med["new"]["cpu_s"],
                 "same_final_success": [
@@ -213,7 +231,7 @@ def main() -> None:
             print(f"{arm}: new/old updates per second {results[arm]['speedup_wall']:.2f}x wall, "
                   f"{results[arm]['speedup_cpu']:.2f}x CPU time", flush=True)  # fmt: skip
         meta.update(
-            argv="".join(f" {a}" for a in sys.argv[1:] if not a.startswith("--docs") and a != args.docs),
+            argv="".join(f" {a}" for a in _shown_arguments(sys.argv[1:])),
             date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), old=args.old if not args.old_python else old,
             seed=args.seed, rounds=args.rounds, load_start=load_start, load_end=load_average(),
         )  # fmt: skip

@@ -12,7 +12,7 @@ Both work with :func:`mpo_rs.torch.sampler.sample`, the learner and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._deps import missing
 
@@ -128,7 +128,7 @@ class _Block(nn.Module):
         batch, length, width = h.shape
         # The layers' functions are called directly: the same operations as calling the
         # modules, without their per-call overhead (which one-token decoding pays per token).
-        norm, mlp_in, mlp_out = self.attn_norm, self.mlp[0], self.mlp[2]
+        norm, mlp_in, mlp_out = self.attn_norm, cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
         x = F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
         qkv = F.linear(x, self.qkv.weight, self.qkv.bias)
         q, k, v = qkv.view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)

@@ -557,8 +557,8 @@ def _generate_turn(
             generating &= token != stop_token
         if k + 1 == longest_turn:
             break
-        more = stop_token is not None or not same_length
-        if more and not bool(generating.any()):  # the step's one sync
+        may_end_early = stop_token is not None or not same_length
+        if may_end_early and not bool(generating.any()):  # the step's one sync
             break
         logits = model.next_logits(seq)
     if bool(bad.any()):  # checked once per turn, before the environments see the actions
