@@ -144,7 +144,7 @@ def write_section(page: Path, section: str) -> None:
     start = text.find(SECTION + "\n")
     if start >= 0:
         end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+        text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
     else:
         anchor = text.find("\n## Reproduce\n")
         text = text + "\n" + section if anchor < 0 else text[: anchor + 1] + section + "\n" + text[anchor + 1 :]
