@@ -5,8 +5,8 @@ A run builds the policy (:class:`~mpo_rs.torch.models.TinyCausalLM`) and a criti
 whose estimator reads its values (GAE, MAE): a critic-free arm (GRPO, GSPO) computes no
 values and trains no critic, so its policy's updates are the same as with one, at about
 half the learner's cost (its explained variance is NaN and its end-of-run rollout log
-carries the untrained critic's zeros, ``critic_trained`` False). It then alternates :func:`~mpo_rs.torch.sampler.sample` and
-:meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
+carries the untrained critic's zeros, ``critic_trained`` False). It then alternates
+:func:`~mpo_rs.torch.sampler.sample` and :meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
 entropy, the critic's explained variance, turns and response length, advantage statistics
 and timing; every ``eval_every`` updates the policy is evaluated on held-out seeds. At the
 end, rollouts of held-out tasks with the critic's values are written as a Parquet
