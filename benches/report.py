@@ -9,6 +9,7 @@ run, never across runs.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_UNIT, MPO_GAE_WHITENED, MPO_MAE
@@ -507,6 +508,25 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
     )
 
 
+KEPT_SECTIONS = ("## Reproduction harness A/B",)
+"""Sections other benchmarks write into the page (benches/bench_reproduce.py --docs): a re-run
+of the suites keeps them as they are."""
+
+
+def _kept_sections(md_path: str) -> list[str]:
+    try:
+        text = Path(md_path).read_text()
+    except OSError:
+        return []
+    out = []
+    for title in KEPT_SECTIONS:
+        start = text.find(title + "\n")
+        if start >= 0:
+            end = text.find("\n## ", start + len(title))
+            out += [text[start : end if end >= 0 else len(text)].rstrip("\n"), ""]
+    return out
+
+
 def write_report(
     results: dict[str, dict[str, Any]],
     md_path: str,
@@ -595,6 +615,7 @@ def write_report(
         "",
         checks_table(checks),
         "",
+        *_kept_sections(md_path),
         "## Reproduce",
         "",
         "```",

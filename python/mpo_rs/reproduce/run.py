@@ -1,10 +1,12 @@
 """One run of the reproduction: an arm trained from one seed (needs torch).
 
 A run builds the policy (:class:`~mpo_rs.torch.models.TinyCausalLM`) and a critic
-(:func:`~mpo_rs.torch.critic.value_head_critic`) for every arm -- GRPO's critic is trained
-on Monte-Carlo returns but its values are not used, so its value structure can still be
-measured -- then alternates :func:`~mpo_rs.torch.sampler.sample` and
-:meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
+(:func:`~mpo_rs.torch.critic.value_head_critic`); the critic is trained only by the arms
+whose estimator reads its values (GAE, MAE): a critic-free arm (GRPO, GSPO) computes no
+values and trains no critic, so its policy's updates are the same as with one, at about
+half the learner's cost (its explained variance is NaN and its end-of-run rollout log
+carries the untrained critic's zeros, ``critic_trained`` False). It then alternates
+:func:`~mpo_rs.torch.sampler.sample` and :meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
 entropy, the critic's explained variance, turns and response length, advantage statistics
 and timing; every ``eval_every`` updates the policy is evaluated on held-out seeds. At the
 end, rollouts of held-out tasks with the critic's values are written as a Parquet
@@ -40,6 +42,7 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.run", "torch", _e) from None
 
 from ..exceptions import InvalidOptionError
+from ..torch.advantages import as_estimator
 from ..torch.batching import chunks, pad_rows
 from ..torch.critic import value_head_critic
 from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
@@ -204,13 +207,13 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
     policy_opt = torch.optim.Adam(policy.parameters(), budget.lr)
     critic_opt = torch.optim.Adam(critic.parameters(), budget.critic_learning_rate)
     cfg = learner_config(arm, config, seed)
-    try:
+    # A group estimator never reads the values: no critic pass, no critic training (the
+    # actor's updates do not depend on them, nor on the critic's, which shuffle apart).
+    critic_trained = as_estimator(cfg.estimator).family != "group"
+    if critic_trained:
         learner = Learner(policy, policy_opt, cfg, critic=critic, critic_optimizer=critic_opt)
-        critic_trained = True
-    except InvalidOptionError:
-        # A learner whose GRPO is critic-free: the critic stays untrained (EV is reported as-is).
+    else:
         learner = Learner(policy, policy_opt, cfg)
-        critic_trained = False
     gen = torch.Generator(device=device).manual_seed(seed)
 
     curve: list[dict[str, float]] = []
@@ -230,15 +233,15 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
         )
         t1 = time.perf_counter()
         batch = rollouts.batch
-        values = _values(critic, batch, device, budget.minibatch_size)
-        batch = dataclasses.replace(batch, values=values)
         on_policy = batch.mask
-        ev = explained_variance(values[on_policy], _mc_returns(batch)[on_policy])
+        ev = math.nan
+        if critic_trained:
+            values = _values(critic, batch, device, budget.minibatch_size)
+            batch = dataclasses.replace(batch, values=values)
+            ev = explained_variance(values[on_policy], _mc_returns(batch)[on_policy])
         t2 = time.perf_counter()
         metrics = learner.step(batch)
         t3 = time.perf_counter()
-        if not critic_trained:
-            ev = math.nan
         stats = rollouts.stats
         row = {
             "update": float(update),
