@@ -896,8 +896,9 @@ class Page:
             "",
             f"**Advantage scale.** {ADVANTAGE_SCALE_RULE}",
             "",
-            "Every arm trains a critic on Monte-Carlo returns "
-            "(λ_critic = 1); GRPO and GSPO do not use its values. Entropy is -mean log π of the sampled "
+            "The arms whose estimator reads values (PPO, MPO and its variants, the relatives) train a critic "
+            "on Monte-Carlo returns (λ_critic = 1), after the warm-up; GRPO and GSPO train none and compute "
+            "no values (their explained variance is not defined). Entropy is -mean log π of the sampled "
             "tokens (an unbiased estimate); explained variance is 1 - Var(G - V) / Var(G) over the policy "
             "tokens of each update's fresh batch (before the update), undefined when every return is equal. "
             f"The summary calls a critic untrained when its explained variance at the end stays below {CRITIC_EV_FLOOR:g}.",
