@@ -65,6 +65,11 @@ def mae_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    truncated: npt.NDArray[np.bool_] | None = None,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def gae_advantages(
     values: npt.NDArray[np.float32],
@@ -73,6 +78,11 @@ def gae_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    truncated: npt.NDArray[np.bool_] | None = None,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def group_advantages(
     scores: npt.NDArray[np.float32],
