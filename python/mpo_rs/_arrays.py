@@ -108,9 +108,7 @@ def _is_row(x: Any) -> bool:
     return isinstance(x, (list, tuple)) or getattr(x, "ndim", 0) >= 1
 
 
-def ragged_float32(
-    x: Any, name: str, n_rows: int
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64] | None]:
+def ragged_float32(x: Any, name: str, n_rows: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64] | None]:
     """A per-turn input: a flat array (the batch's turns in order; offsets None), or a list
     of ``n_rows`` sequences, one per trajectory (flattened, with their offsets, so that a
     count that disagrees can be named by trajectory)."""

@@ -96,7 +96,9 @@ def _critic_inputs(
 ) -> dict[str, Any]:
     """The reward source (exactly one of token rewards, scores, per-turn rewards) and the
     optional inputs of the critic estimators, as the native functions take them."""
-    given = [name for name, x in (("rewards", rewards), ("scores", scores), ("turn_rewards", turn_rewards)) if x is not None]
+    given = [
+        name for name, x in (("rewards", rewards), ("scores", scores), ("turn_rewards", turn_rewards)) if x is not None
+    ]
     if len(given) != 1:
         raise InvalidBatchError(
             "give exactly one of `rewards` (token-level), `scores` (one per trajectory) and `turn_rewards` "
