@@ -63,6 +63,8 @@ pub const COLUMNS: [ColumnRow; 13] = [
         "optional",
         "one outcome per trajectory (when there are no token rewards)",
     ),
+    row("group", "group_id", GROUP_TYPES, "input", "group ids of the group baselines (grpo, drgrpo, rloo)"),
+    row("step", "step", "integer", "optional", "training step of the row (mpo-rs diagnose)"),
     row(
         "turn_rewards",
         DEFAULT_TURN_REWARDS,
@@ -84,8 +86,6 @@ pub const COLUMNS: [ColumnRow; 13] = [
         "optional",
         "the row was cut off before its episode ended: its end bootstraps from its last value (mae, gae)",
     ),
-    row("group", "group_id", GROUP_TYPES, "input", "group ids of the group baselines (grpo, drgrpo, rloo)"),
-    row("step", "step", "integer", "optional", "training step of the row (mpo-rs diagnose)"),
     row("advantages", "advantages", "list<float32>", "output", "per-token advantages, 0 off-policy"),
     row("returns", "returns", "list<float32>", "output", "per-token value targets"),
     row("turn_index", "turn_index", "list<int32>", "output", "the token's turn in its trajectory, -1 off-policy"),
@@ -223,6 +223,11 @@ impl ColumnSpec {
                     column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}` or `{DEFAULT_TURN_REWARDS}"),
                     available: available(schema),
                 }))
+            }
+            (Some(_), Some(_), None) => {
+                return Err(LogError::Usage(
+                    "give a token-level rewards column or a per-trajectory score column, not both".into(),
+                ))
             }
             _ => {
                 return Err(LogError::Usage(
