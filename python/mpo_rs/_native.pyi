@@ -130,6 +130,10 @@ def arrow_advantages(
     rewards_col: str | None,
     score_col: str | None,
     group_col: str,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float | None = None,
 ) -> _ArrowStream: ...
 def advantages_parquet(
     input: str | os.PathLike[str],
@@ -143,6 +147,10 @@ def advantages_parquet(
     progress: Callable[[str, int, int, int, float], object] | None = None,
     batch_bytes: int | None = None,
     max_row_group_bytes: int | None = None,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float | None = None,
 ) -> dict[str, int | float]: ...
 
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).

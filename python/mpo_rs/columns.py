@@ -112,7 +112,7 @@ def add_flags(
         r = row(name)
         help = (helps or {}).get(name)
         if help is None and r["role"] == "named":
-            help = f"{r['doc']}, {r['type']} (read only when named)"
+            help = f"{r['doc']}, {r['type']} (default: none, read only when named)"
         if help is None:
             when = ", if present" if r["role"] == "optional" else ""
             help = f"{r['doc']}, {r['type']} (default: {r['default']}{when})"
