@@ -169,3 +169,15 @@ def test_advantages_parquet_names_the_file_and_row(tmp_path: Path):
     pq.write_table(table(turn_rewards=bad), src)
     with pytest.raises(InvalidBatchError, match=r"log\.parquet: row group 0: row 1, column `turn_rewards`: 2 turn"):
         advantages_parquet(src, tmp_path / "out.parquet")
+
+
+def test_diagnose_reads_a_log_with_per_turn_rewards_only(tmp_path: Path):
+    src = tmp_path / "log.parquet"
+    pq.write_table(table(), src)
+    r = run_cli("diagnose", src, "-o", tmp_path / "report")
+    assert r.returncode == 0, r.stderr
+    bad = pa.array([[0.5], [-1.0], []], type=pa.list_(pa.float32()))
+    pq.write_table(table(turn_rewards=bad), src)
+    r = run_cli("diagnose", src, "-o", tmp_path / "report2")
+    assert r.returncode == 1
+    assert "row 0, column `turn_rewards`: 1 turn rewards, but the row has 2 turns" in r.stderr, r.stderr
