@@ -68,7 +68,9 @@ def test_turn_rewards_are_token_rewards_on_each_turns_last_token_bitwise(name, d
     flat = np.array([r for rs in turn_rewards for r in rs], dtype=np.float32)
     tokens[turns.ends - 1] = flat
     by_token = fast(b.values, b.mask, b.offsets, rewards=tokens, truncated=truncated, **p)
-    for given_as in (turn_rewards, flat):  # ragged (one list per trajectory) and flat
+    ragged = np.empty(len(turn_rewards), dtype=object)
+    ragged[:] = [np.array(r, dtype=np.float64) for r in turn_rewards]
+    for given_as in (turn_rewards, flat, ragged):  # lists per trajectory, flat, a ragged object array
         by_turn = fast(b.values, b.mask, b.offsets, turn_rewards=given_as, truncated=truncated, **p)
         assert _bits(by_turn.advantages) == _bits(by_token.advantages)
         assert _bits(by_turn.returns) == _bits(by_token.returns)

@@ -112,6 +112,8 @@ def ragged_float32(x: Any, name: str, n_rows: int) -> tuple[npt.NDArray[np.float
     """A per-turn input: a flat array (the batch's turns in order; offsets None), or a list
     of ``n_rows`` sequences, one per trajectory (flattened, with their offsets, so that a
     count that disagrees can be named by trajectory)."""
+    if isinstance(x, np.ndarray) and x.dtype == object and x.ndim == 1:
+        x = list(x)  # a ragged numpy array of rows
     if isinstance(x, (list, tuple)) and len(x) and all(_is_row(e) for e in x):
         if len(x) != n_rows:
             raise InvalidBatchError(f"`{name}` has {len(x)} lists, expected {n_rows} (one per trajectory)")
