@@ -323,7 +323,7 @@ def test_the_column_spec_comes_from_rust_and_every_entry_point_reads_it():
 
     spec = _native.column_spec()
     assert [r["name"] for r in spec][:6] == ["mask", "values", "rewards", "score", "group", "step"]
-    assert {r["role"] for r in spec} == {"input", "optional", "output"}
+    assert {r["role"] for r in spec} == {"input", "optional", "named", "output"}
     assert all(set(r) == {"name", "default", "type", "role", "doc"} and r["doc"] for r in spec)
     assert (
         columns.OUTPUT_COLUMNS

@@ -66,6 +66,11 @@ def mae_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    truncated: npt.NDArray[np.bool_] | None = None,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def gae_advantages(
     values: npt.NDArray[np.float32],
@@ -74,6 +79,11 @@ def gae_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    truncated: npt.NDArray[np.bool_] | None = None,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def bilevel_advantages(
     values: npt.NDArray[np.float32],
@@ -129,6 +139,10 @@ def arrow_advantages(
     rewards_col: str | None,
     score_col: str | None,
     group_col: str,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float | None = None,
 ) -> _ArrowStream: ...
 def advantages_parquet(
     input: str | os.PathLike[str],
@@ -142,6 +156,10 @@ def advantages_parquet(
     progress: Callable[[str, int, int, int, float], object] | None = None,
     batch_bytes: int | None = None,
     max_row_group_bytes: int | None = None,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float | None = None,
 ) -> dict[str, int | float]: ...
 
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).

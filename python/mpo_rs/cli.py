@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import columns, diagnose
 from .arrow import advantages_parquet
+from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
 from .reproduce import command as reproduce
@@ -74,7 +75,17 @@ def _parser() -> argparse.ArgumentParser:
         help="mae (default), gae, bilevel (RAGEN's bi-level GAE), or a critic-free group baseline: grpo, drgrpo, rloo",
     )
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
-    columns.add_flags(adv.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
+    column_flags = adv.add_argument_group("columns")
+    columns.add_flags(
+        column_flags, ("mask", "values", "rewards", "score", "turn_rewards", "check_score", "truncated", "group")
+    )
+    column_flags.add_argument(
+        "--check-tolerance",
+        type=float,
+        metavar="F",
+        default=CHECK_TOLERANCE,
+        help=f"the turn rewards must sum to --check-score-col within F x max(1, |score|) (default: {CHECK_TOLERANCE:g})",
+    )
     adv.add_argument(
         "-q",
         "--quiet",
@@ -228,6 +239,10 @@ def _advantages(args: argparse.Namespace) -> int:
                 rewards_col=args.rewards_col,
                 score_col=args.score_col,
                 group_col=args.group_col,
+                turn_rewards_col=args.turn_rewards_col,
+                truncated_col=args.truncated_col,
+                check_score_col=args.check_score_col,
+                check_tolerance=args.check_tolerance,
                 progress=progress.update if progress.enabled else None,
                 **option_args(args),
             )

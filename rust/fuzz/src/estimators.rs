@@ -62,6 +62,12 @@ pub struct Case {
     pub n_groups: usize,
     /// Per-trajectory values for `broadcast_to_tokens`.
     pub per_traj: Vec<f32>,
+    /// Truncation flags (MAE/GAE), one per trajectory of `offsets`; empty: not given.
+    pub truncated: Vec<bool>,
+    /// Per-turn rewards (MAE/GAE, well-formed layouts only): when set, `rewards` holds
+    /// them placed on each turn's last policy token, so the validator judges the same
+    /// batch, and the core is called with the per-turn form.
+    pub turn_rewards: Option<Vec<f32>>,
 }
 
 /// Extreme numbers mixed into "dirty" inputs.
@@ -224,9 +230,29 @@ impl Case {
             group_index,
             n_groups,
             per_traj,
+            truncated: Vec::new(),
+            turn_rewards: None,
         };
         if dirty_layout {
             case.break_layout(u)?;
+        }
+        // Drawn last, so the earlier draws (and so older corpora) decode as before.
+        if u.ratio(1, 3)? {
+            for _ in 0..case.offsets.len().saturating_sub(1) {
+                case.truncated.push(u.arbitrary()?);
+            }
+        }
+        if !dirty_layout && matches!(kind, Kind::Mae | Kind::Gae) && u.ratio(1, 3)? {
+            let turns = reference::segment(&case.mask, &case.offsets);
+            let mut per_turn = Vec::with_capacity(turns.ends.len());
+            case.rewards.iter_mut().for_each(|r| *r = 0.0);
+            for &end in &turns.ends {
+                let r = number(u, false)?;
+                case.rewards[end as usize - 1] = r;
+                per_turn.push(r);
+            }
+            case.scores = None;
+            case.turn_rewards = Some(per_turn);
         }
         Ok(case)
     }
@@ -572,17 +598,30 @@ enum Output {
 }
 
 fn call(c: &Case) -> Result<Output, MpoError> {
+    call_with(c, c.turn_rewards.is_some())
+}
+
+/// The call; `per_turn`: MAE/GAE get the per-turn rewards (else the token rewards).
+fn call_with(c: &Case, per_turn: bool) -> Result<Output, MpoError> {
+    let truncated = Some(c.truncated.as_slice()).filter(|t| !t.is_empty());
+    let placed = match (&c.turn_rewards, per_turn) {
+        (Some(t), true) => {
+            let turn = mpo_core::TurnRewards { rewards: t, offsets: None };
+            Some(mpo_core::place_turn_rewards(&c.mask, &c.offsets, turn, None)?)
+        }
+        _ => None,
+    };
+    let source = placed.as_deref().map_or_else(|| c.reward_source(), Rewards::Token);
+    let (values, mask, offsets) = (&c.values, &c.mask, &c.offsets);
     Ok(match c.kind {
         Kind::Segment => Output::Turns(mpo_core::segment_turns(&c.mask, &c.offsets)?),
-        Kind::Mae => Output::Mae(mpo_core::mae_advantages(&c.values, &c.mask, &c.offsets, c.reward_source(), &c.mae)?),
-        Kind::Gae => Output::Gae(mpo_core::gae_advantages(&c.values, &c.mask, &c.offsets, c.reward_source(), &c.gae)?),
-        Kind::BiLevel => Output::BiLevel(mpo_core::bilevel_advantages(
-            &c.values,
-            &c.mask,
-            &c.offsets,
-            c.reward_source(),
-            &c.bilevel,
-        )?),
+        Kind::Mae => {
+            Output::Mae(mpo_core::mae_advantages_with_truncation(values, mask, offsets, source, truncated, &c.mae)?)
+        }
+        Kind::Gae => {
+            Output::Gae(mpo_core::gae_advantages_with_truncation(values, mask, offsets, source, truncated, &c.gae)?)
+        }
+        Kind::BiLevel => Output::BiLevel(mpo_core::bilevel_advantages(values, mask, offsets, source, &c.bilevel)?),
         Kind::Group => Output::Flat(mpo_core::group_advantages(
             c.scores.as_deref().unwrap_or(&[]),
             &c.group_index,
@@ -659,11 +698,12 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
                     Some(&c.rewards).filter(|_| c.scores.is_none()).map(|v| v.as_slice()),
                     c.scores.as_deref(),
                 );
-                let want = reference::mae(
+                let want = reference::mae_truncated(
                     &c.values,
                     &c.mask,
                     &c.offsets,
                     &r,
+                    &c.truncated,
                     m.lam,
                     m.lam_intra,
                     m.beta,
@@ -676,6 +716,13 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
                 let t = reference::segment(&c.mask, &c.offsets);
                 if o.turns.token_turn != t.token_turn || o.turns.starts != t.starts {
                     return Err(Failure::new("MAE turns differ from the reference segmentation".into()));
+                }
+            }
+            if c.turn_rewards.is_some() {
+                match call_with(c, false) {
+                    Ok(Output::Mae(a))
+                        if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
+                    _ => return Err(Failure::new("MAE with per-turn rewards differs from token rewards".into())),
                 }
             }
             if deep {
@@ -701,11 +748,12 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
                 let g = &c.gae;
                 let rw = if c.scores.is_none() { Some(c.rewards.as_slice()) } else { None };
                 let r = reference::token_rewards(&c.mask, &c.offsets, rw, c.scores.as_deref());
-                let (adv, ret) = reference::gae(
+                let (adv, ret) = reference::gae_truncated(
                     &c.values,
                     &c.mask,
                     &c.offsets,
                     &r,
+                    &c.truncated,
                     g.gamma,
                     g.lam,
                     g.lam_critic,
@@ -717,6 +765,13 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
             // Observation tokens: 0 and 0.
             if (0..n_tok).any(|q| c.mask[q] == 0 && (o.advantages[q] != 0.0 || o.returns[q] != 0.0)) {
                 return Err(Failure::new("GAE wrote a nonzero result on an observation token".into()));
+            }
+            if c.turn_rewards.is_some() {
+                match call_with(c, false) {
+                    Ok(Output::Gae(a))
+                        if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
+                    _ => return Err(Failure::new("GAE with per-turn rewards differs from token rewards".into())),
+                }
             }
             if deep {
                 match one_thread().install(|| call(c)) {
@@ -829,5 +884,32 @@ fn error_class(e: &MpoError) -> &'static str {
         MpoError::ObservationReward { .. } => "error-observation-reward",
         MpoError::GroupIndex { .. } => "error-group-index",
         _ => "error-other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The target does draw truncation flags and per-turn rewards, and such cases pass.
+    #[test]
+    fn truncation_and_turn_rewards_are_drawn_and_checked() {
+        let (mut state, mut truncated, mut per_turn) = (0x2545_f491_4f6c_dd1du64, 0, 0);
+        for _ in 0..3000 {
+            let data: Vec<u8> = (0..2048)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            let Ok(c) = Case::decode(&data) else { continue };
+            let estimator = matches!(c.kind, Kind::Mae | Kind::Gae);
+            truncated += (estimator && c.truncated.contains(&true)) as u32;
+            per_turn += c.turn_rewards.is_some() as u32;
+            check_case(&c, true).unwrap_or_else(|f| panic!("{f:?}: {c:?}"));
+        }
+        assert!(truncated > 50 && per_turn > 50, "truncated {truncated}, per-turn {per_turn}");
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, ArrowPrimitiveType, LargeListArray, ListArray, PrimitiveArray, RecordBatch};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Float32Type, Int32Type, Schema, SchemaRef};
-use mpo_core::{MpoError, Rewards};
+use mpo_core::{MpoError, Rewards, SumCheck, TurnRewards};
 use rayon::prelude::*;
 
 use crate::decode::{read_row_scores, ListOffsets, RewardData, Rollouts};
@@ -94,14 +94,30 @@ pub fn annotate(
 ) -> Result<Annotation, DataError> {
     let r = Rollouts::read(batch, columns)?;
     let core_err = |e: MpoError| from_core(e, columns);
-    let rewards = match &r.rewards {
-        RewardData::Token(t) => Rewards::Token(t),
-        RewardData::Score(s) => Rewards::Score(s),
+    // Per-turn rewards become token rewards on each turn's last policy token (checked for
+    // every estimator: counts, finiteness, the optional sums).
+    let placed = match &r.rewards {
+        RewardData::Turn { rewards, offsets } => {
+            let turn = TurnRewards { rewards, offsets: Some(offsets) };
+            let check = match (&r.check_scores, &columns.check) {
+                (Some(scores), Some((_, tolerance))) => Some(SumCheck { scores, tolerance: *tolerance }),
+                _ => None,
+            };
+            Some(mpo_core::place_turn_rewards(&r.mask, &r.offsets, turn, check).map_err(core_err)?)
+        }
+        _ => None,
+    };
+    let rewards = match (&r.rewards, &placed) {
+        (_, Some(placed)) => Rewards::Token(placed),
+        (RewardData::Score(s), None) => Rewards::Score(s),
+        (RewardData::Token(t) | RewardData::Turn { rewards: t, .. }, None) => Rewards::Token(t),
     };
     let values = r.values.as_deref().unwrap_or(&[]);
+    let truncated = r.truncated.as_deref();
     let (advantages, returns, turns, turn_advantages) = match estimator {
         Estimator::Mae(p) => {
-            let out = mpo_core::mae_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
+            let out = mpo_core::mae_advantages_with_truncation(values, &r.mask, &r.offsets, rewards, truncated, p)
+                .map_err(core_err)?;
             (out.advantages, out.returns, out.turns, out.turn_advantages)
         }
         Estimator::BiLevel(p) => {
@@ -109,7 +125,8 @@ pub fn annotate(
             (out.advantages, out.returns, out.turns, out.turn_advantages)
         }
         Estimator::Gae(p) => {
-            let out = mpo_core::gae_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
+            let out = mpo_core::gae_advantages_with_truncation(values, &r.mask, &r.offsets, rewards, truncated, p)
+                .map_err(core_err)?;
             let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
             let turn_adv = turn_means(&out.advantages, &turns);
             (out.advantages, out.returns, turns, turn_adv)
@@ -167,7 +184,7 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
         let shifted = |e: DataError| e.shift_rows(base);
         scores.push(match &columns.reward {
             RewardColumn::Score(_) => read_row_scores(batch, &columns.reward).map_err(shifted)?,
-            RewardColumn::Token(_) => {
+            RewardColumn::Token(_) | RewardColumn::Turn(_) => {
                 let r = Rollouts::read(batch, columns).map_err(shifted)?;
                 group_scores(batch, columns, &r).map_err(shifted)?
             }
@@ -182,11 +199,30 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
 fn from_core(e: MpoError, columns: &Columns) -> DataError {
     let column = |arg: &str| match arg {
         "values" => columns.values.clone().unwrap_or_else(|| arg.into()),
-        "rewards" | "scores" => columns.reward.name().into(),
+        "rewards" | "scores" | "turn_rewards" => columns.reward.name().into(),
+        "check_scores" => columns.check.as_ref().map_or_else(|| arg.into(), |(c, _)| c.clone()),
+        "truncated" => columns.truncated.clone().unwrap_or_else(|| arg.into()),
         "mask" => columns.mask.clone(),
         other => other.into(),
     };
     match e {
+        MpoError::NonFiniteTurn { arg, value, trajectory, turn } => {
+            DataError::NonFiniteTurn { column: column(arg), row: trajectory as u64, turn: turn as u64, value }
+        }
+        MpoError::TurnRewardCount { trajectory, got, expected } => DataError::TurnRewardCount {
+            column: columns.reward.name().into(),
+            row: trajectory as u64,
+            got: got as u64,
+            expected: expected as u64,
+        },
+        MpoError::TurnRewardSum { trajectory, sum, score, tolerance } => DataError::TurnRewardSum {
+            column: columns.reward.name().into(),
+            check_column: column("check_scores"),
+            row: trajectory as u64,
+            sum,
+            score,
+            tolerance,
+        },
         MpoError::MaskValue { value, at } => DataError::MaskValue {
             column: columns.mask.clone(),
             row: at.trajectory as u64,

@@ -392,9 +392,11 @@ pub fn check_dataset_output(inputs: &[PathBuf], output: Option<&Path>) -> Result
     let shown = output.display();
     let kind = existing(output, "OUTPUT")?;
     let out_canon = match kind {
-        Existing::File => return Err(LogError::Usage(format!(
+        Existing::File => {
+            return Err(LogError::Usage(format!(
             "OUTPUT {shown} is a file; the dataset is written as a directory of Parquet files: choose a new directory"
-        ))),
+        )))
+        }
         Existing::Dir => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
         Existing::Absent => {
             let parent = parent_of(output);
