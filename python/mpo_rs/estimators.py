@@ -26,8 +26,8 @@ from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import Estimator, resolve
 
 __all__ = [
-    "BiLevelResult",
     "CHECK_TOLERANCE",
+    "BiLevelResult",
     "GAEResult",
     "MAEResult",
     "Turns",
