@@ -225,7 +225,15 @@ fn bilevel_advantages<'py>(
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let source = rewards_of(r, s)?;
+    let source = match (r, s) {
+        (Some(r), None) => Rewards::Token(r),
+        (None, Some(s)) => Rewards::Score(s),
+        _ => {
+            return Err(InvalidBatchError::new_err(
+                "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)",
+            ))
+        }
+    };
     let out = run(py, || mpo_core::bilevel_advantages(v, m, o, source, &params))?;
     Ok((
         PyArray1::from_vec(py, out.advantages),
