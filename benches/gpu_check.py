@@ -141,11 +141,16 @@ def check_reproduce() -> dict[str, Any]:
         GPU.budget, updates=1 if small else 3, eval_every=2, eval_tasks=8, diagnose_tasks=8,
         tasks_per_update=4 if small else GPU.budget.tasks_per_update,
     )  # fmt: skip
-    config = dataclasses.replace(GPU, budget=budget, seeds=1, device=CUDA.type)
+    # The base policy and the critic warm-up run on the device too, a few steps of each.
+    assert GPU.base is not None and GPU.warmup is not None
+    base = dataclasses.replace(GPU.base, episodes=64, steps=4 if small else 20)
+    warmup = dataclasses.replace(GPU.warmup, episodes=64, steps=4 if small else 20)
+    config = dataclasses.replace(GPU, budget=budget, seeds=1, device=CUDA.type, base=base, warmup=warmup)
     out: dict[str, Any] = {}
     for arm in ("mpo", "grpo"):
         r = run_one(config, arm, 0)
-        out[arm] = {"wall_s": r["wall_s"], "last": r["curve"][-1], "eval": r["evals"][-1]}
+        out[arm] = {"wall_s": r["wall_s"], "last": r["curve"][-1], "eval": r["evals"][-1],
+                    "base": r["base"], "warmup": r["warmup"]}  # fmt: skip
     out["ok"] = True
     return out
 

@@ -9,9 +9,10 @@ run, never across runs.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
-from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_WHITENED, MPO_MAE
+from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_UNIT, MPO_GAE_WHITENED, MPO_MAE
 
 # ---------------------------------------------------------------------------------------
 # Formatting
@@ -40,12 +41,16 @@ def short(name: str) -> str:
         ("memory floor: copy 2 inputs to 2 new", "floor (new arrays)"),
         ("memory floor: copy 2 inputs into", "floor (preallocated)"),
         ("mpo_rs.gae_advantages + whitening", "mpo_rs GAE + whitening"),
+        (MPO_GAE_UNIT, "mpo_rs GAE (γ=λ=1)"),
         ("mpo_rs.gae_advantages", "mpo_rs GAE"),
         ("mpo_rs.mae_advantages", "mpo_rs MAE"),
         ("verl 0.9.1 compute_gae", "verl GAE"),
         ("torchrl", "torchrl GAE"),
         ("stateset-rl-core batch_compute_gae", "stateset GAE"),
         ("numpy reverse loop", "numpy loop"),
+        ("numpy reverse cumsum", "numpy cumsum (γ=λ=1)"),
+        ("NeMo-RL-style", "NeMo-RL-style (γ=λ=1)"),
+        ("slime-style", "slime-style (γ=λ=1)"),
         ("scipy.signal.lfilter", "scipy lfilter"),
     ):
         if name.startswith(prefix):
@@ -65,16 +70,63 @@ def medians(result: dict[str, Any]) -> dict[str, float]:
     return {r["name"]: r["median_s"] for r in result.get("rows", [])}
 
 
+def row_groups(result: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """The suite's timed runs: its main rows, and the γ = λ = 1 rows of the GAE suite (timed
+    in a run of their own; a peer's baseline is always in its own run)."""
+    return [result.get("rows", [])] + ([result["unit"]["rows"]] if "unit" in result else [])
+
+
+def best_speedup(rows: list[dict[str, Any]]) -> tuple[str, float] | None:
+    """The peer that mpo_rs beats by most in one run: (name, peer time / mpo_rs time)."""
+    by_name = {r["name"]: r for r in rows}
+    found = [
+        (r["name"], r["median_s"] / by_name[r["baseline"]]["median_s"])
+        for r in rows
+        if r["baseline"] in by_name and not r["name"].startswith("mpo_rs")
+    ]
+    return max(found, key=lambda x: x[1]) if found else None
+
+
+# Where each γ = λ = 1 baseline's idea comes from (the rows are written here, not copied).
+UNIT_BASELINES = (
+    "**Baselines at γ = λ = 1** (written for this benchmark from the peers' descriptions, not "
+    "copied; each is checked against mpo_rs before timing). At γ = λ = 1 GAE is the reward-to-go "
+    "minus the value, so vectorised trainers replace the token recurrence with cumulative sums. "
+    "*NeMo-RL-style*: NVIDIA-NeMo/RL PR #4156 (`nemo_rl/algorithms/advantage_estimator.py`, "
+    "`GeneralizedAdvantageEstimator`'s path for gae_gamma = gae_lambda = 1): on padded (B, L) rows "
+    "with a binary response mask, a reverse cumulative sum of the masked rewards minus the value of "
+    "the next valid token (a reverse running minimum of positions and a gather), which reproduces "
+    "its loop's carry-forward over masked tokens. *slime-style*: THUDM/slime's chunked discounted "
+    "scan (`slime/utils/ppo_utils.py`, `chunked_gae`, which issue #2229 / PR #2205 reuse for the "
+    "REINFORCE++ returns): on padded policy-token rows, δ_t = r_t + V_{t+1} − V_t, a suffix sum "
+    "inside each 128-token chunk as one matrix product with the triangular decay matrix (all ones at "
+    "γλ = 1), and a Python recurrence that carries each chunk's total to the chunks before it. "
+    "*numpy cumsum*: the same reward-to-go on mpo_rs's flat layout, one float64 reverse cumulative "
+    "sum over the batch minus its value at each trajectory's end: the cheapest vectorised code a user "
+    "can write without a native kernel."
+)
+
+RLOO_BASELINES = (
+    "**RLOO baselines.** *verl 0.9.1 compute_rloo_vectorized_outcome_advantage* is verl-project/verl "
+    'PR #3555 ("130 ms -> 6 ms"): it sums the token rewards to scores, maps the group ids with '
+    "`np.unique`, and takes each group's size G and sum S with `bincount`: (G·r − S)/(G − 1). "
+    "*torch RLOO from verl #3555's idea* is that formula written here in plain torch "
+    "(scatter-add for G and S), given the per-trajectory scores and integer group ids as mpo_rs is, "
+    "per trajectory and broadcast over the padded response mask."
+)
+
+
 # ---------------------------------------------------------------------------------------
 # Sections
 
 
-def comparison_table(result: dict[str, Any]) -> str:
+def comparison_table(result: dict[str, Any], run_rows: list[dict[str, Any]] | None = None) -> str:
     """One row per implementation; peers carry mpo_rs time / their time (same run), as a
     ratio of medians and, as a check against interference from other load, of minimums."""
-    by_name = {r["name"]: r for r in result["rows"]}
+    run_rows = result["rows"] if run_rows is None else run_rows
+    by_name = {r["name"]: r for r in run_rows}
     rows = []
-    for r in result["rows"]:
+    for r in run_rows:
         base = by_name.get(r["baseline"] or "")
         if base:
             ratio = base["median_s"] / r["median_s"]
@@ -143,6 +195,21 @@ def render_gae(result: dict[str, Any]) -> str:
         "Targets of the estimator work (GAE/MAE against stateset-rl-core and the floor), judged on medians:\n\n"
         + "\n".join(targets),
     ]
+    if "unit" in result:
+        unit = result["unit"]
+        parts += [
+            f"**γ = λ = 1 against the vectorised peers** (same batch, timed in a run of their own; "
+            f"γ = {unit['params']['gamma']}, λ = {unit['params']['lam']}, mpo_rs with lam_critic = λ):",
+            comparison_table(result, unit["rows"]),
+            UNIT_BASELINES,
+        ]
+        lead, unit_lead = best_speedup(result["rows"]), best_speedup(unit["rows"])
+        if lead and unit_lead:
+            parts.append(
+                f"- largest speed-up of mpo_rs at λ = {result['params']['lam']}: {fmt_speedup(lead[1])} "
+                f"({short(lead[0])}); at γ = λ = 1 against the vectorised peers: {fmt_speedup(unit_lead[1])} "
+                f"({short(unit_lead[0])})"
+            )
     if result["skipped"]:
         parts.append(skipped_lines(result["skipped"]))
     return "\n\n".join(parts)
@@ -152,6 +219,7 @@ def render_group(result: dict[str, Any]) -> str:
     parts = [
         f"Batch: {batch_line(result['batch'])}; ε = {result['params']['eps']}. Median of up to {result['repeats']} interleaved runs.",
         comparison_table(result),
+        RLOO_BASELINES,
     ]
     if result["skipped"]:
         parts.append(skipped_lines(result["skipped"]))
@@ -309,10 +377,11 @@ def plot_speedups(results: dict[str, dict[str, Any]], path: str) -> bool:
         res = results.get(key)
         if not res or "rows" not in res:
             continue
-        med = medians(res)
-        for r in res["rows"]:
-            if r["baseline"] and r["baseline"] in med and not r["name"].startswith("mpo_rs"):
-                bars.append((f"{r['name']}\nvs {short(r['baseline'])}", r["median_s"] / med[r["baseline"]]))
+        for run_rows in row_groups(res):
+            med = {r["name"]: r["median_s"] for r in run_rows}
+            for r in run_rows:
+                if r["baseline"] and r["baseline"] in med and not r["name"].startswith("mpo_rs"):
+                    bars.append((f"{r['name']}\nvs {short(r['baseline'])}", r["median_s"] / med[r["baseline"]]))
     if not bars:
         return False
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(bars) + 1.5))
@@ -419,23 +488,43 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
         res = results.get(key)
         if not res or "rows" not in res:
             continue
-        by_name = {r["name"]: r for r in res["rows"]}
-        for r in res["rows"]:
-            base = by_name.get(r["baseline"] or "")
-            if base and not r["name"].startswith("mpo_rs"):
-                ratio = base["median_s"] / r["median_s"]
-                rows.append(
-                    [
-                        r["name"],
-                        base["name"],
-                        fmt_ratio(ratio),
-                        fmt_ratio(base["min_s"] / r["min_s"]),
-                        fmt_speedup(1 / ratio),
-                    ]
-                )
+        for run_rows in row_groups(res):
+            by_name = {r["name"]: r for r in run_rows}
+            for r in run_rows:
+                base = by_name.get(r["baseline"] or "")
+                if base and not r["name"].startswith("mpo_rs"):
+                    ratio = base["median_s"] / r["median_s"]
+                    rows.append(
+                        [
+                            r["name"],
+                            base["name"],
+                            fmt_ratio(ratio),
+                            fmt_ratio(base["min_s"] / r["min_s"]),
+                            fmt_speedup(1 / ratio),
+                        ]
+                    )
     return table(
         ["peer", "mpo_rs doing the same work", "mpo_rs / peer (medians)", "(minimums)", "peer / mpo_rs"], rows, "llrrr"
     )
+
+
+KEPT_SECTIONS = ("## Reproduction harness A/B",)
+"""Sections other benchmarks write into the page (benches/bench_reproduce.py --docs): a re-run
+of the suites keeps them as they are."""
+
+
+def _kept_sections(md_path: str) -> list[str]:
+    try:
+        text = Path(md_path).read_text()
+    except OSError:
+        return []
+    out = []
+    for title in KEPT_SECTIONS:
+        start = text.find(title + "\n")
+        if start >= 0:
+            end = text.find("\n## ", start + len(title))
+            out += [text[start : end if end >= 0 else len(text)].rstrip("\n"), ""]
+    return out
 
 
 def write_report(
@@ -526,6 +615,7 @@ def write_report(
         "",
         checks_table(checks),
         "",
+        *_kept_sections(md_path),
         "## Reproduce",
         "",
         "```",

@@ -7,6 +7,14 @@ as one sequence with done flags), stateset-rl-core `batch_compute_gae` (policy t
 trajectory), a numpy reverse loop over the padded time axis, `scipy.signal.lfilter` per
 trajectory, and a memory floor (copying two inputs to two outputs).
 
+γ = λ = 1 (timed in a run of their own, against mpo_rs at γ = λ = 1): there GAE is
+reward-to-go minus the value, and the vectorised peers use cumulative sums instead of the
+recurrence. Baselines written here from their descriptions: NeMo-RL's fast path (PR #4156:
+reverse cumsum + next-valid-value gather on padded rows), slime's chunked scan (`chunked_gae`,
+reused for REINFORCE++ returns by issue #2229 / PR #2205: a triangular matmul per 128-token
+chunk and a recurrence across chunks, on padded policy-token rows), and a numpy reverse cumsum
+on mpo_rs's own flat layout.
+
 Before timing, every peer's output is compared with mpo_rs on the semantics they share;
 a peer that differs is reported and not timed. Ratios are of medians from one interleaved
 run, so they transfer across machines better than seconds do.
@@ -38,7 +46,7 @@ from common import (
     try_peer,
     versions,
 )
-from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_WHITENED, MPO_MAE
+from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_UNIT, MPO_GAE_WHITENED, MPO_MAE
 
 import mpo_rs
 
@@ -258,6 +266,152 @@ PEERS = [
 PEER_VERSIONS = ("verl", "torchrl", "tensordict", "torch", "stateset-rl-core", "scipy", "numpy")
 
 
+# ---------------------------------------------------------------------------------------
+# γ = λ = 1: GAE is reward-to-go minus the value (the Monte Carlo advantage), which the
+# vectorised peers compute with cumulative sums instead of the token recurrence. These rows
+# are timed in a run of their own (same batch, interleaved), against mpo_rs at γ = λ = 1.
+# The baselines are written here from the peers' descriptions, not taken from their code.
+
+UNIT_GAMMA = UNIT_LAM = 1.0
+SLIME_CHUNK = 128  # slime's default chunk length for its scan
+
+
+def mpo_gae_unit(b: FlatBatch) -> mpo_rs.GAEResult:
+    return mpo_rs.gae_advantages(
+        b.values, b.mask, b.offsets, rewards=b.rewards, gamma=UNIT_GAMMA, lam=UNIT_LAM, lam_critic=UNIT_LAM
+    )
+
+
+def nemo_style_unit_gae(torch: Any, values: Any, rewards: Any, mask: Any) -> tuple[Any, Any]:
+    """Idea of NVIDIA-NeMo/RL PR #4156 (nemo_rl/algorithms/advantage_estimator.py,
+    `GeneralizedAdvantageEstimator`, used when gae_gamma = gae_lambda = 1): on padded
+    (B, L) rows with a binary response mask, the carry-forward recurrence becomes a reverse
+    cumulative sum of the masked rewards minus the value of the next valid token, found by a
+    gather (at a masked token the running advantage of the next valid token is carried)."""
+    B, L = mask.shape
+    valid = mask > 0
+    reward_to_go = (rewards * mask).flip(1).cumsum(1).flip(1)
+    # Position of the first valid token at or after t (L where there is none): a reverse
+    # running minimum of the valid positions; column L of the padded values is 0.
+    positions = torch.where(valid, torch.arange(L).expand(B, L), L)
+    next_valid = positions.flip(1).cummin(1).values.flip(1)
+    value_next = torch.nn.functional.pad(values, (0, 1)).gather(1, next_valid)
+    advantages = reward_to_go - value_next
+    returns = advantages + values
+    return advantages.masked_fill(~valid, 0), returns
+
+
+def prepare_nemo_unit(b: FlatBatch) -> Callable[[], Any]:
+    torch = import_peer("torch")
+    values, rewards, mask = (torch.from_numpy(a) for a in b.padded())
+    return lambda: nemo_style_unit_gae(torch, values, rewards, mask)
+
+
+def check_nemo_unit(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
+    adv, ret = (t.numpy() for t in out)
+    rows, cols = _policy_positions(b)
+    ours = mpo_gae_unit(b)
+    return [
+        assert_close(name, "γ = λ = 1: advantages on policy tokens", adv[rows, cols], ours.advantages[b.mask]),
+        assert_close(name, "γ = λ = 1: returns on policy tokens", ret[rows, cols], ours.returns[b.mask]),
+    ]
+
+
+def slime_style_chunked_unit_gae(torch: Any, values: Any, rewards: Any) -> tuple[Any, Any]:
+    """Idea of THUDM/slime's chunked discounted scan (slime/utils/ppo_utils.py, `chunked_gae`,
+    which issue #2229 / PR #2205 reuse for the REINFORCE++ returns): on padded (B, T)
+    policy-token rows, δ_t = r_t + V_{t+1} − V_t, then a suffix sum of δ computed as one
+    matrix product per chunk of 128 tokens (the decay matrix, all ones at γλ = 1) and a
+    recurrence that carries each chunk's total into the chunks before it."""
+    B, T = values.shape
+    next_values = torch.nn.functional.pad(values[:, 1:], (0, 1))  # 0 past the last token
+    delta = rewards + next_values - values
+    pad = -T % SLIME_CHUNK
+    chunks = torch.nn.functional.pad(delta, (0, pad)).view(B, -1, SLIME_CHUNK)
+    # suffix[i] = Σ_{j ≥ i} δ_j inside a chunk: δ @ M with M[j, i] = 1 for j ≥ i.
+    suffix = chunks @ torch.tril(torch.ones(SLIME_CHUNK, SLIME_CHUNK, dtype=values.dtype))
+    out = torch.empty_like(suffix)
+    carry = torch.zeros(B, 1, dtype=values.dtype)
+    for c in range(suffix.shape[1] - 1, -1, -1):
+        out[:, c] = suffix[:, c] + carry
+        carry = out[:, c, :1]
+    advantages = out.reshape(B, -1)[:, :T]
+    return advantages, advantages + values
+
+
+def padded_policy(b: FlatBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, rewards) of the policy tokens only as (B, T) float32 rows, right-padded with
+    zeros, and each row's length."""
+    rs, vs = b.policy_only()
+    lengths = np.array([len(r) for r in rs])
+    values = np.zeros((len(rs), int(lengths.max(initial=1))), np.float32)
+    rewards = np.zeros_like(values)
+    for j, (r, v) in enumerate(zip(rs, vs, strict=True)):
+        values[j, : len(v)] = v
+        rewards[j, : len(r)] = r
+    return values, rewards, lengths
+
+
+def prepare_slime_unit(b: FlatBatch) -> Callable[[], Any]:
+    torch = import_peer("torch")
+    values, rewards, _ = padded_policy(b)
+    tv, tr = torch.from_numpy(values), torch.from_numpy(rewards)
+    return lambda: slime_style_chunked_unit_gae(torch, tv, tr)
+
+
+def check_slime_unit(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
+    adv, ret = (t.numpy() for t in out)
+    lengths = padded_policy(b)[2]
+    valid = np.arange(adv.shape[1]) < lengths[:, None]
+    ours = mpo_gae_unit(b)
+    return [
+        assert_close(name, "γ = λ = 1: advantages on policy tokens", adv[valid], ours.advantages[b.mask]),
+        assert_close(name, "γ = λ = 1: returns on policy tokens", ret[valid], ours.returns[b.mask]),
+    ]
+
+
+def numpy_flat_unit_gae(values: np.ndarray, rewards: np.ndarray, mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The same reward-to-go on mpo_rs's own flat layout in numpy: one reverse cumulative sum
+    over the whole batch (float64), minus its value at each trajectory's end."""
+    suffix = np.append(np.cumsum(np.where(mask, rewards, 0)[::-1], dtype=np.float64)[::-1], 0.0)
+    reward_to_go = suffix[:-1] - np.repeat(suffix[offsets[1:]], np.diff(offsets))
+    return np.where(mask, reward_to_go - np.nan_to_num(values), 0).astype(np.float32)
+
+
+def prepare_numpy_flat_unit(b: FlatBatch) -> Callable[[], Any]:
+    return lambda: numpy_flat_unit_gae(b.values, b.rewards, b.mask, b.offsets)
+
+
+def check_numpy_flat_unit(name: str, b: FlatBatch, out: Any) -> list[dict[str, Any]]:
+    return [
+        assert_close(name, "γ = λ = 1: advantages on every token (0 on observations)", out, mpo_gae_unit(b).advantages)
+    ]
+
+
+NEMO_UNIT = "NeMo-RL-style γ=λ=1 GAE (torch reverse cumsum + next-value gather)"
+SLIME_UNIT = "slime-style γ=λ=1 GAE (torch chunked scan, 128-token chunks)"
+NUMPY_FLAT_UNIT = "numpy reverse cumsum on flat tokens (γ=λ=1)"
+UNIT_PEERS = [
+    Peer(
+        NEMO_UNIT,
+        "padded (B, L) torch float32 + response mask",
+        MPO_GAE_UNIT,
+        prepare_nemo_unit,
+        check_nemo_unit,
+        padded=True,
+    ),
+    Peer(
+        SLIME_UNIT,
+        "policy tokens, padded (B, T) torch float32",
+        MPO_GAE_UNIT,
+        prepare_slime_unit,
+        check_slime_unit,
+        padded=True,
+    ),
+    Peer(NUMPY_FLAT_UNIT, FLAT, MPO_GAE_UNIT, prepare_numpy_flat_unit, check_numpy_flat_unit),
+]
+
+
 def prepare_peers(
     b: FlatBatch, peers: list[Peer], *, check: bool = True
 ) -> tuple[list[Case], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -306,6 +460,14 @@ def run(quick: bool) -> dict[str, Any]:
     peer_cases, checks, skipped = prepare_peers(b, PEERS)
     log("gae: timing")
     rows = time_cases(mpo_cases(b) + peer_cases, repeats, seconds_per_case=3 if quick else 10)
+    log("gae: γ = λ = 1 against the vectorised peers; checking peers")
+    unit_cases, unit_checks, unit_skipped = prepare_peers(b, UNIT_PEERS)
+    log("gae: timing γ = λ = 1")
+    unit_rows = time_cases(
+        [Case(MPO_GAE_UNIT, lambda: mpo_gae_unit(b), FLAT), *unit_cases],
+        repeats,
+        seconds_per_case=3 if quick else 10,
+    )
     return {
         "suite": "gae",
         "title": "Token GAE and MAE against the peers",
@@ -313,9 +475,10 @@ def run(quick: bool) -> dict[str, Any]:
         "params": {"gamma": GAMMA, "lam": LAM, "mae": "defaults (λ=0.8, λ_intra=0.95, β=1)"},
         "repeats": repeats,
         "rows": rows,
-        "checks": checks,
-        "skipped": skipped,
+        "checks": checks + unit_checks,
+        "skipped": skipped + unit_skipped,
         "targets": issue2_targets(rows),
+        "unit": {"params": {"gamma": UNIT_GAMMA, "lam": UNIT_LAM}, "rows": unit_rows},
         "versions": versions(*PEER_VERSIONS),
     }
 

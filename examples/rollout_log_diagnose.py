@@ -25,18 +25,13 @@ import numpy as np
 import torch
 
 from mpo_rs.cli import main as mpo_rs_cli
+from mpo_rs.diagnose.summary import ON_TURNS_SHARE, share_reading
 from mpo_rs.envs import make
 from mpo_rs.rollout_log import RolloutLogWriter
 from mpo_rs.torch.critic import value_head_critic
 from mpo_rs.torch.learner import Learner, LearnerConfig, token_values
 from mpo_rs.torch.models import TinyCausalLM
 from mpo_rs.torch.sampler import sample
-
-PAPER_MEDIAN_SHARE = 0.895
-"""The paper's median share of within-trajectory value variance explained between turns."""
-DECISION_SHARE = 0.5
-"""Above this median share (and with between > within in most trajectories), the value
-moves mostly at turn boundaries: turn-level credit (MAE, the turn ratio) fits the critic."""
 
 
 def padded(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -101,15 +96,11 @@ def decision(summary: dict[str, Any]) -> str:
             "undecided: no trajectory with two or more turns and varying values "
             f"({summary['excluded_fewer_than_two_turns_or_constant']} of {summary['rows']} excluded)"
         )
-    reading = (
-        f"median between-turn share {share:.1%} (paper: {PAPER_MEDIAN_SHARE:.1%}), "
-        f"between > within in {between_wins:.1%} of {block['trajectories']} trajectories"
-    )
-    if share >= DECISION_SHARE and between_wins >= 0.5:
-        return f"YES, the critic's value lives on turns: {reading}. Turn-level credit (MAE) fits this critic."
+    # diagnose's own reading and threshold, so the example and the tool never disagree.
+    answer = "YES, the critic's value lives on turns" if share >= ON_TURNS_SHARE else "NO, not clearly on turns"
     return (
-        f"NO, the critic's value moves mostly inside turns: {reading}. "
-        "Token-level GAE may suit it better, or train the critic longer and diagnose again."
+        f"{answer}: {share_reading(share)}; between > within in {between_wins:.1%} "
+        f"of {block['trajectories']} trajectories"
     )
 
 

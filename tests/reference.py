@@ -1,5 +1,5 @@
-"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE, group
-baselines; docs/estimators.md).
+"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE,
+bi-level GAE, group baselines; docs/estimators.md).
 
 Plain Python floats (f64) and explicit sums instead of the recurrences the Rust core uses,
 so that the two implementations share nothing but the formulas.
@@ -42,11 +42,20 @@ def segment(mask: list[int], offsets: list[int]) -> RefTurns:
     return RefTurns(starts, ends, traj_offsets, token_turn)
 
 
-def token_rewards(mask, offsets, rewards, scores) -> list[float]:
-    """Token-level rewards; a score goes on its trajectory's last policy token."""
+def token_rewards(mask, offsets, rewards, scores, turn_rewards=None) -> list[float]:
+    """Token-level rewards; a score goes on its trajectory's last policy token, a turn
+    reward (``turn_rewards[j][t]``) on the last token of turn t of trajectory j."""
     if rewards is not None:
         return [float(r) for r in rewards]
     out = [0.0] * len(mask)
+    if turn_rewards is not None:
+        turns = segment(mask, offsets)
+        for j in range(len(offsets) - 1):
+            ends = turns.ends[turns.traj_offsets[j] : turns.traj_offsets[j + 1]]
+            assert len(ends) == len(turn_rewards[j])
+            for end, r in zip(ends, turn_rewards[j], strict=True):
+                out[end - 1] = float(r)
+        return out
     for j in range(len(offsets) - 1):
         policy = [q for q in range(offsets[j], offsets[j + 1]) if mask[q]]
         if policy:
@@ -55,10 +64,23 @@ def token_rewards(mask, offsets, rewards, scores) -> list[float]:
 
 
 def mae(
-    values, mask, offsets, *, rewards=None, scores=None, lam=0.8, lam_intra=0.95, beta=1.0, gamma=1.0, lam_critic=1.0
+    values,
+    mask,
+    offsets,
+    *,
+    rewards=None,
+    scores=None,
+    turn_rewards=None,
+    truncated=None,
+    lam=0.8,
+    lam_intra=0.95,
+    beta=1.0,
+    gamma=1.0,
+    lam_critic=1.0,
 ):
-    """Returns (advantages, returns, turn_advantages) as lists of floats."""
-    r = token_rewards(mask, offsets, rewards, scores)
+    """Returns (advantages, returns, turn_advantages) as lists of floats. A truncated
+    trajectory's V_{T+1,1} is the value at its last policy token instead of 0."""
+    r = token_rewards(mask, offsets, rewards, scores, turn_rewards)
     v = [float(x) for x in values]
     turns = segment(mask, offsets)
     n_tok = len(mask)
@@ -70,8 +92,10 @@ def mae(
         toks = [list(range(turns.starts[t], turns.ends[t])) for t in tids]
         n = len(tids)
 
-        def first_v(k: int, toks: list[list[int]] = toks, n: int = n) -> float:  # V_{k,1}; V_{T+1,1} = 0
-            return v[toks[k][0]] if k < n else 0.0
+        end_v = v[toks[-1][-1]] if n and truncated is not None and truncated[j] else 0.0
+
+        def first_v(k: int, toks: list[list[int]] = toks, n: int = n, end_v: float = end_v) -> float:
+            return v[toks[k][0]] if k < n else end_v  # V_{k,1}; V_{T+1,1} = 0 or V_{T,L_T}
 
         # token residuals δ_{t,i}
         deltas = []
@@ -103,10 +127,22 @@ def mae(
 
 
 def gae(
-    values, mask, offsets, *, rewards=None, scores=None, gamma=1.0, lam=0.95, lam_critic=1.0, length_adaptive_alpha=None
+    values,
+    mask,
+    offsets,
+    *,
+    rewards=None,
+    scores=None,
+    turn_rewards=None,
+    truncated=None,
+    gamma=1.0,
+    lam=0.95,
+    lam_critic=1.0,
+    length_adaptive_alpha=None,
 ):
-    """Token GAE over policy tokens as explicit sums: A_q = Σ_k (γλ)^k δ_{q+k}."""
-    r = token_rewards(mask, offsets, rewards, scores)
+    """Token GAE over policy tokens as explicit sums: A_q = Σ_k (γλ)^k δ_{q+k}; a
+    truncated trajectory's last token bootstraps from its own value instead of 0."""
+    r = token_rewards(mask, offsets, rewards, scores, turn_rewards)
     v = [float(x) for x in values]
     adv = [0.0] * len(mask)
     ret = [0.0] * len(mask)
@@ -116,11 +152,50 @@ def gae(
         lam_j = lam
         if length_adaptive_alpha is not None:
             lam_j = min(1.0, max(0.0, 1.0 - 1.0 / (length_adaptive_alpha * max(n, 1))))
-        deltas = [r[pol[i]] + gamma * (v[pol[i + 1]] if i + 1 < n else 0.0) - v[pol[i]] for i in range(n)]
+        end_v = v[pol[-1]] if n and truncated is not None and truncated[j] else 0.0
+        deltas = [r[pol[i]] + gamma * (v[pol[i + 1]] if i + 1 < n else end_v) - v[pol[i]] for i in range(n)]
         for i in range(n):
             adv[pol[i]] = sum((gamma * lam_j) ** k * deltas[i + k] for k in range(n - i))
             ret[pol[i]] = v[pol[i]] + sum((gamma * lam_critic) ** k * deltas[i + k] for k in range(n - i))
     return adv, ret
+
+
+def bilevel(values, mask, offsets, *, rewards=None, scores=None, lam=1.0, gamma=1.0, high_level_gamma=0.95):
+    """RAGEN's bi-level GAE by its defining sums; returns (advantages, returns, turn_advantages).
+
+    e_t is turn t's last token. High level: δ^hi_t = R_t + γ_hi V_{e_{t+1}} − V_{e_t},
+    A^hi_t = Σ_l (γ_hi λ)^l δ^hi_{t+l}, G_t = A^hi_t + V_{e_t}. Low level inside turn t,
+    with r' = G_t on e_t and 0 before it: δ_{t,i} = r'_{t,i} + γ V_{t,i+1} − V_{t,i}
+    (V after e_t is 0), A_{t,i} = Σ_k (γλ)^k δ_{t,i+k}; returns = A + V.
+    """
+    r = token_rewards(mask, offsets, rewards, scores)
+    v = [float(x) for x in values]
+    turns = segment(mask, offsets)
+    adv = [0.0] * len(mask)
+    ret = [0.0] * len(mask)
+    turn_adv = [0.0] * len(turns.starts)
+    for j in range(len(offsets) - 1):
+        tids = list(range(turns.traj_offsets[j], turns.traj_offsets[j + 1]))
+        toks = [list(range(turns.starts[t], turns.ends[t])) for t in tids]
+        n = len(tids)
+
+        def end_v(k: int, toks: list[list[int]] = toks, n: int = n) -> float:  # V_{e_k}; 0 past the end
+            return v[toks[k][-1]] if k < n else 0.0
+
+        d_hi = [sum(r[q] for q in toks[k]) + high_level_gamma * end_v(k + 1) - end_v(k) for k in range(n)]
+        for k in range(n):
+            a_hi = sum((high_level_gamma * lam) ** ell * d_hi[k + ell] for ell in range(n - k))
+            turn_adv[tids[k]] = a_hi
+            g = a_hi + end_v(k)
+            tk = toks[k]
+            L = len(tk)
+            deltas = [
+                (g if i + 1 == L else 0.0) + gamma * (v[tk[i + 1]] if i + 1 < L else 0.0) - v[tk[i]] for i in range(L)
+            ]
+            for i, q in enumerate(tk):
+                adv[q] = sum((gamma * lam) ** m * deltas[i + m] for m in range(L - i))
+                ret[q] = adv[q] + v[q]
+    return adv, ret, turn_adv
 
 
 def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) -> list[float]:

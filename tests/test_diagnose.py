@@ -453,3 +453,85 @@ def test_trajectories_that_the_log_lacks_are_named_in_a_note(tmp_path, capsys):
     assert "--trajectories: rows 40, 99 not in the log (12 rows, numbered from 0); not drawn" in err, err
     assert {p.name for p in out.glob("trajectory_*.png")} == {"trajectory_2.png"}
     assert (out / "summary.json").exists()
+
+
+def test_the_summary_reads_the_share_against_the_paper_and_the_thresholds(tmp_path, capsys):
+    """Issue 20, item 8: a one-line reading of the share, thresholds stated."""
+    from mpo_rs.diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE, share_reading
+
+    high = share_reading(0.93)
+    assert high == (
+        "median between-turn share 0.93: the critic's value lives on turns (paper: 0.895); "
+        "MAE's turn-level credit applies"
+    )
+    assert "leans to turns" in share_reading(0.6) and f"share < {ON_TURNS_SHARE:g}" in share_reading(0.6)
+    low = share_reading(0.2)
+    assert "moves within turns" in low and "GAE" in low and f"share < {WITHIN_TURNS_SHARE:g}" in low
+    # The thresholds themselves belong to the higher reading.
+    assert "lives on turns" in share_reading(ON_TURNS_SHARE)
+    assert "leans to turns" in share_reading(WITHIN_TURNS_SHARE)
+    assert "within turns" in share_reading(np.nextafter(WITHIN_TURNS_SHARE, 0))
+    assert share_reading(None) is None
+
+    # Through a log: values that move only between turns, then only within them.
+    between = [([0, 0, 9, 1, 1], [1, 1, 0, 1, 1])] * 3
+    within = [([0, 2, 9, 0, 2], [1, 1, 0, 1, 1])] * 3
+    for rows, words in ((between, "lives on turns"), (within, "moves within turns")):
+        path = _log(tmp_path / f"{words[:5]}.parquet", rows, score=[1, 0, 1])
+        assert words in diagnose_logs(path).summary()["reading"]
+        out = tmp_path / f"report-{words[:5]}"
+        assert main(["diagnose", str(path), "-o", str(out)]) == 0
+        assert (
+            f"Reading: median between-turn share {'1.00' if rows is between else '0.00'}: " in capsys.readouterr().out
+        )
+        assert words in json.loads((out / "summary.json").read_text())["reading"]
+
+
+def _overlaps(a, b):
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_the_figures_read_themselves(tmp_path):
+    """Issue 20, item 8: the paper's 89.5% as a reference line on the share histogram,
+    successes and failures side by side (not stacked), legends and labels off the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mpo_rs.diagnose.plot import jump_figure, share_figure, trace_figure
+
+    log = tmp_path / "rollouts.parquet"
+    write_rollout_log(log, 48, row_group_rows=16, seed=3)
+    diag = diagnose_logs(log, keep_rows=[0])
+    assert diag.outcome.min() <= 0 < diag.outcome.max()  # both kinds present
+    for draw in (share_figure, jump_figure):
+        fig = draw(plt, diag)
+        ax = fig.axes[0]
+        success, failure = ax.containers  # two bar series
+        assert len(success) == len(failure) > 1
+        # Side by side: every bar stands on 0 (stacked ones stand on the other series) and
+        # the two bars of a bin sit next to each other.
+        assert all(bar.get_y() == 0 for bar in [*success, *failure])
+        for s, f in zip(success, failure, strict=True):
+            assert np.isclose(s.get_x() + s.get_width(), f.get_x())
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        assert not _overlaps(ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer))
+        plt.close(fig)
+    fig = share_figure(plt, diag)
+    paper = [line for line in fig.axes[0].lines if line.get_label() == "paper median 89.5%"]
+    assert len(paper) == 1 and list(paper[0].get_xdata()) == [0.895, 0.895]
+    assert any(line.get_label().startswith("median here ") for line in fig.axes[0].lines)
+    plt.close(fig)
+
+    (trace,) = diag.traces
+    fig = trace_figure(plt, trace)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert not _overlaps(ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer))
+    top = float(trace.values[trace.mask.astype(bool)].max())
+    jump_labels = [t for t in ax.texts if t.get_text()[:1] in ("+", "-")]  # not the arrows (no text)
+    assert jump_labels and all(t.get_position()[1] > top for t in jump_labels)
+    plt.close(fig)

@@ -32,7 +32,7 @@ fuzz_settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
-FAMILIES = ("mae", "gae", "grpo")
+FAMILIES = ("mae", "gae", "grpo", "bilevel")
 MISSPELT = ("lamb", "lambda_", "Beta", "norm-std", "foo")
 OPTIONS = {name: [row["name"] for row in Estimator.option_table() if name in row["estimators"]] for name in FAMILIES}
 
@@ -73,6 +73,8 @@ def numpy_call(name: str, options: dict[str, Any]) -> Any:
         return lambda: mpo_rs.mae_advantages(VALUES_FLAT, MASK, OFFSETS, scores=SCORES, **options)
     if name == "gae":
         return lambda: mpo_rs.gae_advantages(VALUES_FLAT, MASK, OFFSETS, scores=SCORES, **options)
+    if name == "bilevel":
+        return lambda: mpo_rs.bilevel_advantages(VALUES_FLAT, MASK, OFFSETS, scores=SCORES, **options)
     return lambda: mpo_rs.group_advantages(SCORES, GROUPS, **options)
 
 
@@ -98,6 +100,8 @@ def torch_call(name: str, options: dict[str, Any]) -> Any:
         return lambda: mt.mae_advantages(values, mask, scores=scores, **options)
     if name == "gae":
         return lambda: mt.gae_advantages(values, mask, scores=scores, **options)
+    if name == "bilevel":
+        return lambda: mt.bilevel_advantages(values, mask, scores=scores, **options)
     return lambda: mt.group_advantages(None, mask, GROUPS, scores=scores, **options)
 
 
@@ -110,11 +114,22 @@ def learner_call(name: str, options: dict[str, Any]) -> Any:
 
 def verl_call(name: str, options: dict[str, Any]) -> Any | None:
     """MAE's options as verl users write them: ``algorithm.gamma`` and ``algorithm.mpo.*``
-    (verl's own ``algorithm.lam`` is GAE's, so MAE's lambda is ``algorithm.mpo.lam``)."""
-    if name != "mae":
+    (verl's own ``algorithm.lam`` is GAE's, so MAE's lambda is ``algorithm.mpo.lam``);
+    bi-level GAE's as RAGEN's users do: ``algorithm.gamma``, ``lam``, ``high_level_gamma``
+    (anything else under ``algorithm.mpo``, which refuses an unknown key)."""
+    if name not in ("mae", "bilevel"):
         return None
     pytest.importorskip("verl")
     from mpo_rs.integrations.verl.config import estimator_options
+
+    if name == "bilevel":
+        ragen: dict[str, Any] = {"mpo": {}}
+        for key, value in options.items():
+            if key in ("gamma", "lam", "high_level_gamma"):
+                ragen[key] = value
+            else:
+                ragen["mpo"][key] = value
+        return lambda: estimator_options("mpo_bilevel_gae", ragen)
 
     algorithm: dict[str, Any] = {"gamma": 1.0, "lam": 1.0, "mpo": {}}
     for key, value in options.items():

@@ -345,3 +345,46 @@ def test_ray_accepts_or_refuses_an_option_like_numpy(cluster) -> None:
             return mpo_ray.add_advantages(ray.data.from_arrow(table), estimator=name, **options).materialize()
 
         assert outcome(through_ray) == outcome(numpy_call(name, options)), (name, options)
+
+
+def test_ray_never_writes_into_a_directory_that_holds_anything(cluster, log_dirs, tmp_path):
+    # Ray's write_parquet adds its files beside what is there: into a directory holding a
+    # raw log, into the input itself, or a second time into an earlier output, so a later
+    # read would mix them. All are refused before anything is read, and nothing is touched.
+    source = log_dirs[False]
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "raw.parquet").write_bytes(b"someone's log")
+    cases = {
+        foreign: "is not empty",
+        source: "is INPUT",
+        source / "out": "inside the INPUT directory",
+        foreign / "raw.parquet": "is a file",
+    }
+    for output, message in cases.items():
+        with pytest.raises(mpo_rs.InvalidOptionError, match=message):
+            mpo_ray.advantages_parquet(source, output)
+    assert (foreign / "raw.parquet").read_bytes() == b"someone's log"
+    assert not (source / "out").exists()
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    mpo_ray.advantages_parquet(source, empty)
+    first = sorted(p.name for p in empty.iterdir())
+    assert first
+    with pytest.raises(mpo_rs.InvalidOptionError, match="is not empty"):
+        mpo_ray.advantages_parquet(source, empty)
+    assert sorted(p.name for p in empty.iterdir()) == first
+
+
+@pytest.mark.parametrize("estimator", ["mae", "grpo"])
+def test_ray_refuses_an_input_listed_twice_through_a_link(cluster, log_dirs, tmp_path, estimator):
+    # A symlink beside its target was read twice by Ray for mae/gae (the footer checks that
+    # caught it ran for the group estimators only).
+    source = log_dirs[False]
+    link = tmp_path / "again.parquet"
+    link.symlink_to(source / "part-0.parquet")
+    with pytest.raises(mpo_rs.InvalidOptionError, match="are the same file"):
+        mpo_ray.advantages_parquet([source, link], tmp_path / "out", estimator=estimator)
+    assert not (tmp_path / "out").exists()

@@ -886,3 +886,26 @@ def test_the_verl_example_config_matches_verls_config_and_the_plugin():
     mpo = dict(example["algorithm"]["mpo"])
     assert options.whiten is mpo.pop("whiten") is False
     assert options.estimator == mpo_rs.Estimator("mae", gamma=example["algorithm"]["gamma"], **mpo)
+
+
+def test_mpo_bilevel_gae_is_ragens_bilevel_gae_whitened():
+    """`mpo_bilevel_gae` reads RAGEN's keys (algorithm.gamma, lam, high_level_gamma), whitens
+    like RAGEN and returns the unwhitened advantages + values."""
+    rewards, values, mask, uid = rollout_batch(31)
+    config = OmegaConf.create({"gamma": 0.99, "lam": 0.95, "high_level_gamma": 0.9})
+    fn = core_algos.get_adv_estimator_fn("mpo_bilevel_gae")
+    adv, ret = fn(rewards, mask, config, uid, values=values)
+    options = dict(gamma=0.99, lam=0.95, high_level_gamma=0.9)
+    want_adv, want_ret = mpo_rs.torch.bilevel_advantages(values, mask, rewards, whiten=True, **options)
+    raw, _ = mpo_rs.torch.bilevel_advantages(values, mask, rewards, **options)
+    assert torch.equal(adv, want_adv) and torch.equal(ret, want_ret)
+    torch.testing.assert_close(on_llm_tokens(ret, mask), on_llm_tokens(raw + values, mask))
+    assert abs(float(on_llm_tokens(adv, mask).mean())) < 1e-5
+    est = plugin.estimator_options("mpo_bilevel_gae", OmegaConf.create({})).estimator
+    assert est == mpo_rs.Estimator("bilevel")  # verl's gamma = lam = 1 are RAGEN's defaults too
+    with pytest.raises(
+        mpo_rs.InvalidOptionError, match=r"`algorithm\.high_level_gamma` \(adv_estimator mpo_bilevel_gae\)"
+    ):
+        fn(rewards, mask, OmegaConf.create({"high_level_gamma": 1.5}), uid, values=values)
+    with pytest.raises(mpo_rs.InvalidOptionError, match=r"`algorithm\.mpo\.beta` = 0\.5 does not apply"):
+        fn(rewards, mask, algo_config(beta=0.5), uid, values=values)

@@ -18,6 +18,7 @@ from mpo_rs import (  # noqa: E402
     Estimator,
     InvalidOptionError,
     InvalidRolloutError,
+    bilevel_advantages,
     broadcast_to_tokens,
     gae_advantages,
     group_advantages,
@@ -744,7 +745,7 @@ def test_old_estimator_settings_as_an_estimator_give_the_same_bits(case, reward)
 
 @pytest.mark.parametrize("name", Estimator.names())
 def test_every_estimator_of_the_table_is_a_learner_estimator(name):
-    """mae, gae, grpo, drgrpo and rloo, by name or as an Estimator; the advantages are the
+    """mae, gae, grpo, drgrpo, rloo and bilevel, by name or as an Estimator; the advantages are the
     core's, and a group estimator's critic targets are Monte-Carlo returns (gamma 1)."""
     config = LearnerConfig(estimator=name)
     assert config.estimator == Estimator(name) and LearnerConfig(estimator=Estimator(name)) == config
@@ -758,7 +759,7 @@ def test_every_estimator_of_the_table_is_a_learner_estimator(name):
         np.testing.assert_array_equal(returns[batch.mask], np.repeat(batch.scores, batch.lengths)[batch.mask])
         assert _host_learner(config).compute_advantages(batch, None)[1] is None
     else:
-        run = mae_advantages if name == "mae" else gae_advantages
+        run = {"mae": mae_advantages, "gae": gae_advantages, "bilevel": bilevel_advantages}[Estimator(name).family]
         expected = run(values, batch.mask, batch.offsets, scores=batch.scores)
         np.testing.assert_array_equal(advantages, expected.advantages)
         np.testing.assert_array_equal(returns, expected.returns)
@@ -767,6 +768,13 @@ def test_every_estimator_of_the_table_is_a_learner_estimator(name):
 @pytest.mark.parametrize("name", ["drgrpo", "rloo"])
 def test_the_group_presets_train(one_thread, name):
     learner = make_learner(name, ppo_epochs=1)
+    metrics = learner.step(echo_rollout(learner.policy, 2, 4, torch.Generator().manual_seed(0)))
+    assert all(np.isfinite(v) for v in metrics.values()), metrics
+
+
+def test_bilevel_trains_with_its_critic(one_thread):
+    learner = make_learner(Estimator("bilevel", lam=0.95), ppo_epochs=1)
+    assert learner.critic is not None
     metrics = learner.step(echo_rollout(learner.policy, 2, 4, torch.Generator().manual_seed(0)))
     assert all(np.isfinite(v) for v in metrics.values()), metrics
 
@@ -875,7 +883,7 @@ def test_valid_numbers_are_stored_as_their_kind():
 
 
 def test_the_estimator_names_are_the_options_table():
-    assert learner_module.ESTIMATORS == Estimator.names() == ("mae", "gae", "grpo", "drgrpo", "rloo")
+    assert learner_module.ESTIMATORS == Estimator.names() == ("mae", "gae", "grpo", "drgrpo", "rloo", "bilevel")
     assert LearnerConfig().estimator == Estimator("mae")
     assert not any(hasattr(LearnerConfig(), name) for name in ("_mae", "_gae", "_group", "estimator_lam"))
 
@@ -883,7 +891,7 @@ def test_the_estimator_names_are_the_options_table():
 def test_ratio_defaults_to_the_estimators_natural_one():
     assert LearnerConfig(estimator="mae").policy_ratio == "turn"
     assert LearnerConfig(estimator=Estimator("mae", lam=0.9)).policy_ratio == "turn"
-    for name in ("gae", "grpo", "drgrpo", "rloo"):
+    for name in ("gae", "grpo", "drgrpo", "rloo", "bilevel"):
         assert LearnerConfig(estimator=name).policy_ratio == "token", name
     assert LearnerConfig(estimator="grpo", ratio="sequence").policy_ratio == "sequence"
     assert LearnerConfig(estimator="gae", ratio="turn").policy_ratio == "turn"

@@ -93,7 +93,9 @@ def test_an_unknown_choice_is_an_option_error():
         ):
             with_advantages(table(REWARDS), observation_rewards=bad)
     with pytest.raises(InvalidOptionError, match="expected one of"):
-        _native.arrow_advantages(table(REWARDS), mpo_rs.Estimator("mae"), "loss_mask", "values", None, None, "g", "x")
+        _native.arrow_advantages(
+            table(REWARDS), mpo_rs.Estimator("mae"), "loss_mask", "values", None, None, "g", observation_rewards="x"
+        )
 
 
 def test_non_finite_rewards_are_refused_where_they_are():
@@ -170,3 +172,40 @@ def test_credit_equals_the_torch_padded_api():
             padded, _ = estimate(values, mask, rewards, observation_rewards=mode)
             out = with_advantages(table(REWARDS), estimator=name, observation_rewards=mode)
             np.testing.assert_array_equal(flat(out["advantages"]), padded.numpy().reshape(-1))
+
+
+def with_turn_columns(
+    rewards: np.ndarray | None, turn_rewards: list[list[float]] | None, truncated: list[bool]
+) -> pa.Table:
+    t = table(REWARDS if rewards is None else rewards).append_column("truncated", pa.array(truncated))
+    if turn_rewards is not None:
+        t = t.drop_columns(["rewards"]).append_column("turn_rewards", pa.array(turn_rewards, pa.list_(pa.float32())))
+    return t
+
+
+@pytest.mark.parametrize("estimator", ["mae", "gae"])
+def test_a_truncated_row_is_moved_like_any_other(estimator):
+    truncated = [True, False, True, True, False]
+    given = with_turn_columns(None, None, truncated)
+    with pytest.raises(InvalidBatchError, match="row 0, column `rewards`: reward 1 at observation token 3"):
+        with_advantages(given, estimator=estimator)
+    estimate = mpo_rs.mae_advantages if estimator == "mae" else mpo_rs.gae_advantages
+    for mode, by_hand in (("credit", CREDITED), ("drop", DROPPED)):
+        out = with_advantages(given, estimator=estimator, observation_rewards=mode)
+        want = estimate(
+            VALUES.reshape(-1), MASK.reshape(-1), OFFSETS, rewards=by_hand.reshape(-1), truncated=np.array(truncated)
+        )
+        np.testing.assert_array_equal(flat(out["advantages"]), want.advantages)
+        np.testing.assert_array_equal(flat(out["returns"]), want.returns)
+
+
+@pytest.mark.parametrize("estimator", ["mae", "gae", "grpo"])
+def test_per_turn_rewards_have_nothing_to_move(estimator):
+    """Per-turn rewards are placed on policy tokens: every mode gives the default's output."""
+    turn_rewards = [[1.0], [2.0], [0.5, -1.0], [0.25, 0.75], [0.125]]
+    given = with_turn_columns(None, turn_rewards, [False, True, False, False, True])
+    want = with_advantages(given, estimator=estimator)
+    for mode in ("credit", "drop"):
+        out = with_advantages(given, estimator=estimator, observation_rewards=mode)
+        for name in ("advantages", "returns", "turn_advantages"):
+            np.testing.assert_array_equal(flat(out[name]), flat(want[name]), err_msg=f"{mode} {name}")

@@ -38,6 +38,10 @@ def numpy_call(estimator, **options):
         return mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=estimator, **options).advantages
     if family == "gae":
         return mpo_rs.gae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=estimator, **options).advantages
+    if family == "bilevel":
+        return mpo_rs.bilevel_advantages(
+            VALUES, MASK, OFFSETS, rewards=REWARDS, estimator=estimator, **options
+        ).advantages
     return mpo_rs.group_advantages(SCORES, GROUPS, estimator=estimator, **options)
 
 
@@ -60,7 +64,8 @@ def test_defaults_come_from_the_table():
     assert Estimator("gae").options == {"lam": 0.95, "gamma": 1.0, "lam_critic": 1.0, "length_adaptive_alpha": None}
     assert Estimator("grpo").options == {"eps": 1e-6, "norm_std": True, "leave_one_out": False}
     assert Estimator("drgrpo").options == {} and Estimator("rloo").family == "group"
-    assert Estimator.names() == ("mae", "gae", "grpo", "drgrpo", "rloo") == mpo_rs.arrow.ESTIMATORS
+    assert Estimator.names() == ("mae", "gae", "grpo", "drgrpo", "rloo", "bilevel") == mpo_rs.arrow.ESTIMATORS
+    assert Estimator("bilevel").options == {"lam": 1.0, "gamma": 1.0, "high_level_gamma": 0.95}
     for row in TABLE:
         for name, default in row["defaults"].items():
             assert Estimator(name).options[row["name"]] == default
@@ -75,8 +80,8 @@ def test_default_and_family_estimators_read_the_table():
     with pytest.raises(InvalidOptionError):
         options.default("vapo", "lam")
     families = options.family_estimators()
-    assert families == ("mae", "gae", "grpo")
-    assert [Estimator(name).family for name in families] == ["mae", "gae", "group"]
+    assert families == ("mae", "gae", "grpo", "bilevel")
+    assert [Estimator(name).family for name in families] == ["mae", "gae", "group", "bilevel"]
 
 
 def test_overrides_replace_repr_eq_hash():
@@ -318,7 +323,7 @@ def test_the_column_spec_comes_from_rust_and_every_entry_point_reads_it():
 
     spec = _native.column_spec()
     assert [r["name"] for r in spec][:6] == ["mask", "values", "rewards", "score", "group", "step"]
-    assert {r["role"] for r in spec} == {"input", "optional", "output"}
+    assert {r["role"] for r in spec} == {"input", "optional", "named", "output"}
     assert all(set(r) == {"name", "default", "type", "role", "doc"} and r["doc"] for r in spec)
     assert (
         columns.OUTPUT_COLUMNS

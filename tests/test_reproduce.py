@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from mpo_rs.exceptions import InvalidOptionError
-from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, QUICK
-from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID
+from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, PILOT, QUICK
+from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TASK_PREFIX
 from mpo_rs.reproduce.stats import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -280,7 +280,19 @@ def test_arms_differ_only_in_their_knobs(config):
     for (lam, intra), key in LAMBDA_GRID.items():
         assert ablated(key) <= {"lam", "lam_intra"}
         assert (by_key[key].lam, by_key[key].lam_intra) == (lam, intra)
-    assert ablated("guess_mpo") == {"task"}
+    for task in ("multi_hop", "frozen_lake", "key_door", "guess_number"):  # Table 1 on every task
+        prefix = TASK_PREFIX[task]
+        for key in ("grpo", "gspo", "ppo", "mpo_token_is", "mpo"):
+            other = dataclasses.asdict(by_key[prefix + key])
+            main = dataclasses.asdict(by_key[key])
+            assert {k for k in main if main[k] != other[k]} - {"key", "label", "family"} == {"task"}
+    # The relatives: AReaL's turn-level GAE is the beta = 0 arm under a token ratio.
+    assert ablated("areal_turn_gae") == {"beta", "ratio"}
+    areal, beta0 = dataclasses.asdict(by_key["areal_turn_gae"]), dataclasses.asdict(by_key["mpo_beta0"])
+    assert {k for k in areal if areal[k] != beta0[k]} - {"key", "label", "family"} == {"ratio"}
+    if "ragen_bilevel" in by_key:
+        ragen = by_key["ragen_bilevel"]
+        assert (ragen.estimator, ragen.ratio, ragen.advantage_scale) == ("bilevel", "token", "none")
     assert ablated("mpo_whiten") == {"advantage_scale"}
     ppo, ppo_whiten = dataclasses.asdict(by_key["ppo"]), dataclasses.asdict(by_key["ppo_whiten"])
     assert {k for k in ppo if ppo[k] != ppo_whiten[k]} - {"key", "label", "family"} == {"advantage_scale"}
@@ -288,14 +300,14 @@ def test_arms_differ_only_in_their_knobs(config):
     assert {a.advantage_scale for a in config.arms if a.family != "scale"} <= {"group-std", "none"}
     assert {a.advantage_scale for a in config.arms if a.family == "scale"} == {"whiten"}
     for key in ("grpo", "gspo", "ppo", "mpo_token_is"):
-        assert by_key[key].task == "key_door" and by_key[key].lam_critic == 1.0
+        assert by_key[key].task == MAIN_TASK == "search" and by_key[key].lam_critic == 1.0
     assert (by_key["grpo"].ratio, by_key["gspo"].ratio, by_key["ppo"].ratio) == ("token", "sequence", "token")
     assert by_key["ppo"].estimator == "gae" and by_key["ppo"].advantage_scale == "none"
     assert by_key["grpo"].advantage_scale == by_key["gspo"].advantage_scale == "group-std"
 
 
 def test_committed_configurations():
-    assert FULL.seeds >= 5 and GPU.seeds >= 5 and QUICK.seeds >= 1
+    assert FULL.seeds >= 4 and GPU.seeds >= 5 and QUICK.seeds >= 1
     assert FULL.config_hash() != QUICK.config_hash()
     assert FULL.config_hash() == dataclasses.replace(FULL, workers=7).config_hash()  # scheduling only
     # The reported task is KeyDoor with its defaults: T·K >= 100 policy tokens.
@@ -305,8 +317,11 @@ def test_committed_configurations():
     assert door.max_turns * door.action_tokens >= 100
     gpu_door = make("key_door", **GPU.task("key_door").kwargs())
     assert gpu_door.max_turns > door.max_turns and GPU.model.width > FULL.model.width and GPU.device == "cuda"
-    assert {a.family for a in ARMS} == {"table1", "beta", "lambda", "scale", "turns"}
-    assert FULL.seed_list == (1, 2, 3, 4, 5)  # the pilot that fixed the advantage-scale rule ran seed 0
+    assert {a.family for a in ARMS} == {"table1", "relatives", "beta", "lambda", "scale"}
+    assert {a.task for a in ARMS} == {spec.name for spec in FULL.tasks}
+    # The pilot that fixed the advantage-scale rule ran seed 0; the sizing pilot runs seeds of its own.
+    assert 0 not in FULL.seed_list and not set(FULL.seed_list) & set(PILOT.seed_list)
+    assert PILOT.seeds == FULL.seeds and dataclasses.replace(PILOT, name="full", first_seed=1) == FULL
 
 
 # --------------------------------------------------------------------------- end to end
@@ -335,9 +350,13 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         "curves.parquet",
         "evals.parquet",
         "reproduction.md",
-        "img/curves_key_door.png",
-        "img/curves_guess_number.png",
-        "img/curves_scale.png",
+        "img/curves_search_table1.png",
+        "img/curves_search_relatives.png",
+        "img/curves_search_scale.png",
+        "img/curves_multi_hop_table1.png",
+        "img/curves_frozen_lake_table1.png",
+        "img/curves_key_door_table1.png",
+        "img/curves_guess_number_table1.png",
         "img/final_success.png",
         "diagnosis/mpo/summary.json",
         "diagnosis/ppo/summary.json",
@@ -361,7 +380,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         assert 0.0 <= r["final_success"] <= 1.0
         ev = r["final_explained_variance"]
         assert math.isnan(ev) or -10.0 < ev <= 1.0, (r["arm"], ev)  # NaN when undefined, never -1e7
-        assert r["critic_trained"] or r["arm"] in ("grpo", "gspo", "guess_grpo")
+        assert r["critic_trained"] or not QUICK.arm(r["arm"]).trains_critic
         assert (out / "rollouts" / f"{r['arm']}-seed0.parquet").is_file()
 
     curves = pq.read_table(out / "curves.parquet").to_pydict()
@@ -378,6 +397,25 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     assert "| # | the paper |" in page and "img/final_success.png" in page
     for arm in QUICK.arms:
         assert arm.label in page
+    # The smoke test's page says what it is and repeats nothing that holds only for the full run.
+    assert page.splitlines()[0] == "# Reproduction of the MPO paper's claims at toy scale (smoke test)"
+    assert "**This is a smoke test**" in page and "decide nothing" in page
+    for full_only in ("these are the final seeds", "(this configuration)", "`make reproduce` rewrites"):
+        assert full_only not in page, full_only
+    assert "Rerun: `mpo-rs reproduce --quick --out DIR`" in page
+    # A summary at the top, one paragraph per task, each naming its verdicts.
+    summary = page.split("## Summary\n\n", 1)[1].split("\nConfiguration **quick**", 1)[0]
+    assert page.index("## Summary") < page.index("## Claims")
+    paragraphs = summary.strip().split("\n\n")
+    assert len(paragraphs) == len(QUICK.tasks)  # one per task
+    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
+    assert key_door.startswith("**KeyDoor** (chance ") and guess.startswith("**GuessNumber** (chance ")
+    assert search.startswith("**Search** (chance ")
+    for what in ("MPO - GRPO", "MPO - GSPO", "MPO - PPO", "MPO - MPO w/ token IS"):
+        assert what in search  # Table 1's family: the main task
+    assert "GuessNumber turns per episode, MPO - GRPO" in guess
+    assert "one seed per arm" in key_door  # the caveat
+    assert results["summary"] == summary.strip()
 
 
 # --------------------------------------------------------------------------- output and stops
@@ -484,3 +522,161 @@ def test_a_stop_is_prompt_keeps_finished_runs_and_resumes(tmp_path: Path, how: s
     assert f"resuming: {kept} of {6 * len(QUICK.arms)} runs already finished" in err
     assert len(list((out / "runs").glob("*.json"))) == 6 * len(QUICK.arms)
     assert (out / "reproduction.md").is_file()
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def _synthetic_rows(level: dict[str, float], ev: float = 0.5) -> list[dict]:
+    rows = []
+    for seed in range(1, 6):
+        for arm in ARMS:
+            value = level.get(arm.key, 0.3) + 0.02 * seed * (1 if arm.key == "mpo" else 0.5)
+            rows.append(
+                {
+                    "arm": arm.key,
+                    "seed": seed,
+                    "final_success": value,
+                    "auc_success": value / 2,
+                    "final_explained_variance": ev if arm.estimator != "grpo" else math.nan,
+                    "entropy_drop": 0.1,
+                    "final_turns": 3.0,
+                    "between_share": 0.2,
+                    "final_pass@1": value,
+                    "final_entropy": 1.0,
+                    "wall_s": 1.0,
+                }
+            )
+    return rows
+
+
+def _page(rows: list[dict], config=FULL):
+    from mpo_rs.reproduce.report import Page, claims, family_comparisons
+
+    found = claims(rows, config)
+    chance = {"key_door": (0.004, "exact"), "guess_number": (0.265, "exact")}
+    return Page(config, rows, found, family_comparisons(rows, found, config), chance, {}, {})
+
+
+def test_summary_names_each_tasks_verdicts_power_and_caveats():
+    page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
+    paragraphs = page.summary().split("\n\n")
+    assert [p.split("**")[1] for p in paragraphs] == ["KeyDoor", "Search", "FrozenLake", "MultiHop", "GuessNumber"]
+    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
+    assert key_door.startswith("**KeyDoor** (chance 0.004; 5 seed(s) per arm): final held-out success")
+    key_door, control = search, key_door  # Table 1's family is on the main task, search
+    # The point estimates of the family's arms, the family's paired Holm verdicts, the power.
+    assert "GRPO 0.33, GSPO 0.65, PPO 0.13, MPO w/ token IS 0.33, MPO 0.66." in key_door
+    assert "MPO - GRPO +0.33 ± 0.02 → **reproduced**" in key_door
+    assert "MPO - GSPO +0.01 ± 0.02 → **inconclusive**" in key_door
+    assert "Holm-corrected over the family of 4" in key_door
+    assert "Power achieved: 95% half-widths 0.02 on 5 paired seed(s)" in key_door
+    assert "other comparison(s) on this task" in key_door
+    # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, on both tasks.
+    assert "the critics never learned" in key_door and "the critics never learned" in guess
+    assert "the critics never learned" in control
+    assert guess.startswith("**GuessNumber** (chance 0.265;")
+    assert "GuessNumber turns per episode, MPO - GRPO" in guess
+    # An arm subset: only its tasks, its family.
+    sub = _page(_synthetic_rows({"mpo": 0.6}), FULL.with_arms(["mpo", "ppo"]))
+    (only,) = sub.summary().split("\n\n")
+    assert "family of 1: MPO - PPO" in only and "critics never learned" not in only
+    assert "**Not the committed configuration**: this page is `mpo-rs reproduce --arms ppo,mpo`'s" in sub.kind()[0]
+    assert _page(_synthetic_rows({})).kind() == []  # the committed run says nothing about itself
+
+
+def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):
+    from mpo_rs.reproduce import report
+
+    extra = ("auc_success", "guess_mpo", "guess_ppo")
+    monkeypatch.setattr(report, "FAMILY", (*report.FAMILY, extra))
+    rows = _synthetic_rows({"guess_mpo": 0.9, "guess_ppo": 0.1})
+    comps = {(c.metric, c.a, c.b): c for c in _page(rows).family_comps}
+    assert list(comps) == list(report.FAMILY)
+    mine = comps[extra]
+    assert mine.what == "mean held-out success over training, MPO - PPO" and mine.verdict == REPRODUCED
+    ps = [c.p for c in comps.values()]
+    assert mine.p_holm == pytest.approx(holm(ps)[-1])
+    guess = _page(rows).summary().split("\n\n")[-1]
+    assert "Holm-corrected over the family of 5: mean held-out success over training, MPO - PPO" in guess
+
+
+def test_at_chance_caveat():
+    rows = [r | {"final_success": 0.0} for r in _synthetic_rows({})]
+    assert "distinguishable from chance (0.004)" in _page(rows).summary().split("\n\n")[0]
+
+
+def test_curve_panels_leave_out_what_is_constant_by_construction():
+    from mpo_rs.reproduce.report import curve_panels
+
+    def run(arm, seed):
+        curve = [
+            {"update": u, "entropy": 2.0 - 0.1 * u - 0.01 * seed, "explained_variance": math.nan, "turns": 8.0,
+             "response_length": 128.0 + u}
+            for u in range(4)
+        ]  # fmt: skip
+        return {"arm": arm, "seed": seed, "curve": curve, "evals": [{"update": 0, "success": 0.0}]}
+
+    runs = [run(arm, seed) for arm in ("grpo", "gspo") for seed in (1, 2)]
+    panels, dropped = curve_panels(runs, [("grpo", "GRPO"), ("gspo", "GSPO")])
+    assert [m for m, _ in panels] == ["success", "entropy", "response_length"]
+    assert dropped == [
+        "critic explained variance (not defined for these arms)",
+        "turns per episode (8.00 on every run)",
+    ]
+
+
+def test_figure_groups_follow_the_configuration():
+    from mpo_rs.reproduce.report import figure_groups
+
+    present = {a.key for a in FULL.arms}
+    groups = {(g.task, g.family): g for g in figure_groups(FULL, present)}
+    assert list(groups) == [
+        ("key_door", "table1"),
+        ("search", "table1"),
+        ("search", "relatives"),
+        ("search", "beta"),
+        ("search", "lambda"),
+        ("search", "scale"),
+        ("frozen_lake", "table1"),
+        ("multi_hop", "table1"),
+        ("guess_number", "table1"),
+    ]
+    assert [k for k, _ in groups["search", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
+    assert [k for k, _ in groups["search", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
+    sub = figure_groups(FULL, {"mpo", "ppo"})
+    assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
+
+
+def test_curve_figure_axes_chance_and_clipping():
+    pytest.importorskip("matplotlib")
+    from mpo_rs.reproduce.report import curves_figure
+
+    def run(arm, seed):
+        # Success near 1 and 0 with a spread that would take a 95% interval past [0, 1];
+        # explained variance from -5 (a critic's first updates) up to 0.9.
+        curve = [
+            {"update": u, "entropy": 2.0 - 0.1 * u, "explained_variance": -5.0 + 1.5 * u + 0.1 * seed,
+             "turns": 2.0 + seed, "response_length": 4.0 + seed}
+            for u in range(5)
+        ]  # fmt: skip
+        evals = [{"update": u, "success": [0.0, 1.0][seed % 2] if u else 0.5} for u in (0, 4)]
+        return {"arm": arm, "seed": seed, "curve": curve, "evals": evals}
+
+    runs = [run(arm, seed) for arm in ("ppo", "mpo") for seed in range(3)]
+    fig, caption = curves_figure(runs, [("ppo", "PPO"), ("mpo", "MPO")], "t", chance=0.25)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    by_title = {ax.get_title(): ax for ax in axes}
+    assert len(axes) == 5 and caption == ""
+    assert len(fig.axes) == 6  # a 2 x 3 grid, not one row; the sixth cell hidden
+    success = by_title["validation success (held-out, T=1)"]
+    assert success.get_ylim() == pytest.approx((-0.02, 1.02))
+    assert any(line.get_label() == "chance" and line.get_ydata()[0] == 0.25 for line in success.get_lines())
+    for band in success.collections:
+        ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+        assert ys.min() >= 0.0 and ys.max() <= 1.0  # the interval is clipped to [0, 1]
+    ev = by_title["critic explained variance (axis cut at -1)"]
+    assert ev.get_ylim() == pytest.approx((-1.0, 1.0))
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -1,7 +1,7 @@
 """mpo_rs: Rust-accelerated multiscale advantage estimation (MPO) for LLM-agent RL.
 
 The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
-``group_advantages``) need only numpy; ``Estimator`` names one with its options. Errors
+``bilevel_advantages``, ``group_advantages``) need only numpy; ``Estimator`` names one with its options. Errors
 are the classes of ``mpo_rs.exceptions`` (``MpoError``, a ValueError, and its subclasses). ``mpo_rs.torch`` (the losses, the learner) needs
 the ``torch`` extra and is imported on demand. A module or command whose optional
 dependency is not installed raises ``MissingDependencyError`` (an ImportError) whose one-line
@@ -14,9 +14,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ._native import get_num_threads, set_num_threads
 from .estimators import (
+    BiLevelResult,
     GAEResult,
     MAEResult,
     Turns,
+    bilevel_advantages,
     broadcast_to_tokens,
     gae_advantages,
     group_advantages,
@@ -40,6 +42,7 @@ except PackageNotFoundError:  # running from a source tree without metadata
     __version__ = "0+unknown"
 
 __all__ = [
+    "BiLevelResult",
     "Estimator",
     "GAEResult",
     "InvalidBatchError",
@@ -52,6 +55,7 @@ __all__ = [
     "MpoError",
     "Turns",
     "__version__",
+    "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",
     "get_num_threads",

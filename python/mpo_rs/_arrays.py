@@ -44,7 +44,7 @@ def _one_dim(arr: np.ndarray, name: str) -> None:
 
 
 # Arguments with one number per trajectory rather than per token (for error messages).
-_PER_TRAJECTORY = frozenset({"scores", "per_trajectory"})
+_PER_TRAJECTORY = frozenset({"scores", "per_trajectory", "check_scores"})
 
 
 def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
@@ -101,3 +101,39 @@ def mask_u8(x: Any, name: str = "mask") -> npt.NDArray[np.uint8]:
 
 def optional_float32(x: Any, name: str) -> npt.NDArray[np.float32] | None:
     return None if x is None else float32(x, name)
+
+
+def _is_row(x: Any) -> bool:
+    """Whether an element of a list is itself a sequence (a row of a ragged input)."""
+    return isinstance(x, (list, tuple)) or getattr(x, "ndim", 0) >= 1
+
+
+def ragged_float32(x: Any, name: str, n_rows: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64] | None]:
+    """A per-turn input: a flat array (the batch's turns in order; offsets None), or a list
+    of ``n_rows`` sequences, one per trajectory (flattened, with their offsets, so that a
+    count that disagrees can be named by trajectory)."""
+    if isinstance(x, np.ndarray) and x.dtype == object and x.ndim == 1:
+        x = list(x)  # a ragged numpy array of rows
+    if isinstance(x, (list, tuple)) and len(x) and all(_is_row(e) for e in x):
+        if len(x) != n_rows:
+            raise InvalidBatchError(f"`{name}` has {len(x)} lists, expected {n_rows} (one per trajectory)")
+        rows = [float32(e, f"{name}[{j}]") for j, e in enumerate(x)]
+        offsets = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum([r.shape[0] for r in rows], out=offsets[1:])
+        return np.ascontiguousarray(np.concatenate(rows), dtype=np.float32), offsets
+    return float32(x, name), None
+
+
+def flags(x: Any, name: str) -> npt.NDArray[np.bool_]:
+    """One flag per trajectory: bool, or numbers that are 0 or 1."""
+    arr = as_numpy(x, name)
+    if arr.dtype != np.bool_ and arr.dtype.kind not in "iuf":
+        raise InvalidBatchError(f"`{name}` must be a bool array (one flag per trajectory), got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise InvalidBatchError(f"`{name}` must be 1-D (one flag per trajectory), got shape {arr.shape}")
+    if arr.dtype == np.bool_:
+        return np.ascontiguousarray(arr)
+    bad = np.flatnonzero((arr != 0) & (arr != 1))
+    if bad.size:
+        raise InvalidBatchError(f"`{name}` must hold 0 or 1, found {arr[bad[0]].item()!r} at trajectory {bad[0]}")
+    return arr.astype(np.bool_)

@@ -16,6 +16,7 @@ __all__ = [
     "MissingCriticValuesError",
     "MissingDependencyError",
     "MpoError",
+    "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",
     "get_num_threads",
@@ -65,6 +66,11 @@ def mae_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    truncated: npt.NDArray[np.bool_] | None = None,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def gae_advantages(
     values: npt.NDArray[np.float32],
@@ -73,7 +79,20 @@ def gae_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    truncated: npt.NDArray[np.bool_] | None = None,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+def bilevel_advantages(
+    values: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float32] | None,
+    scores: npt.NDArray[np.float32] | None,
+    estimator: Estimator,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def group_advantages(
     scores: npt.NDArray[np.float32],
     group_index: npt.NDArray[np.int64],
@@ -121,6 +140,10 @@ def arrow_advantages(
     rewards_col: str | None,
     score_col: str | None,
     group_col: str,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float | None = None,
     observation_rewards: str = "error",
 ) -> _ArrowStream: ...
 def advantages_parquet(
@@ -135,6 +158,10 @@ def advantages_parquet(
     progress: Callable[[str, int, int, int, float], object] | None = None,
     batch_bytes: int | None = None,
     max_row_group_bytes: int | None = None,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float | None = None,
     observation_rewards: str = "error",
 ) -> dict[str, int | float]: ...
 
@@ -211,7 +238,7 @@ def annotate_batch(
 ) -> _ArrowStream: ...
 
 # Report directories under the output-safety rule (rust/python/src/safety.rs).
-__all__ += ["check_output_dir", "claim_output_dir", "output_dir_marker"]
+__all__ += ["check_dataset_output", "check_output_dir", "claim_output_dir", "output_dir_marker"]
 
 def check_output_dir(
     path: str | os.PathLike[str], tool: str, *, overwrite: bool = False, label: str | None = None
@@ -225,3 +252,6 @@ def claim_output_dir(
     label: str | None = None,
 ) -> str | None: ...
 def output_dir_marker(path: str | os.PathLike[str]) -> tuple[str, str | None] | None: ...
+def check_dataset_output(
+    inputs: list[str] | list[os.PathLike[str]], output: str | os.PathLike[str] | None = None
+) -> None: ...

@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _native
 from . import observation_rewards as _observation
 from ._deps import missing
-from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, VALUES, missing_column_hint
+from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, TRUNCATED, TURN_REWARDS, VALUES, missing_column_hint
+from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import ESTIMATORS, Estimator, resolve
 
@@ -40,9 +41,21 @@ __all__ = [
 ]
 
 
-# (mask, values, rewards, score, group, observation_rewards): the trailing arguments of
-# `_native.arrow_advantages`, in its order.
-_Columns = tuple[str, str, str | None, str | None, str, str]
+class _Columns(NamedTuple):
+    """The column keywords of :func:`with_advantages`, in the spec's names, and the two
+    settings that go with them to ``_native.arrow_advantages``."""
+
+    mask: str
+    values: str
+    rewards: str | None
+    score: str | None
+    group: str
+    turn_rewards: str | None = None
+    truncated: str | None = None
+    check_score: str | None = None
+    check_tolerance: float = CHECK_TOLERANCE
+    observation_rewards: str = _observation.DEFAULT
+
 
 # Tried, in this order, when neither a rewards nor a score column is named.
 _DEFAULT_REWARDS = REWARDS
@@ -58,36 +71,59 @@ def with_advantages(
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = GROUP,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float = CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     **options: Any,
 ) -> Any:
     """Returns ``table`` with the advantage columns appended.
 
     ``estimator`` is a name or an :class:`mpo_rs.Estimator`: ``"mae"`` (default), ``"gae"``,
-    or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
+    ``"bilevel"``, or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
     ``"rloo"``. ``options`` (``lam=0.9``, ...) override the estimator's options; None
     means the default. An unknown option, or one the estimator does not take, raises
     :class:`mpo_rs.InvalidOptionError` (see docs/estimators.md for the table).
 
     The reward signal is ``rewards_col`` (token-level list) or ``score_col`` (one number per
-    row); with neither, a ``rewards`` column is used if present, else ``score``. The group
-    estimators score a row by the sum of its rewards when given token-level rewards.
+    row) or ``turn_rewards_col`` (a list of one reward per turn, placed on each turn's last
+    policy token); with none named, the first of ``rewards``, ``score`` and ``turn_rewards``
+    present is used. A row whose turn rewards are not one per turn raises
+    ``InvalidBatchError`` naming the row and both counts; ``check_score_col`` names a score
+    column the turn rewards must sum to (within ``check_tolerance * max(1, |score|)``).
+    The group estimators score a row by the sum of its token (or turn) rewards.
+
+    ``truncated_col`` (bool, one per row; the ``truncated`` column is read when present)
+    marks rows cut off before their episode ended: MAE and GAE bootstrap the end from the
+    last policy token's value instead of 0 (docs/estimators.md, "Truncation").
 
     ``observation_rewards`` says what happens to a token reward where the mask is 0
     (:data:`mpo_rs.observation_rewards.OBSERVATION_REWARDS`): ``"error"`` (default)
     refuses it, ``"drop"`` ignores it, ``"credit"`` moves it to the last policy token before
     it in its row (a score written into a padded row's last column), dropping it if there
     is none. Only the estimators (and the group scores) see the moved reward; the rewards
-    column is returned as given.
+    column is returned as given. Per-turn rewards (placed on policy tokens) and scores have
+    nothing to move; a truncated row is relocated like any other.
 
     Bad data raises :class:`mpo_rs.InvalidBatchError` naming the row (in the whole table),
     the column and the token: null lists or elements, list lengths that disagree within a
     row, mask values other than 0/1, NaN/Inf where read, rewards on observation tokens.
     """
     est = resolve(estimator, options, "mae")
-    names = _wanted_columns(mask_col, values_col, rewards_col, score_col, group_col)
-    mode = _observation.check(observation_rewards)
-    columns: _Columns = (mask_col, values_col, rewards_col, score_col, group_col, mode)
+    columns = _Columns(
+        mask_col,
+        values_col,
+        rewards_col,
+        score_col,
+        group_col,
+        turn_rewards_col,
+        truncated_col,
+        check_score_col,
+        check_tolerance,
+        _observation.check(observation_rewards),
+    )
+    names = _wanted_columns(columns)
     try:
         return _with_advantages(table, est, names, columns)
     except InvalidBatchError as e:
@@ -128,7 +164,7 @@ def _with_advantages(table: Any, est: Estimator, names: list[str], columns: _Col
     )
 
 
-_COLUMN_KEYS = ("mask", "values", "rewards", "score", "group")
+_COLUMN_KEYS = tuple(k for k in _Columns._fields if k not in ("check_tolerance", "observation_rewards"))
 """The spec's names of the columns in a ``_Columns`` tuple, in its order."""
 
 
@@ -156,7 +192,7 @@ def _input_column_names(table: Any) -> list[str] | None:
 def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: _Columns) -> InvalidBatchError:
     """A "missing column" error from Rust lists the columns it was passed (only those the
     estimator reads); name the input's own columns and the keyword that maps one."""
-    hint = missing_column_hint(str(e), dict(zip(_COLUMN_KEYS, columns[: len(_COLUMN_KEYS)], strict=True)))
+    hint = missing_column_hint(str(e), {key: getattr(columns, key) for key in _COLUMN_KEYS})
     if hint is None:
         return e
     message = str(e)
@@ -176,6 +212,10 @@ def advantages_parquet(
     rewards_col: str | None = None,
     score_col: str | None = None,
     group_col: str = GROUP,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+    check_score_col: str | None = None,
+    check_tolerance: float = CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     progress: Callable[[str, int, int, int, float], object] | None = None,
     **options: Any,
@@ -190,7 +230,7 @@ def advantages_parquet(
     Ctrl-C, stops the run. Returns the run's summary: files, row_groups, rows, tokens,
     policy_tokens, turns, input_bytes, output_bytes, seconds.
 
-    ``estimator``, ``observation_rewards`` and ``options`` are those of
+    ``estimator``, ``options``, ``observation_rewards`` and the column keywords are those of
     :func:`with_advantages` (the rewards column is written out as given).
 
     OUTPUT must be new or an earlier output of the tool (the output-safety rule,
@@ -212,19 +252,26 @@ def advantages_parquet(
         score_col,
         group_col,
         progress=progress,
+        turn_rewards_col=turn_rewards_col,
+        truncated_col=truncated_col,
+        check_score_col=check_score_col,
+        check_tolerance=_tolerance(check_tolerance),
         observation_rewards=_observation.check(observation_rewards),
     )
 
 
-def _wanted_columns(
-    mask_col: str, values_col: str, rewards_col: str | None, score_col: str | None, group_col: str
-) -> list[str]:
+def _tolerance(check_tolerance: Any) -> float:
+    if isinstance(check_tolerance, bool) or not isinstance(check_tolerance, (int, float)):
+        raise InvalidOptionError(f"`check_tolerance` must be a number >= 0, got {check_tolerance!r}")
+    return float(check_tolerance)
+
+
+def _wanted_columns(c: _Columns) -> list[str]:
     """Columns worth exporting to Rust (exporting only these keeps wide logs cheap)."""
-    names = [mask_col, values_col, group_col]
-    if rewards_col is None and score_col is None:
-        names += [_DEFAULT_REWARDS, _DEFAULT_SCORE]
-    else:
-        names += [c for c in (rewards_col, score_col) if c is not None]
+    names = [c.mask, c.values, c.group, c.truncated or TRUNCATED]
+    named = [x for x in (c.rewards, c.score, c.turn_rewards) if x is not None]
+    names += named or [_DEFAULT_REWARDS, _DEFAULT_SCORE, TURN_REWARDS]
+    names += [c.check_score] if c.check_score is not None else []
     return list(dict.fromkeys(names))
 
 
@@ -260,8 +307,21 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def _native_table(data: Any, estimator: Estimator, columns: _Columns) -> Any:
-    return _native.arrow_advantages(data, estimator, *columns)
+def _native_table(data: Any, estimator: Estimator, c: _Columns) -> Any:
+    return _native.arrow_advantages(
+        data,
+        estimator,
+        c.mask,
+        c.values,
+        c.rewards,
+        c.score,
+        c.group,
+        turn_rewards_col=c.turn_rewards,
+        truncated_col=c.truncated,
+        check_score_col=c.check_score,
+        check_tolerance=_tolerance(c.check_tolerance),
+        observation_rewards=c.observation_rewards,
+    )
 
 
 def _compute(data: Any, estimator: Estimator, columns: _Columns) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import columns, diagnose, observation_rewards
 from .arrow import advantages_parquet
+from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
 from .reproduce import command as reproduce
@@ -71,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         "--estimator",
         choices=ESTIMATORS,
         default="mae",
-        help="mae (default), gae, or a critic-free group baseline: grpo, drgrpo, rloo",
+        help="mae (default), gae, bilevel (RAGEN's bi-level GAE), or a critic-free group baseline: grpo, drgrpo, rloo",
     )
     adv.add_argument(
         "--observation-rewards",
@@ -80,7 +81,17 @@ def _parser() -> argparse.ArgumentParser:
         help=observation_rewards.flag_help() + " (the rewards column is written out as given)",
     )
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
-    columns.add_flags(adv.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
+    column_flags = adv.add_argument_group("columns")
+    columns.add_flags(
+        column_flags, ("mask", "values", "rewards", "score", "turn_rewards", "check_score", "truncated", "group")
+    )
+    column_flags.add_argument(
+        "--check-tolerance",
+        type=float,
+        metavar="F",
+        default=CHECK_TOLERANCE,
+        help=f"the turn rewards must sum to --check-score-col within F x max(1, |score|) (default: {CHECK_TOLERANCE:g})",
+    )
     adv.add_argument(
         "-q",
         "--quiet",
@@ -234,6 +245,10 @@ def _advantages(args: argparse.Namespace) -> int:
                 rewards_col=args.rewards_col,
                 score_col=args.score_col,
                 group_col=args.group_col,
+                turn_rewards_col=args.turn_rewards_col,
+                truncated_col=args.truncated_col,
+                check_score_col=args.check_score_col,
+                check_tolerance=args.check_tolerance,
                 observation_rewards=args.observation_rewards,
                 progress=progress.update if progress.enabled else None,
                 **option_args(args),
@@ -267,7 +282,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 def _reproduce(args: argparse.Namespace) -> int:
     try:
         out = reproduce.run(args, note=_note)
-    except InvalidOptionError as e:
+    except MpoError as e:  # a bad flag, or a bad --env (InvalidConfigError)
         return _fail(str(e), EXIT_USAGE)
     except (MissingDependencyError, OSError) as e:
         return _fail(str(e), EXIT_FAILED)

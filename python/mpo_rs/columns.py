@@ -2,8 +2,8 @@
 
 :func:`mpo_rs._native.column_spec` gives one dict per column -- ``name`` (the key of its
 option: ``mask`` is ``mask_col`` / ``--mask-col``), ``default`` (the column's default name),
-``type``, ``role`` (``"input"``, ``"optional"``: read when present or named, ``"output"``:
-appended) and ``doc``. Every entry point (``mpo_rs.arrow``, the ``mpo-rs`` command, the Ray
+``type``, ``role`` (``"input"``, ``"optional"``: read when present or named, ``"named"``:
+read only when named, ``"output"``: appended) and ``doc``. Every entry point (``mpo_rs.arrow``, the ``mpo-rs`` command, the Ray
 adapter, ``mpo-rs diagnose``) takes its default column names from here, as the estimator
 options come from ``Estimator.option_table()``; none spells a column name of its own.
 """
@@ -25,6 +25,8 @@ __all__ = [
     "REWARDS",
     "SCORE",
     "STEP",
+    "TRUNCATED",
+    "TURN_REWARDS",
     "VALUES",
     "add_flags",
     "default",
@@ -91,6 +93,8 @@ REWARDS = default("rewards")
 SCORE = default("score")
 GROUP = default("group")
 STEP = default("step")
+TURN_REWARDS = default("turn_rewards")
+TRUNCATED = default("truncated")
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(str(r["default"]) for r in COLUMN_SPEC if r["role"] == "output")
 """The four columns the tools append, in order."""
 
@@ -101,13 +105,16 @@ def add_flags(
     helps: Mapping[str, str] | None = None,
 ) -> None:
     """One ``--NAME-col`` flag per column ``names`` of the spec, with its default name (the
-    ``dest`` is ``NAME_col``); an optional column (rewards, score, step) defaults to None, so
-    the tool's own rule picks it when present. ``helps`` replaces a column's help line."""
+    ``dest`` is ``NAME_col``); an optional column (rewards, score, step, ...) defaults to
+    None, so the tool's own rule picks it when present; a "named" column (check_score) is
+    read only when its flag is given. ``helps`` replaces a column's help line."""
     for name in names:
         r = row(name)
         help = (helps or {}).get(name)
+        if help is None and r["role"] == "named":
+            help = f"{r['doc']}, {r['type']} (default: none, read only when named)"
         if help is None:
             when = ", if present" if r["role"] == "optional" else ""
             help = f"{r['doc']}, {r['type']} (default: {r['default']}{when})"
-        default = None if r["role"] == "optional" else r["default"]
+        default = None if r["role"] in ("optional", "named") else r["default"]
         group.add_argument(flag(name), default=default, metavar="NAME", help=help.replace("%", "%%"))

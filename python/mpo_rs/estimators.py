@@ -21,14 +21,17 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._arrays import as_numpy, float32, int64, mask_u8, optional_float32
-from .exceptions import InvalidBatchError
+from ._arrays import as_numpy, flags, float32, int64, mask_u8, optional_float32, ragged_float32
+from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import Estimator, resolve
 
 __all__ = [
+    "CHECK_TOLERANCE",
+    "BiLevelResult",
     "GAEResult",
     "MAEResult",
     "Turns",
+    "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",
     "group_advantages",
@@ -79,10 +82,64 @@ class GAEResult:
     """Per token value targets with lam_critic; 0 off-policy."""
 
 
+@dataclass(frozen=True, eq=False)
+class BiLevelResult:
+    advantages: npt.NDArray[np.float32]
+    """Per token: the token-level GAE inside each turn started from the turn's return G_t;
+    0 off-policy. Not mean-preserving: a turn's mean is not A_t^hi."""
+    returns: npt.NDArray[np.float32]
+    """Per token: advantages + values; 0 off-policy."""
+    turn_advantages: npt.NDArray[np.float32]
+    """Per turn: the turn-level GAE A_t^hi (also the advantage of the turn's last token)."""
+    turns: Turns
+
+
 def _reward_source(rewards: Any, scores: Any) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
     if (rewards is None) == (scores is None):
         raise InvalidBatchError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
     return optional_float32(rewards, "rewards"), optional_float32(scores, "scores")
+
+
+CHECK_TOLERANCE = 1e-4
+"""Tolerance of the check that per-turn rewards sum to the trajectory's score
+(``check_scores``): ``|sum_t r_t - score| <= tol * max(1, |score|)``."""
+
+
+def _critic_inputs(
+    offsets: npt.NDArray[np.int64],
+    rewards: Any,
+    scores: Any,
+    turn_rewards: Any,
+    truncated: Any,
+    check_scores: Any,
+    check_tolerance: float,
+) -> dict[str, Any]:
+    """The reward source (exactly one of token rewards, scores, per-turn rewards) and the
+    optional inputs of the critic estimators, as the native functions take them."""
+    given = [
+        name for name, x in (("rewards", rewards), ("scores", scores), ("turn_rewards", turn_rewards)) if x is not None
+    ]
+    if len(given) != 1:
+        raise InvalidBatchError(
+            "give exactly one of `rewards` (token-level), `scores` (one per trajectory) and `turn_rewards` "
+            f"(one per turn); got {' and '.join(f'`{g}`' for g in given) if given else 'none'}"
+        )
+    if check_scores is not None and turn_rewards is None:
+        raise InvalidBatchError("`check_scores` checks that `turn_rewards` sum to each score; give `turn_rewards` too")
+    n_rows = max(int(offsets.shape[0]) - 1, 0)
+    out: dict[str, Any] = {
+        "rewards": optional_float32(rewards, "rewards"),
+        "scores": optional_float32(scores, "scores"),
+        "truncated": None if truncated is None else flags(truncated, "truncated"),
+    }
+    if turn_rewards is not None:
+        out["turn_rewards"], out["turn_offsets"] = ragged_float32(turn_rewards, "turn_rewards", n_rows)
+    if check_scores is not None:
+        if isinstance(check_tolerance, bool) or not isinstance(check_tolerance, (int, float)):
+            raise InvalidOptionError(f"`check_tolerance` must be a number >= 0, got {check_tolerance!r}")
+        out["check_scores"] = float32(check_scores, "check_scores")
+        out["check_tolerance"] = float(check_tolerance)
+    return out
 
 
 def segment_turns(mask: Any, offsets: Any) -> Turns:
@@ -97,6 +154,10 @@ def mae_advantages(
     *,
     rewards: Any = None,
     scores: Any = None,
+    turn_rewards: Any = None,
+    truncated: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = CHECK_TOLERANCE,
     estimator: str | Estimator | None = None,
     **options: Any,
 ) -> MAEResult:
@@ -107,16 +168,28 @@ def mae_advantages(
     scaled by ``beta``, refines it per token, so the turn mean of the advantages is
     exactly A_t^turn. ``returns`` are the critic's targets with ``lam_critic``
     (1 = discounted Monte-Carlo return). Exactly one of ``rewards`` (per token, zero off
-    policy) and ``scores`` (per trajectory, placed on its last policy token) is given.
+    policy), ``scores`` (per trajectory, placed on its last policy token) and
+    ``turn_rewards`` (per turn, placed on each turn's last policy token) is given.
+
+    ``turn_rewards`` is a list of N sequences, one per trajectory with one reward per turn
+    (a count that is not the trajectory's number of turns raises ``InvalidBatchError``
+    naming the trajectory and both counts), or a flat array of all the batch's turns in
+    order (only its total length can then be checked). ``check_scores`` (one per
+    trajectory, optional) checks that each trajectory's turn rewards sum to it, within
+    ``check_tolerance * max(1, |score|)``. ``truncated`` (N bools, optional) marks
+    trajectories cut off before their episode ended: the last policy token bootstraps from
+    its own value, ``V_{T+1,1} := V_{T,L_T}``, instead of 0 (docs/estimators.md,
+    "Truncation"); a trajectory not truncated is computed bitwise as without the flag.
 
     ``estimator`` is ``"mae"`` (default) or an ``Estimator("mae", ...)``; ``options``
     override its options (defaults: lam=0.8, lam_intra=0.95, beta=1, gamma=1,
     lam_critic=1). An unknown option raises :class:`mpo_rs.InvalidOptionError`.
     """
     est = resolve(estimator, options, "mae")
-    r, s = _reward_source(rewards, scores)
+    o = int64(offsets, "offsets")
+    inputs = _critic_inputs(o, rewards, scores, turn_rewards, truncated, check_scores, check_tolerance)
     adv, ret, turn_adv, turns = _native.mae_advantages(
-        float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est
+        float32(values, "values"), mask_u8(mask), o, estimator=est, **inputs
     )
     return MAEResult(adv, ret, turn_adv, Turns(*turns))
 
@@ -128,6 +201,10 @@ def gae_advantages(
     *,
     rewards: Any = None,
     scores: Any = None,
+    turn_rewards: Any = None,
+    truncated: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = CHECK_TOLERANCE,
     estimator: str | Estimator | None = None,
     **options: Any,
 ) -> GAEResult:
@@ -135,14 +212,47 @@ def gae_advantages(
     convention). No whitening. ``returns`` use their own ``lam_critic``; verl's
     ``returns = advantages + values`` is ``lam_critic=lam``. ``length_adaptive_alpha``
     enables VAPO's per-trajectory lambda = 1 - 1/(alpha * l), l = policy tokens.
+    ``rewards`` / ``scores`` / ``turn_rewards``, ``check_scores`` and ``truncated`` as in
+    :func:`mae_advantages` (truncated: ``delta_last = r_last + gamma * V_last - V_last``).
 
     ``estimator`` is ``"gae"`` (default) or an ``Estimator("gae", ...)``; ``options``
     override its options (defaults: lam=0.95, gamma=1, lam_critic=1).
     """
     est = resolve(estimator, options, "gae")
-    r, s = _reward_source(rewards, scores)
-    adv, ret = _native.gae_advantages(float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est)
+    o = int64(offsets, "offsets")
+    inputs = _critic_inputs(o, rewards, scores, turn_rewards, truncated, check_scores, check_tolerance)
+    adv, ret = _native.gae_advantages(float32(values, "values"), mask_u8(mask), o, estimator=est, **inputs)
     return GAEResult(adv, ret)
+
+
+def bilevel_advantages(
+    values: Any,
+    mask: Any,
+    offsets: Any,
+    *,
+    rewards: Any = None,
+    scores: Any = None,
+    estimator: str | Estimator | None = None,
+    **options: Any,
+) -> BiLevelResult:
+    """RAGEN's bi-level GAE (``compute_bi_level_gae_advantage_return``), turns from the mask.
+
+    High level: a GAE over turns on the value at each turn's last token (discount
+    ``high_level_gamma`` once per turn, ``lam``) gives A_t^hi and the turn return
+    G_t = A_t^hi + V. Low level: a token GAE inside each turn (discount ``gamma``, ``lam``)
+    whose last token is rewarded with G_t and bootstraps from nothing. ``returns`` are
+    advantages + values. Token rewards are summed per turn; a score sits on the last policy
+    token. No whitening (RAGEN whitens afterwards: an advantage-scale choice).
+
+    ``estimator`` is ``"bilevel"`` (default) or an ``Estimator("bilevel", ...)``; ``options``
+    override its options (defaults, RAGEN's: lam=1, gamma=1, high_level_gamma=0.95).
+    """
+    est = resolve(estimator, options, "bilevel")
+    r, s = _reward_source(rewards, scores)
+    adv, ret, turn_adv, turns = _native.bilevel_advantages(
+        float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est
+    )
+    return BiLevelResult(adv, ret, turn_adv, Turns(*turns))
 
 
 def group_advantages(

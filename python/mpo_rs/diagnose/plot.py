@@ -15,9 +15,9 @@ import numpy as np
 from .. import _native
 from .._deps import require
 from .read import Diagnosis, TrajectoryTrace
-from .summary import value_structure, write_summary_json
+from .summary import PAPER_MEDIAN_BETWEEN_SHARE, value_structure, write_summary_json
 
-__all__ = ["require_matplotlib", "write_report"]
+__all__ = ["jump_figure", "require_matplotlib", "share_figure", "trace_figure", "write_report"]
 
 TOOL = "diagnose"
 """The tool named in a report directory's marker."""
@@ -52,55 +52,92 @@ def write_report(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    usable = (diag.n_turns >= 2) & (diag.total > 0)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    share = diag.between_share[usable]
-    ax.hist(share, bins=np.linspace(0, 1, 41).tolist(), color="#3b75af")
-    if share.size:
-        ax.axvline(np.median(share), color="k", ls="--", label=f"median {np.median(share):.1%}")
-        ax.legend()
-    ax.set(
-        xlabel="between-turn share of value variance",
-        ylabel="trajectories",
-        title="Where does the critic's value variance live?",
-    )
-    fig.tight_layout()
-    fig.savefig(out / "share_histogram.png", dpi=120)
-    plt.close(fig)
-    written.append(out / "share_histogram.png")
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    succ = diag.outcome[diag.jump_row] > 0 if diag.jumps.size else np.zeros(0, bool)
-    lim = float(np.quantile(np.abs(diag.jumps), 0.995)) if diag.jumps.size else 1.0
-    bins = np.linspace(-lim, lim, 61).tolist() if lim > 0 else 10
-    ax.hist(
-        [diag.jumps[succ], diag.jumps[~succ]],
-        bins=bins,
-        stacked=True,
-        label=["success", "failure"],
-        color=["#4c9a2a", "#c0392b"],
-    )
-    ax.set(
-        xlabel=r"boundary jump $\Delta V = V_{t+1,1} - V_{t,L_t}$",
-        ylabel="turn boundaries",
-        title="Value jumps at turn boundaries",
-    )
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "jump_distribution.png", dpi=120)
-    plt.close(fig)
-    written.append(out / "jump_distribution.png")
+    for name, draw in (("share_histogram.png", share_figure), ("jump_distribution.png", jump_figure)):
+        fig = draw(plt, diag)
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
 
     for tr in diag.traces:
         written.append(_trace_figure(plt, tr, out / f"trajectory_{tr.row}.png"))
     return written
 
 
+SUCCESS_COLOR, FAILURE_COLOR = "#4c9a2a", "#c0392b"
+
+
+def _legend_outside(ax: Any) -> None:
+    """The legend above the plot area, never over the bars or lines."""
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02, 1.0, 0.2), mode="expand", ncols=2, fontsize=8, frameon=False)
+
+
+def share_figure(plt: Any, diag: Diagnosis) -> Any:
+    """The between-turn share over trajectories: successes and failures side by side, the
+    median and the paper's median as reference lines."""
+    usable = (diag.n_turns >= 2) & (diag.total > 0)
+    share = diag.between_share[usable]
+    success = diag.outcome[usable] > 0
+    fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
+    ax.hist(
+        [share[success], share[~success]],
+        bins=np.linspace(0, 1, 21).tolist(),
+        color=[SUCCESS_COLOR, FAILURE_COLOR],
+        label=[f"success ({int(success.sum()):,})", f"failure ({int((~success).sum()):,})"],
+    )
+    if share.size:
+        median = float(np.median(share))
+        ax.axvline(median, color="k", ls="--", lw=1.2, label=f"median here {median:.1%}")
+    ax.axvline(
+        PAPER_MEDIAN_BETWEEN_SHARE,
+        color="#7f7f7f",
+        ls=":",
+        lw=1.6,
+        label=f"paper median {PAPER_MEDIAN_BETWEEN_SHARE:.1%}",
+    )
+    ax.set_xlim(0, 1)
+    ax.set(xlabel="between-turn share of value variance (per trajectory)", ylabel="trajectories")
+    ax.set_title("Where does the critic's value variance live?", pad=34)
+    _legend_outside(ax)
+    return fig
+
+
+def jump_figure(plt: Any, diag: Diagnosis) -> Any:
+    """Boundary jumps of successes and failures side by side (not stacked)."""
+    succ = diag.outcome[diag.jump_row] > 0 if diag.jumps.size else np.zeros(0, bool)
+    lim = float(np.quantile(np.abs(diag.jumps), 0.995)) if diag.jumps.size else 1.0
+    bins = np.linspace(-lim, lim, 31).tolist() if lim > 0 else 10
+    fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
+    ax.hist(
+        [diag.jumps[succ], diag.jumps[~succ]],
+        bins=bins,
+        label=[f"success ({int(succ.sum()):,} boundaries)", f"failure ({int((~succ).sum()):,})"],
+        color=[SUCCESS_COLOR, FAILURE_COLOR],
+    )
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set(xlabel=r"boundary jump $\Delta V = V_{t+1,1} - V_{t,L_t}$", ylabel="turn boundaries")
+    ax.set_title("Value jumps at turn boundaries", pad=34)
+    _legend_outside(ax)
+    return fig
+
+
 def _trace_figure(plt: Any, tr: TrajectoryTrace, path: Path) -> Path:
-    """Figure 2 of the paper for one trajectory: token values, turn means, jumps."""
+    fig = trace_figure(plt, tr)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def trace_figure(plt: Any, tr: TrajectoryTrace) -> Any:
+    """Figure 2 of the paper for one trajectory: token values, turn means, jumps. The jump
+    labels sit in a band above the highest value and the legend right of the plot, so that
+    neither covers the data."""
     vs = value_structure(tr.values, tr.mask, [0, len(tr.mask)])
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
     pos = np.arange(len(tr.mask))
+    policy = tr.values[tr.mask.astype(bool)]
+    low, high = (float(policy.min()), float(policy.max())) if policy.size else (0.0, 1.0)
+    span = high - low or 1.0
+    label_y = high + 0.08 * span
     for k, (s, e) in enumerate(zip(vs.turns.starts, vs.turns.ends, strict=True)):
         ax.plot(pos[s:e], tr.values[s:e], lw=0.8, color="#3b75af", label="token values" if k == 0 else None)
         ax.hlines(
@@ -117,17 +154,19 @@ def _trace_figure(plt: Any, tr: TrajectoryTrace, path: Path) -> Path:
                 "",
                 xy=(nxt, tr.values[nxt]),
                 xytext=(e - 1, tr.values[e - 1]),
-                arrowprops=dict(arrowstyle="->", color="#c0392b", lw=1.2),
+                arrowprops=dict(arrowstyle="->", color=FAILURE_COLOR, lw=1.2),
             )
             ax.text(
                 (e - 1 + nxt) / 2,
-                max(tr.values[e - 1], tr.values[nxt]),
+                label_y + (k % 2) * 0.08 * span,  # two staggered rows: close boundaries do not collide
                 f"{vs.jumps[k]:+.2f}",
-                color="#c0392b",
+                color=FAILURE_COLOR,
                 ha="center",
                 va="bottom",
                 fontsize=7,
             )
+    ax.plot([], [], color=FAILURE_COLOR, lw=1.2, label="jump $\\Delta V$ (value above)")
+    ax.set_ylim(low - 0.05 * span, high + 0.3 * span)
     share = vs.between_share[0]
     kind = "success" if tr.outcome > 0 else "failure"
     ax.set(
@@ -135,8 +174,5 @@ def _trace_figure(plt: Any, tr: TrajectoryTrace, path: Path) -> Path:
         ylabel="V",
         title=f"trajectory {tr.row} ({kind}, outcome {tr.outcome:g}): between-turn share {share:.1%}",
     )
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig

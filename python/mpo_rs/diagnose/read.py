@@ -22,7 +22,7 @@ from .. import _native
 from .. import observation_rewards as _observation
 from .._deps import require
 from .._native import InvalidBatchError, InvalidOptionError
-from ..columns import MASK, REWARDS, SCORE, STEP, VALUES
+from ..columns import MASK, REWARDS, SCORE, STEP, TURN_REWARDS, VALUES
 from .summary import between_share, summarize
 
 __all__ = ["Diagnosis", "TrajectoryTrace", "check_batch_rows", "diagnose_logs", "require_pyarrow"]
@@ -131,7 +131,8 @@ class _Columns:
     values: str
     mask: str
     reward: tuple[str, str]
-    """("score", name) or ("rewards", name)."""
+    """("score", name), ("rewards", name) or ("turn_rewards", name) (a log with per-turn
+    rewards only: the outcome is their sum)."""
     step: str | None
 
     @property
@@ -152,6 +153,8 @@ class _Columns:
             reward = ("score", SCORE)
         elif REWARDS in names:
             reward = ("rewards", REWARDS)
+        elif TURN_REWARDS in names:
+            reward = ("turn_rewards", TURN_REWARDS)
         else:
             reward = ("score", SCORE)  # reported as missing by the caller
         return cls(values, mask, reward, step or (STEP if STEP in names else None))
@@ -175,7 +178,7 @@ def _open(file: Path, cols: _Columns | None, options: dict[str, Any]) -> tuple[A
     names = set(schema.names)
     have = ", ".join(schema.names) or "none"
     if cols is None:
-        if not (options["score"] or options["rewards"] or names & {SCORE, REWARDS}):
+        if not (options["score"] or options["rewards"] or names & {SCORE, REWARDS, TURN_REWARDS}):
             raise InvalidBatchError(
                 f"{file}: missing column `{SCORE}` or `{REWARDS}` (columns are: {have}); "
                 "name the outcome with --score-col or --rewards-col"

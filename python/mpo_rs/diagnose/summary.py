@@ -27,9 +27,13 @@ from ..estimators import Turns
 
 __all__ = [
     "JUMP_QUANTILES",
+    "ON_TURNS_SHARE",
+    "PAPER_MEDIAN_BETWEEN_SHARE",
+    "WITHIN_TURNS_SHARE",
     "ValueStructure",
     "between_share",
     "format_table",
+    "share_reading",
     "summarize",
     "summarize_value_structure",
     "value_structure",
@@ -37,6 +41,16 @@ __all__ = [
 ]
 
 JUMP_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+PAPER_MEDIAN_BETWEEN_SHARE = 0.895
+"""The paper's median between-turn share of within-trajectory value variance."""
+PAPER_FRACTION_BETWEEN_GT_WITHIN = 0.938
+"""The paper's fraction of trajectories with between-turn > within-turn variance."""
+ON_TURNS_SHARE = 0.75
+"""A median between-turn share at or above this reads "the value lives on turns": three
+quarters of the variance or more is between turn means, which MAE's turn-level credit keeps."""
+WITHIN_TURNS_SHARE = 0.5
+"""A median share below this reads "the value moves within turns": in the median trajectory
+the within-turn part, which turn means average away, is the larger one."""
 SUCCESS = "success (outcome > 0)"
 FAILURE = "failure (outcome <= 0)"
 
@@ -116,10 +130,12 @@ def summarize(
             ),
         }
 
+    everything = block(usable)
     out: dict[str, Any] = {
         "rows": int(total.shape[0]),
         "excluded_fewer_than_two_turns_or_constant": int((~usable).sum()),
-        "all": block(usable),
+        "all": everything,
+        "reading": share_reading(everything["median_between_share"]),
     }
     if outcome is not None:
         o = np.asarray(outcome)
@@ -127,6 +143,29 @@ def summarize(
     if step is not None:
         out["by_step"] = {str(s): block(usable & (step == s)) for s in np.unique(step)}
     return out
+
+
+def share_reading(median_share: float | None) -> str | None:
+    """One line reading a median between-turn share against the paper's and the thresholds
+    :data:`ON_TURNS_SHARE` and :data:`WITHIN_TURNS_SHARE`; None without a share (no
+    trajectory to measure)."""
+    if median_share is None:
+        return None
+    head = f"median between-turn share {median_share:.2f}"
+    paper = f"(paper: {PAPER_MEDIAN_BETWEEN_SHARE:.3f})"
+    if median_share >= ON_TURNS_SHARE:
+        return f"{head}: the critic's value lives on turns {paper}; MAE's turn-level credit applies"
+    if median_share >= WITHIN_TURNS_SHARE:
+        return (
+            f"{head}: the critic's value leans to turns but not as strongly as in the paper {paper}; "
+            f"MAE's turn-level credit keeps the between-turn part and averages the within-turn part away "
+            f"(share < {ON_TURNS_SHARE:g}): compare it with token-level GAE"
+        )
+    return (
+        f"{head}: the critic's value moves within turns, not on them {paper}; MAE's turn-level credit "
+        f"would average most of it away (share < {WITHIN_TURNS_SHARE:g}): prefer token-level GAE, "
+        "or train the critic longer and diagnose again"
+    )
 
 
 def summarize_value_structure(vs: ValueStructure, outcome: Any = None) -> dict[str, Any]:
@@ -155,9 +194,12 @@ def format_table(summary: dict[str, Any]) -> str:
         )
     lines.append(
         f"({summary['rows']:,} trajectories read; {summary['excluded_fewer_than_two_turns_or_constant']:,} "
-        "with fewer than two turns or constant values left out. Paper: median share 89.5%, "
-        "between > within in 93.8%.)"
+        f"with fewer than two turns or constant values left out. Paper: median share "
+        f"{PAPER_MEDIAN_BETWEEN_SHARE:.1%}, between > within in {PAPER_FRACTION_BETWEEN_GT_WITHIN:.1%}.)"
     )
+    reading = share_reading(summary["all"]["median_between_share"])
+    if reading is not None:
+        lines.append(f"Reading: {reading}.")
     return "\n".join(lines)
 
 

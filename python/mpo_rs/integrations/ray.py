@@ -38,7 +38,7 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.integrations.ray", "ray", _e) from None
 
 from .. import observation_rewards as _observation
-from .._native import GroupStatistics, annotate_batch, check_group_column, resolve_log_columns
+from .._native import GroupStatistics, annotate_batch, check_dataset_output, check_group_column, resolve_log_columns
 from ..columns import GROUP, MASK, VALUES
 from ..exceptions import InvalidBatchError
 from ..options import Estimator, resolve
@@ -168,10 +168,19 @@ def advantages_parquet(
     For the group estimators, local inputs are first checked as ``mpo-rs advantages``
     checks them (their footers only): files holding string group ids beside files holding
     number ids raise :class:`mpo_rs.InvalidBatchError` naming both, where Ray's reader would
-    fail with Arrow's schema-merge error."""
+    fail with Arrow's schema-merge error.
+
+    ``output`` is never written into when it holds anything: Ray adds its files beside
+    what is there (they would be read together later), so a local ``output`` must be new or
+    an empty directory, must not be or lie inside an input, and no two local inputs may be
+    one file (a symlink or hard link beside its target would be read twice); these raise
+    :class:`mpo_rs.InvalidOptionError` before anything is read. Inputs and outputs given as
+    URIs are not checked."""
     est = resolve(estimator, options, "mae")
     paths = [os.fspath(input)] if isinstance(input, (str, os.PathLike)) else [os.fspath(p) for p in input]
     local = [p for p in paths if os.path.exists(p)]
+    out = os.fspath(output)
+    check_dataset_output(local, None if "://" in out else out)
     read_args = dict(read_parquet_args or {})
     if est.family == "group" and local and len(local) == len(paths):
         check_group_column(local, group_col)
@@ -192,7 +201,7 @@ def advantages_parquet(
         observation_rewards=observation_rewards,
         batch_size=batch_size,
     )
-    annotated.write_parquet(os.fspath(output))
+    annotated.write_parquet(out)
 
 
 def _one_group_type(inputs: list[str], group_col: str) -> pa.Schema | None:

@@ -1,19 +1,24 @@
 """``mpo-rs reproduce``: the paper's experiments at toy scale (docs/reproduction.md).
 
-Rooms: :mod:`.config` (the arms, budgets and the QUICK / FULL / GPU configurations, numpy
-only), :mod:`.stats` (confidence intervals and the verdict rule, numpy only), :mod:`.run`
-(one run = an arm trained from one seed, and the pool of runs; needs torch), :mod:`.report`
+Rooms: :mod:`.config` (the arms, budgets and the QUICK / PILOT / FULL / GPU configurations,
+numpy only), :mod:`.plan` (the analysis plan fixed before the final runs and the seed
+sizing from the pilot, numpy only), :mod:`.stats` (confidence intervals and the verdict
+rule, numpy only), :mod:`.base` (the base policy of a task and seed, behaviour-cloned from a
+noisy oracle, and the critic warm-up; needs torch), :mod:`.run` (one run = an arm trained
+from one seed, and the pool of runs; needs torch), :mod:`.report`
 (tables, figures, claims and the generated page; needs pyarrow and matplotlib),
-:mod:`.command` (the command's arguments and run).
+:mod:`.api` (:func:`compare`: the protocol on your own ``MultiTurnEnv``, which the command
+runs), :mod:`.command` (the command's arguments and run).
 """
 
 from __future__ import annotations
 
 # The command's run() is mpo_rs.reproduce.command.run: `run` here is the submodule.
 from . import config
+from .api import CompareResult, compare
 from .command import add_parser
 
 # The configurations and their types, as config exports them (its __all__ lists them once).
 from .config import *  # noqa: F403
 
-__all__ = [*config.__all__, "add_parser"]
+__all__ = [*config.__all__, "CompareResult", "add_parser", "compare"]

@@ -4,17 +4,14 @@ and calls it)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
-import os
-import tempfile
-import time
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .._native import InvalidOptionError, check_output_dir
 from .._native import claim_output_dir as native_claim
+from .api import BUDGETS, build_config, run_config
 
 __all__ = ["add_parser", "run"]
 
@@ -22,16 +19,43 @@ __all__ = ["add_parser", "run"]
 def add_parser(commands: Any) -> None:
     p = commands.add_parser(
         "reproduce",
-        help="train the paper's arms on toy multi-turn tasks and report its claims",
+        help="train the paper's arms on toy multi-turn tasks (or your own) and report its claims",
         description=(
             "Trains GRPO, GSPO, PPO, MPO w/ token IS and MPO, the β sweep and the (λ, λ_intra) grid "
             "on KeyDoor, and GRPO/PPO/MPO on GuessNumber, with equal budgets; writes results tables, "
             "learning curves, final-success bars, the critics' value-structure diagnosis and "
-            "reproduction.md with a verdict per claim. Needs the torch, arrow and plot extras."
+            "reproduction.md with a verdict per claim. With --env, the same protocol on your own "
+            "MultiTurnEnv (docs/reproduction.md, 'Does MPO help on my task?'). Needs the torch, "
+            "arrow and plot extras."
         ),
     )
-    p.add_argument("--quick", action="store_true", help="the smoke-test configuration (one seed, a few updates)")
+    p.add_argument("--quick", action="store_true", help="the smoke test: --budget quick (one seed, a few updates)")
+    p.add_argument(
+        "--budget",
+        choices=BUDGETS,
+        help="quick (smoke test), small (a quarter of the full run's updates: a first look) or full (default)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda runs the larger GPU configuration")
+    p.add_argument(
+        "--env",
+        metavar="MODULE:FACTORY",
+        help=(
+            "run on your own environment: a callable returning a MultiTurnEnv, importable from the current "
+            "directory or PYTHONPATH (e.g. examples.my_env:make); the arms of Table 1 unless --arms"
+        ),
+    )
+    p.add_argument(
+        "--env-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword argument of the --env factory (repeatable; VALUE is read as JSON, else as a string)",
+    )
+    p.add_argument(
+        "--arms",
+        metavar="KEYS",
+        help="comma-separated arm keys to run (e.g. mpo,ppo); an unknown key is refused with the known ones",
+    )
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -47,11 +71,26 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("--workers", type=int, metavar="N", help="parallel runs (CPU; default: the configuration's)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per arm (default: the configuration's)")
+    p.add_argument("--first-seed", type=int, metavar="S", help="run seeds S, S+1, ... (default: the configuration's)")
     p.add_argument(
         "--docs",
         metavar="DOCS_DIR",
-        help="also write DOCS_DIR/reproduction.md and DOCS_DIR/img/reproduction/ (not with --quick)",
+        help="also write DOCS_DIR/reproduction.md and DOCS_DIR/img/reproduction/ (the full budget, no --env)",
     )
+
+
+def _env_params(pairs: list[str]) -> dict[str, Any]:
+    """--env-param KEY=VALUE pairs; VALUE as JSON when it parses (5, 0.1, true, "x"), else as a string."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise InvalidOptionError(f"--env-param {pair!r}: expected KEY=VALUE with KEY a Python identifier")
+        try:
+            params[key] = json.loads(text)
+        except ValueError:
+            params[key] = text
+    return params
 
 
 def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
@@ -73,53 +112,35 @@ def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
 
 
 def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> Path:
-    """Runs the command; returns the output directory. Raises InvalidOptionError (usage),
-    MissingDependencyError (torch, pyarrow, matplotlib) or OSError."""
-    from .config import FULL, GPU, QUICK
-
-    if args.quick and args.docs:
-        raise InvalidOptionError("--docs writes the committed page; it takes the full run, not --quick")
+    """Runs the command (through :func:`mpo_rs.reproduce.api.run_config`, as ``compare``
+    does); returns the output directory. Raises InvalidOptionError (usage),
+    InvalidConfigError (--env), MissingDependencyError (torch, pyarrow, matplotlib) or OSError."""
+    if args.quick and args.budget not in (None, "quick"):
+        raise InvalidOptionError(f"--quick is --budget quick; it cannot be combined with --budget {args.budget}")
+    budget = "quick" if args.quick else (args.budget or "full")
+    if args.docs and (budget != "full" or args.env):
+        raise InvalidOptionError(
+            "--docs writes the committed page; it takes the full run, not --quick, --budget or --env"
+        )
+    arms = None
+    if args.arms is not None:
+        arms = [key.strip() for key in args.arms.split(",") if key.strip()]
+        if not arms:
+            raise InvalidOptionError("--arms: give at least one arm key, e.g. --arms mpo,ppo")
     for name in ("workers", "seeds"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InvalidOptionError(f"--{name} must be at least 1, got {value}")
-    config = QUICK if args.quick else FULL
-    if args.device == "cuda":
-        config = dataclasses.replace(GPU, budget=QUICK.budget, seeds=1) if args.quick else GPU
-    config = config.with_overrides(seeds=args.seeds, workers=args.workers)
-    if args.out:
-        out = Path(args.out)
-    elif args.quick:
-        out = Path(tempfile.mkdtemp(prefix="mpo-reproduce-quick-"))
-    else:
-        out = Path("reproduce-out")
-    from .._deps import require
-
-    require("torch", "mpo-rs reproduce", "torch")
-    require("pyarrow", "mpo-rs reproduce", "arrow")
-    require("matplotlib", "mpo-rs reproduce", "plot")
-    if config.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise InvalidOptionError("--device cuda: torch sees no CUDA device")
-    from .report import write_report
-    from .run import run_all
-
-    claim_output_dir(out, config.config_hash(), overwrite=args.overwrite)
-    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    t0 = time.perf_counter()
-    note(
-        f"{config.name} configuration ({config.config_hash()}): {len(config.arms)} arms x {config.seeds} seed(s), "
-        f"{config.workers} worker(s), output in {out}"
+    if args.first_seed is not None and args.first_seed < 0:
+        raise InvalidOptionError(f"--first-seed must be at least 0, got {args.first_seed}")
+    config = build_config(
+        args.env,
+        env_params=_env_params(args.env_param),
+        arms=arms,
+        seeds=args.seeds,
+        first_seed=args.first_seed,
+        budget=budget,
+        device=args.device,
+        workers=args.workers,
     )
-    runs = run_all(config, out, note=note)
-    meta: dict[str, Any] = {
-        "wall_s": time.perf_counter() - t0,
-        "workers": config.workers,
-        "started": started,
-        "cpus": os.cpu_count(),
-    }
-    write_report(runs, config, out, meta, docs_dir=args.docs, note=note)
-    note(f"done in {meta['wall_s'] / 60:.1f} min")
-    return out
+    return run_config(config, args.out, overwrite=args.overwrite, docs=args.docs, note=note).out

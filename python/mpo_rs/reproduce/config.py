@@ -6,8 +6,18 @@ arm fixes only the advantage estimator and its knobs, the importance-sampling ra
 the advantage scale. Arms that ablate one knob of MPO differ from MPO in that knob alone
 (``tests/test_reproduce.py`` checks it).
 
-Three committed configurations: :data:`QUICK` (a smoke test, every arm one seed),
-:data:`FULL` (the reported CPU run) and :data:`GPU` (bigger model, longer horizon).
+The tasks: the three that meet MPO's premise (``search``, the main task, ``multi_hop``,
+``frozen_lake``) and the two controls (``key_door``, ``guess_number``). Table 1's arms run
+on every task (keys ``<prefix><method>``, :data:`TASK_PREFIX`); MPO's public relatives
+(AReaL's turn-level GAE, RAGEN's bi-level GAE), the β sweep, the (λ, λ_intra) grid and the
+advantage-scale ablation run on the main task. Every arm starts from the base policy of its
+(task, seed) and every critic arm from the same warmed-up critic (:class:`BasePolicy`,
+:class:`CriticWarmup`, :mod:`mpo_rs.reproduce.base`).
+
+Four committed configurations: :data:`QUICK` (a smoke test, every arm one seed),
+:data:`PILOT` (FULL's protocol on seeds of its own, to size FULL's seeds:
+:mod:`mpo_rs.reproduce.plan`), :data:`FULL` (the reported CPU run) and :data:`GPU` (bigger
+model, longer horizon).
 
 **Advantage scale, one rule for every arm** (:data:`ADVANTAGE_SCALE_RULE`): no arm's
 advantages are rescaled by statistics of the batch. GRPO and GSPO keep the normalisation
@@ -19,7 +29,8 @@ the critic arms whitened as verl does, before this rule was fixed), PPO and MPO 
 2.63 -> 0.40 for PPO) while GRPO reached 0.83, and the same two arms unwhitened reached
 0.25 each. On a sparse terminal reward most batches hold no success; whitening blows
 their advantages -- the critic's errors -- up to the scale of a real signal, while GRPO's
-all-zero groups contribute exactly 0. The final runs use seeds 1-5, not the pilot's 0.
+all-zero groups contribute exactly 0. The final runs never use the pilot's seed 0 (nor
+:data:`PILOT`'s seeds).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +50,12 @@ __all__ = [
     "CONFIGS",
     "FULL",
     "GPU",
+    "PILOT",
     "QUICK",
     "Arm",
+    "BasePolicy",
     "Budget",
+    "CriticWarmup",
     "ModelSpec",
     "ReproduceConfig",
     "TaskSpec",
@@ -69,33 +84,45 @@ class Arm:
     label: str
     """Name in tables and figures."""
     family: str
-    """``table1``, ``beta``, ``lambda``, ``scale`` (KeyDoor) or ``turns`` (GuessNumber)."""
+    """``table1`` (on every task), ``relatives`` (MPO's public relatives), ``beta``,
+    ``lambda`` or ``scale`` (on the main task)."""
     task: str
     """Registry name of the environment (``mpo_rs.envs.make``)."""
     estimator: str
-    """``grpo``, ``gae`` or ``mae``; with the knobs below, :meth:`estimator_spec`."""
+    """``grpo``, ``gae``, ``mae`` or ``bilevel``; with the knobs below, :meth:`estimator_spec`."""
     ratio: str
     """Importance-sampling ratio: ``token``, ``turn`` or ``sequence`` (GSPO)."""
     advantage_scale: str
     """``group-std`` (GRPO: (score - group mean) / group std), ``whiten`` (over the batch's
     policy tokens, as verl does for GAE) or ``none``."""
     lam: float | None = None
-    """GAE's lambda, or MAE's turn-level lambda; None for GRPO."""
+    """GAE's lambda, MAE's turn-level lambda or the bi-level GAE's lambda; None for GRPO."""
     lam_intra: float = 0.95
     beta: float = 1.0
     lam_critic: float = 1.0
     """Lambda of the critic's targets: 1 = Monte-Carlo returns, for every critic."""
+    high_level_gamma: float | None = None
+    """The bi-level GAE's turn-level discount; None for the other estimators."""
+
+    @property
+    def trains_critic(self) -> bool:
+        """Whether the arm's advantages need a critic (everything but the group family): the
+        arms that get the critic warm-up."""
+        return self.estimator != "grpo"
 
     def estimator_spec(self) -> Estimator:
         """The arm's estimator with its options, for the learner: MAE with ``lam``,
         ``lam_intra``, ``beta`` and ``lam_critic``; GAE with ``lam`` and ``lam_critic``;
-        GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by the group's
-        std). Options the arm leaves None take the table's defaults."""
+        the bi-level GAE with ``lam`` and ``high_level_gamma``; GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by
+        the group's std). Options the arm leaves None take the table's defaults."""
         if self.estimator == "grpo":
             return Estimator("grpo" if self.advantage_scale == "group-std" else "drgrpo")
         knobs: dict[str, Any] = {"lam": self.lam, "lam_critic": self.lam_critic}
         if self.estimator == "mae":
             knobs.update(lam_intra=self.lam_intra, beta=self.beta)
+        if self.estimator == "bilevel":
+            # RAGEN's returns are A + V: the table's bilevel row has no lam_critic.
+            knobs = {"lam": self.lam, "high_level_gamma": self.high_level_gamma}
         return Estimator(self.estimator, **{k: v for k, v in knobs.items() if v is not None})
 
     def __post_init__(self) -> None:
@@ -105,21 +132,65 @@ class Arm:
             raise InvalidConfigError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
 
 
-def _mpo(key: str, label: str, family: str, task: str = "key_door", **knobs: Any) -> Arm:
+MAIN_TASK = "search"
+"""The main task: Table 1 there keeps the unprefixed arm keys, and the β sweep, the (λ, λ_intra)
+grid, the advantage-scale ablation and the relatives run there."""
+TASK_PREFIX = {"search": "", "multi_hop": "hop_", "frozen_lake": "lake_", "key_door": "door_", "guess_number": "guess_"}
+"""Arm keys are ``<prefix><method>``: ``mpo`` (search), ``hop_mpo``, ``lake_mpo``, ``door_mpo``, ``guess_mpo``."""
+PREMISE_TASKS = ("search", "multi_hop", "frozen_lake")
+"""The tasks that meet MPO's premise (measured before training, docs/envs.md)."""
+CONTROL_TASKS = ("key_door", "guess_number")
+"""The controls: KeyDoor fails the premise; GuessNumber's chance is above the base band."""
+
+
+def _mpo(key: str, label: str, family: str, task: str = MAIN_TASK, **knobs: Any) -> Arm:
     base = dict(estimator="mae", ratio="turn", advantage_scale="none", lam=0.8, lam_intra=0.95, beta=1.0)
     base.update(knobs)
     return Arm(key, label, family, task, **base)  # type: ignore[arg-type]
 
 
-def _arms() -> tuple[Arm, ...]:
-    table1 = (
-        Arm("grpo", "GRPO", "table1", "key_door", "grpo", "token", "group-std"),
-        Arm("gspo", "GSPO", "table1", "key_door", "grpo", "sequence", "group-std"),
-        Arm("ppo", "PPO", "table1", "key_door", "gae", "token", "none", lam=0.95),
-        _mpo("mpo_token_is", "MPO w/ token IS", "table1", ratio="token"),
-        _mpo("mpo", "MPO", "table1"),
+def _table1(task: str) -> tuple[Arm, ...]:
+    p = TASK_PREFIX[task]
+    return (
+        Arm(f"{p}grpo", "GRPO", "table1", task, "grpo", "token", "group-std"),
+        Arm(f"{p}gspo", "GSPO", "table1", task, "grpo", "sequence", "group-std"),
+        Arm(f"{p}ppo", "PPO", "table1", task, "gae", "token", "none", lam=0.95),
+        _mpo(f"{p}mpo_token_is", "MPO w/ token IS", "table1", task, ratio="token"),
+        _mpo(f"{p}mpo", "MPO", "table1", task),
     )
-    # beta = 1 and (lam, lam_intra) = (0.80, 0.95) are the MPO arm itself.
+
+
+def _relatives(task: str) -> tuple[Arm, ...]:
+    """MPO's public relatives: what a user could use instead (mpo-spec §2.4)."""
+    p = TASK_PREFIX[task]
+    # AReaL's turn-level GAE (gae_timestep_unit "turn"): gamma*lambda once per turn, the value at
+    # the turn's first token, broadcast -- MAE with beta = 0 -- under a token ratio. It differs from
+    # MPO in beta and the ratio, and from the beta = 0 arm in the ratio alone.
+    out = [_mpo(f"{p}areal_turn_gae", "turn-level GAE (AReaL)", "relatives", task, beta=0.0, ratio="token")]
+    # RAGEN's bi-level GAE: a turn-level GAE (high_level_gamma), then a token GAE inside each turn
+    # from the turn's return; not mean-preserving. lam = high_level_gamma = 0.95 as RAGEN's and
+    # VAGEN's scripts set them, gamma the table's default. RAGEN whitens the advantages over the
+    # batch; here, by the one advantage-scale rule, they stay in reward units.
+    out.append(
+        Arm(
+            f"{p}ragen_bilevel",
+            "bi-level GAE (RAGEN)",
+            "relatives",
+            task,
+            "bilevel",
+            "token",
+            "none",
+            lam=0.95,
+            high_level_gamma=0.95,
+        )
+    )
+    return tuple(out)
+
+
+def _arms() -> tuple[Arm, ...]:
+    table1 = tuple(arm for task in (*PREMISE_TASKS, *CONTROL_TASKS) for arm in _table1(task))
+    relatives = _relatives(MAIN_TASK)
+    # beta = 1 and (lam, lam_intra) = (0.80, 0.95) are the MPO arm itself (on the main task).
     beta = tuple(_mpo(f"mpo_beta{b:g}", f"MPO β={b:g}", "beta", beta=b) for b in (0.0, 0.5, 1.5, 2.0))
     grid = tuple(
         _mpo(
@@ -133,22 +204,17 @@ def _arms() -> tuple[Arm, ...]:
     )
     # The advantage scale: the critic-based arms of Table 1, whitened over the batch as verl does.
     scale = (
-        Arm("ppo_whiten", "PPO, whitened", "scale", "key_door", "gae", "token", "whiten", lam=0.95),
+        Arm("ppo_whiten", "PPO, whitened", "scale", MAIN_TASK, "gae", "token", "whiten", lam=0.95),
         _mpo("mpo_whiten", "MPO, whitened", "scale", advantage_scale="whiten"),
     )
-    turns = (
-        Arm("guess_grpo", "GRPO", "turns", "guess_number", "grpo", "token", "group-std"),
-        Arm("guess_ppo", "PPO", "turns", "guess_number", "gae", "token", "none", lam=0.95),
-        _mpo("guess_mpo", "MPO", "turns", task="guess_number"),
-    )
-    return table1 + beta + grid + scale + turns
+    return table1 + relatives + beta + grid + scale
 
 
 ARMS: tuple[Arm, ...] = _arms()
 """Every arm, in report order."""
 
 BETA_SWEEP = {0.0: "mpo_beta0", 0.5: "mpo_beta0.5", 1.0: "mpo", 1.5: "mpo_beta1.5", 2.0: "mpo_beta2"}
-"""β (Table 3) -> arm key; β = 1 is the MPO arm."""
+"""β (Table 3) -> arm key; β = 1 is the MPO arm (the main task)."""
 LAMBDA_GRID = {
     (0.80, 0.95): "mpo",
     (0.60, 0.95): "mpo_lam0.6_0.95",
@@ -156,7 +222,7 @@ LAMBDA_GRID = {
     (0.80, 0.90): "mpo_lam0.8_0.9",
     (0.80, 1.00): "mpo_lam0.8_1",
 }
-"""(λ, λ_intra) (Table 2) -> arm key; (0.80, 0.95) is the MPO arm."""
+"""(λ, λ_intra) (Table 2) -> arm key; (0.80, 0.95) is the MPO arm (the main task)."""
 
 
 @dataclass(frozen=True)
@@ -183,10 +249,65 @@ class Budget:
     """Rollouts per held-out task at temperature 1 (pass@k for k up to this)."""
     diagnose_tasks: int
     """Held-out tasks rolled out at the end with the critic's values (the diagnosis log)."""
+    critic_lr: float | None = None
+    """Adam's learning rate for the critic (its warm-up too); None = ``lr``."""
+
+    @property
+    def critic_learning_rate(self) -> float:
+        return self.lr if self.critic_lr is None else self.critic_lr
 
     @property
     def episodes_per_update(self) -> int:
         return self.tasks_per_update * self.group_size
+
+
+@dataclass(frozen=True)
+class BasePolicy:
+    """Where every arm of a seed starts ("start where the paper starts"): the policy behaviour-
+    cloned from a noisy oracle (:class:`mpo_rs.envs.premise.NoisyOracle`: each turn, with
+    probability eps, the oracle's action is replaced by a random one, well formed with
+    probability ``well_formed``), so that its held-out success is in the paper's base band
+    (:data:`BASE_BAND`). One per (task, seed), made once and shared by every arm of the seed
+    (:mod:`mpo_rs.reproduce.base`)."""
+
+    noise: tuple[tuple[str, float], ...]
+    """Task -> eps of the demonstrations, set per task so that the *cloned* policy's held-out
+    success lands in the band (measured: docs/envs.md, "Base policies")."""
+    episodes: int
+    """Noisy-oracle demonstrations per (task, seed)."""
+    steps: int
+    """Optimizer steps of behaviour cloning (cross-entropy on the policy tokens)."""
+    batch_size: int
+    """Demonstrations per step."""
+    lr: float
+    well_formed: float = 0.5
+    """Of the replaced turns, the share that are a uniformly drawn well-formed action (the rest:
+    K uniform tokens), as in the premise measurement."""
+
+    def eps(self, task: str) -> float:
+        for name, eps in self.noise:
+            if name == task:
+                return eps
+        raise InvalidConfigError(f"BasePolicy: no noise level for task {task!r}; it has {[n for n, _ in self.noise]}")
+
+
+@dataclass(frozen=True)
+class CriticWarmup:
+    """VAPO's value pretraining, the same for every arm that trains a critic: before RL, the
+    critic (the base policy's trunk with a zero value head) is fitted to the Monte-Carlo returns
+    of base-policy rollouts for a fixed number of steps, at ``Budget.critic_lr``. One per (task,
+    seed), shared by every critic arm of the seed."""
+
+    episodes: int
+    """Base-policy rollouts fitted (tasks x the budget's group size)."""
+    steps: int
+    """Critic optimizer steps (Adam, a fresh one; the RL critic optimizer starts afresh too)."""
+    batch_size: int
+    """Trajectories per step, drawn at random without replacement within a step."""
+
+
+BASE_BAND = (0.10, 0.25)
+"""The held-out success the base policies are set for (the paper's base models: 9-25%)."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +339,11 @@ class ReproduceConfig:
     workers: int = 2
     arms: tuple[Arm, ...] = field(default=ARMS)
     first_seed: int = 0
-    """Runs use seeds first_seed, ..., first_seed + seeds - 1 (FULL skips the pilot's seed 0)."""
+    """Runs use seeds first_seed, ..., first_seed + seeds - 1 (FULL skips the pilot's seeds)."""
+    base: BasePolicy | None = None
+    """The base policies every arm starts from; None = from a random initialisation."""
+    warmup: CriticWarmup | None = None
+    """The critic warm-up of every arm that trains a critic; None = none (a zero value head)."""
 
     @property
     def seed_list(self) -> tuple[int, ...]:
@@ -246,12 +371,43 @@ class ReproduceConfig:
         payload.pop("workers")
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
+    def with_arms(self, keys: Sequence[str]) -> ReproduceConfig:
+        """Only the arms ``keys`` (a sequence of arm keys), in this configuration's order;
+        an unknown key is an InvalidOptionError naming the known ones."""
+        known = [arm.key for arm in self.arms]
+        unknown = [key for key in keys if key not in known]
+        if unknown or not keys:
+            raise InvalidOptionError(
+                f"unknown arm(s) {', '.join(map(repr, unknown)) or '(none given)'}; known: {', '.join(known)}"
+            )
+        return dataclasses.replace(self, arms=tuple(arm for arm in self.arms if arm.key in set(keys)))
+
     def with_overrides(self, **changes: Any) -> ReproduceConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 KEY_DOOR = TaskSpec("key_door")  # the defaults: 8 turns of 16 tokens (T·K = 128)
 GUESS_NUMBER = TaskSpec("guess_number")  # the defaults: 16 values, 6 guesses, 2 tokens
+SEARCH = TaskSpec("search")  # the defaults: 10 turns of 3 tokens, 16 answers, hit_prob 0.1
+MULTI_HOP = TaskSpec("multi_hop")  # the defaults: 5 hops in 9 turns of 3 tokens
+FROZEN_LAKE = TaskSpec("frozen_lake")  # RAGEN's 4x4 slippery map, 10 turns of 3 tokens
+TASKS = (KEY_DOOR, SEARCH, FROZEN_LAKE, MULTI_HOP, GUESS_NUMBER)
+"""Every task, the costliest per update first (``run_all`` starts those first)."""
+
+BASE_NOISE = (
+    ("search", 0.0),
+    ("multi_hop", 0.1),
+    ("frozen_lake", 0.86),
+    ("key_door", 0.55),
+    ("guess_number", 1.0),
+)
+"""The demonstrations' eps per task, chosen (before any RL run) so that FULL's cloned base
+policy succeeds 10-25% of the time on 256 held-out tasks; measured with
+:func:`mpo_rs.reproduce.base.calibrate`'s protocol (docs/envs.md, "Base policies"). The clone
+is worse than the noisy oracle it imitates (a width-64 model after 500 steps), so the eps are
+at or below the premise measurement's: on ``search`` the clone of the oracle itself (eps 0)
+succeeds ~0.20 where the oracle succeeds 0.44. On ``guess_number`` no noise brings the base
+into the band: the uniformly random policy (eps 1) already succeeds 0.265."""
 
 QUICK = ReproduceConfig(
     name="quick",
@@ -273,18 +429,27 @@ QUICK = ReproduceConfig(
     ),
     model=ModelSpec(width=32, layers=1, heads=2),
     # A short corridor: the smoke test checks that everything runs, not what is learnt.
-    tasks=(TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))), GUESS_NUMBER),
+    tasks=(
+        TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))),
+        SEARCH,
+        FROZEN_LAKE,
+        MULTI_HOP,
+        GUESS_NUMBER,
+    ),
+    # The same steps as FULL, a few of each: the base policies barely move from the initialisation.
+    base=BasePolicy(noise=BASE_NOISE, episodes=16, steps=3, batch_size=8, lr=3e-3),
+    warmup=CriticWarmup(episodes=16, steps=3, batch_size=8),
 )
 
 FULL = ReproduceConfig(
     name="full",
-    seeds=5,
-    # Sized from measurements on the 2-core machine: one run's update (sampling 24 episodes,
-    # the critic's values, one PPO epoch of 3 minibatches) takes ~1.0 s alone and ~1.3 s
-    # with two worker processes (two processes give ~1.35x the throughput of one), so 75
-    # KeyDoor runs of 100 updates and 15 cheap GuessNumber runs take ~90 min -- over the
-    # 60 min target. Fewer updates leave no arm well above chance (a pilot at 75 updates:
-    # 0.08-0.19), so the budget keeps the updates and states the time.
+    # The pilot's seed count until the pilot has run: then plan.sizing(pilot runs) gives the
+    # seeds (capped by the time budget) and the lead commits them here, before the final runs.
+    seeds=4,
+    # The old FULL's budget per run (100 updates of 24 episodes), with 256 held-out episodes
+    # per evaluation (the plan's final metric). Measured on today's harness (CPU seconds of one
+    # process, see plan.py): ~650 s per seed for the 36 arms, the base policies and warm-ups
+    # included, ~520 s of two-worker wall time: 4 seeds ~35 min, the plan's cap of 12 ~105 min.
     budget=Budget(
         updates=100,
         tasks_per_update=6,
@@ -296,14 +461,21 @@ FULL = ReproduceConfig(
         entropy_coef=0.0,
         max_grad_norm=1.0,
         eval_every=25,
-        eval_tasks=16,
+        eval_tasks=64,
         eval_samples=4,
         diagnose_tasks=32,
+        critic_lr=1e-3,
     ),
     model=ModelSpec(width=64, layers=2, heads=2),
-    tasks=(KEY_DOOR, GUESS_NUMBER),
+    tasks=TASKS,
     first_seed=1,
+    base=BasePolicy(noise=BASE_NOISE, episodes=512, steps=500, batch_size=32, lr=3e-3),
+    warmup=CriticWarmup(episodes=1024, steps=100, batch_size=32),
 )
+
+PILOT = dataclasses.replace(FULL, name="pilot", seeds=4, first_seed=1001)
+"""FULL's protocol on seeds of its own (1001-1004), never used by FULL: its paired standard
+deviations size FULL's seeds (:func:`mpo_rs.reproduce.plan.sizing`); its runs are reported."""
 
 GPU = ReproduceConfig(
     name="gpu",
@@ -322,18 +494,20 @@ GPU = ReproduceConfig(
         eval_tasks=64,
         eval_samples=8,
         diagnose_tasks=128,
+        critic_lr=5e-4,
     ),
     model=ModelSpec(width=128, layers=4, heads=4),
-    tasks=(
-        TaskSpec("key_door", (("max_turns", 16),)),
-        TaskSpec("guess_number", (("num_values", 64), ("max_turns", 10))),
-    ),
+    # FULL's tasks, KeyDoor longer; the noise levels are FULL's (measured for FULL's model:
+    # a bigger model clones better, so re-measure with mpo_rs.reproduce.base.calibrate there).
+    tasks=(TaskSpec("key_door", (("max_turns", 16),)), SEARCH, FROZEN_LAKE, MULTI_HOP, GUESS_NUMBER),
     device="cuda",
     workers=1,
     first_seed=1,
+    base=BasePolicy(noise=BASE_NOISE, episodes=2048, steps=1000, batch_size=64, lr=1e-3),
+    warmup=CriticWarmup(episodes=2048, steps=600, batch_size=64),
 )
 
-CONFIGS = {c.name: c for c in (QUICK, FULL, GPU)}
+CONFIGS = {c.name: c for c in (QUICK, PILOT, FULL, GPU)}
 
 
 def get_config(name: str) -> ReproduceConfig:

@@ -1,10 +1,12 @@
 """One run of the reproduction: an arm trained from one seed (needs torch).
 
 A run builds the policy (:class:`~mpo_rs.torch.models.TinyCausalLM`) and a critic
-(:func:`~mpo_rs.torch.critic.value_head_critic`) for every arm -- GRPO's critic is trained
-on Monte-Carlo returns but its values are not used, so its value structure can still be
-measured -- then alternates :func:`~mpo_rs.torch.sampler.sample` and
-:meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
+(:func:`~mpo_rs.torch.critic.value_head_critic`); the critic is trained only by the arms
+whose estimator reads its values (GAE, MAE): a critic-free arm (GRPO, GSPO) computes no
+values and trains no critic, so its policy's updates are the same as with one, at about
+half the learner's cost (its explained variance is NaN and its end-of-run rollout log
+carries the untrained critic's zeros, ``critic_trained`` False). It then alternates
+:func:`~mpo_rs.torch.sampler.sample` and :meth:`Learner.step <mpo_rs.torch.learner.Learner.step>`. Every update logs success,
 entropy, the critic's explained variance, turns and response length, advantage statistics
 and timing; every ``eval_every`` updates the policy is evaluated on held-out seeds. At the
 end, rollouts of held-out tasks with the critic's values are written as a Parquet
@@ -39,14 +41,14 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.run", "torch", _e) from None
 
-from ..envs import make
 from ..exceptions import InvalidOptionError
+from ..torch.advantages import as_estimator
 from ..torch.batching import chunks, pad_rows
 from ..torch.critic import value_head_critic
 from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
 from ..torch.metrics import explained_variance
-from ..torch.models import TinyCausalLM
 from ..torch.sampler import sample
+from .api import make_env
 from .config import Arm, ReproduceConfig
 
 __all__ = [
@@ -147,6 +149,43 @@ def _evaluate(
     return row
 
 
+def starting_models(
+    config: ReproduceConfig, arm: Arm, seed: int, out_dir: str | Path | None = None
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The policy ``arm`` starts from -- the base policy of (task, seed) when the
+    configuration has base policies (:mod:`.base`, cached in ``out_dir/base``), else the
+    random initialisation ``torch.manual_seed(seed)`` -- and ``{"critic", "base",
+    "warmup"}``: the critic (the warmed-up one for an arm that trains a critic when the
+    configuration has a warm-up, else ``value_head_critic(policy)``, values 0) and what was
+    measured making the two (None when not made)."""
+    from .base import base_policy, new_policy, warm_critic
+
+    base_info = warm_info = None
+    if config.base is not None:
+        policy, base_info = base_policy(config, arm.task, seed, out_dir)
+    else:
+        policy = new_policy(config, arm.task, seed)
+    if config.warmup is not None and arm.trains_critic:
+        critic, warm_info = warm_critic(config, arm.task, seed, policy, out_dir)
+    else:
+        critic = value_head_critic(policy)
+    return policy, {"critic": critic, "base": base_info, "warmup": warm_info}
+
+
+def prepare(config: ReproduceConfig, task: str, seed: int, out_dir: str | Path, critic: bool) -> dict[str, Any]:
+    """Makes (or finds) the base policy of (``task``, ``seed``) (when the configuration has
+    them) and, with ``critic``, its warmed-up critic under ``out_dir/base``; what was measured."""
+    from .base import base_policy, new_policy, warm_critic
+
+    started = time.perf_counter()
+    if config.base is not None:
+        policy, base_info = base_policy(config, task, seed, out_dir)
+    else:
+        policy, base_info = new_policy(config, task, seed), None
+    warm_info = warm_critic(config, task, seed, policy, out_dir)[1] if critic and config.warmup is not None else None
+    return {"task": task, "seed": seed, "base": base_info, "warmup": warm_info, "wall_s": time.perf_counter() - started}
+
+
 def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Trains ``arm_key`` from ``seed``; returns ``{"arm", "seed", "curve", "evals",
     "wall_s", "rollout_log"}`` (curve: one dict per update; evals: one per evaluation).
@@ -159,30 +198,22 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
     task = config.task(arm.task)
 
     def env_factory() -> Any:
-        return make(task.name, **task.kwargs())
+        return make_env(task)  # a registry name, or a user's module:factory
 
-    probe = env_factory()
-    max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
-
-    torch.manual_seed(seed)
-    policy = TinyCausalLM(
-        probe.vocab_size,
-        width=config.model.width,
-        layers=config.model.layers,
-        heads=config.model.heads,
-        max_len=max(256, max_len),
-    ).to(device)
-    critic = value_head_critic(policy)
+    # Every arm of the seed starts from the same policy (the base policy, or the same random
+    # initialisation) and every critic arm from the same critic (warmed up, or a zero head).
+    policy, start = starting_models(config, arm, seed, out_dir)
+    critic = start.pop("critic")
     policy_opt = torch.optim.Adam(policy.parameters(), budget.lr)
-    critic_opt = torch.optim.Adam(critic.parameters(), budget.lr)
+    critic_opt = torch.optim.Adam(critic.parameters(), budget.critic_learning_rate)
     cfg = learner_config(arm, config, seed)
-    try:
+    # A group estimator never reads the values: no critic pass, no critic training (the
+    # actor's updates do not depend on them, nor on the critic's, which shuffle apart).
+    critic_trained = as_estimator(cfg.estimator).family != "group"
+    if critic_trained:
         learner = Learner(policy, policy_opt, cfg, critic=critic, critic_optimizer=critic_opt)
-        critic_trained = True
-    except InvalidOptionError:
-        # A learner whose GRPO is critic-free: the critic stays untrained (EV is reported as-is).
+    else:
         learner = Learner(policy, policy_opt, cfg)
-        critic_trained = False
     gen = torch.Generator(device=device).manual_seed(seed)
 
     curve: list[dict[str, float]] = []
@@ -202,15 +233,15 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
         )
         t1 = time.perf_counter()
         batch = rollouts.batch
-        values = _values(critic, batch, device, budget.minibatch_size)
-        batch = dataclasses.replace(batch, values=values)
         on_policy = batch.mask
-        ev = explained_variance(values[on_policy], _mc_returns(batch)[on_policy])
+        ev = math.nan
+        if critic_trained:
+            values = _values(critic, batch, device, budget.minibatch_size)
+            batch = dataclasses.replace(batch, values=values)
+            ev = explained_variance(values[on_policy], _mc_returns(batch)[on_policy])
         t2 = time.perf_counter()
         metrics = learner.step(batch)
         t3 = time.perf_counter()
-        if not critic_trained:
-            ev = math.nan
         stats = rollouts.stats
         row = {
             "update": float(update),
@@ -252,6 +283,7 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
         "curve": curve,
         "evals": evals,
         "critic_trained": critic_trained,
+        **start,
         "wall_s": time.perf_counter() - started,
         "rollout_log": rollout_log,
     }
@@ -411,6 +443,8 @@ def run_all(
         note(f"run {len(results)}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({result['wall_s']:.0f} s)")
 
     try:
+        if order:
+            _prepare_all(config, out_dir, workers, note, {jobs[i][2] for i in order})
         if workers == 1 or config.device != "cpu" or len(order) <= 1:
             _run_here(config, jobs, order, finished)
         else:
@@ -424,25 +458,63 @@ def run_all(
     return [results[i] for i in range(len(jobs))]
 
 
-def _run_here(config: ReproduceConfig, jobs: list[Any], order: list[int], finished: Any) -> None:
+def _prepare_job(args: tuple[ReproduceConfig, str, int, str, bool]) -> dict[str, Any]:
+    return prepare(*args)
+
+
+def _prepare_all(config: ReproduceConfig, out_dir: str | Path, workers: int, note: Any, seeds: set[int]) -> None:
+    """The base policies (and warmed-up critics) the runs of ``seeds`` need, made before
+    the runs -- in ``workers`` processes -- so that no two runs make the same one; those
+    already under ``out_dir/base`` are kept."""
+    from .base import is_cached
+
+    needed: dict[tuple[str, int], bool] = {}
+    for arm in config.arms:
+        for seed in sorted(seeds):
+            needed[arm.task, seed] = needed.get((arm.task, seed), False) or arm.trains_critic
+    jobs = [
+        (config, task, seed, str(out_dir), critic)
+        for (task, seed), critic in needed.items()
+        if (config.base is not None or (critic and config.warmup is not None))
+        and not is_cached(config, task, seed, out_dir, critic=critic)
+    ]
+    if not jobs:
+        return
+
+    def made(i: int, result: dict[str, Any]) -> None:
+        base, warm = result["base"], result["warmup"]
+        parts = [] if base is None else [f"base policy held-out success {base['held_out_success']:.3f}"]
+        if warm is not None:
+            parts.append(f"critic warm-up explained variance {warm['explained_variance']:.2f}")
+        note(f"{result['task']} seed {result['seed']}: {', '.join(parts)} ({result['wall_s']:.0f} s)")
+
+    order = list(range(len(jobs)))
+    if workers == 1 or config.device != "cpu" or len(jobs) <= 1:
+        _run_here(config, jobs, order, made, _prepare_job)
+    else:
+        _run_in_pool(workers, jobs, order, made, _prepare_job)
+
+
+def _run_here(config: ReproduceConfig, jobs: list[Any], order: list[int], finished: Any, fn: Any = None) -> None:
+    fn = _job if fn is None else fn
     previous = torch.get_num_threads()
     if config.device == "cpu":
         torch.set_num_threads(1)
     try:
         for i in order:
-            finished(i, _job(jobs[i]))
+            finished(i, fn(jobs[i]))
     finally:
         torch.set_num_threads(previous)
 
 
-def _run_in_pool(workers: int, jobs: list[Any], order: list[int], finished: Any) -> None:
+def _run_in_pool(workers: int, jobs: list[Any], order: list[int], finished: Any, fn: Any = None) -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
     try:
-        futures = {pool.submit(_job, jobs[i]): i for i in order}
+        futures = {pool.submit(_job if fn is None else fn, jobs[i]): i for i in order}
         pending = set(futures)
         while pending:
             # A bounded wait, so a signal's handler runs promptly in this thread.

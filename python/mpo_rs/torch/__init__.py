@@ -2,7 +2,7 @@
 
 * advantages from padded ``(B, L)`` tensors, the layout of trainers (verl, OpenRLHF, TRL,
   slime, NeMo-RL): :func:`mae_advantages`, :func:`gae_advantages`,
-  :func:`group_advantages`, and :func:`whiten` (verl's ``masked_whiten``) -- from
+  :func:`bilevel_advantages`, :func:`group_advantages`, and :func:`whiten` (verl's ``masked_whiten``) -- from
   :mod:`mpo_rs.torch.padded`; the critic-free MAE :func:`mae_group_advantages` (the group
   baseline as the value) -- from :mod:`mpo_rs.torch.critic_free`;
 * :class:`RolloutBatch` (:mod:`mpo_rs.torch.batch`), the flat batch of the learner;
@@ -30,7 +30,15 @@ from .batch import RolloutBatch
 from .critic_free import mae_group_advantages
 from .learner import Learner, LearnerConfig
 from .losses import policy_loss, value_loss
-from .padded import OBSERVATION_REWARDS, PaddedBatch, gae_advantages, group_advantages, mae_advantages, whiten
+from .padded import (
+    OBSERVATION_REWARDS,
+    PaddedBatch,
+    bilevel_advantages,
+    gae_advantages,
+    group_advantages,
+    mae_advantages,
+    whiten,
+)
 
 __all__ = [
     "OBSERVATION_REWARDS",
@@ -38,6 +46,7 @@ __all__ = [
     "LearnerConfig",
     "PaddedBatch",
     "RolloutBatch",
+    "bilevel_advantages",
     "gae_advantages",
     "group_advantages",
     "mae_advantages",

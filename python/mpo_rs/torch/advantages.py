@@ -3,7 +3,7 @@
 
 The estimator is a name or an ``Estimator`` (options resolved once, by the Rust options
 table, :func:`mpo_rs.options.resolve`); every estimator of the table works: ``mae``,
-``gae`` (critic estimators: advantages and critic targets from the values) and the group
+``gae``, ``bilevel`` (critic estimators: advantages and critic targets from the values) and the group
 family ``grpo``, ``drgrpo``, ``rloo`` (critic-free: one advantage per trajectory from the
 group baseline, written on its policy tokens). A group estimator used with a critic gives
 the critic discounted Monte-Carlo returns as targets (:func:`critic_targets_estimator`).
@@ -11,6 +11,7 @@ the critic discounted Monte-Carlo returns as targets (:func:`critic_targets_esti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -30,9 +31,10 @@ from .batch import RolloutBatch
 
 __all__ = ["NATURAL_RATIO", "as_estimator", "critic_targets_estimator", "estimate", "natural_ratio"]
 
-NATURAL_RATIO = {"mae": "turn", "gae": "token", "group": "token"}
+NATURAL_RATIO = {"mae": "turn", "gae": "token", "group": "token", "bilevel": "token"}
 """The policy loss's ratio per estimator family when the learner is not told one: MPO
-updates with the turn ratio, PPO and the GRPO family with token ratios."""
+updates with the turn ratio, PPO, RAGEN's bi-level GAE and the GRPO family with token
+ratios."""
 
 
 def as_estimator(estimator: Any, name: str = "estimator") -> Estimator:
@@ -62,6 +64,14 @@ def _monte_carlo(gamma: float) -> Estimator:
     return Estimator("gae", gamma=gamma, lam=1.0, lam_critic=1.0)
 
 
+# The critic families' functions; every result has ``advantages`` and ``returns``.
+_CRITIC_ESTIMATORS: dict[str, Callable[..., estimators.MAEResult | estimators.GAEResult | estimators.BiLevelResult]] = {
+    "mae": estimators.mae_advantages,
+    "gae": estimators.gae_advantages,
+    "bilevel": estimators.bilevel_advantages,
+}
+
+
 def estimate(
     estimator: Estimator, batch: RolloutBatch, values: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -88,6 +98,6 @@ def estimate(
         raise InvalidRolloutError(
             f"estimator={estimator.name!r} needs values: give the learner a critic or the batch `values`"
         )
-    run = estimators.mae_advantages if estimator.family == "mae" else estimators.gae_advantages
+    run = _CRITIC_ESTIMATORS[estimator.family]
     result = run(values, batch.mask, batch.offsets, **rewards, estimator=estimator)
     return result.advantages, result.returns

@@ -1,7 +1,7 @@
 """The learner's settings, :class:`LearnerConfig` (needs torch).
 
 The estimator is one field, ``estimator``: a name of the options table (``"mae"``,
-``"gae"``, ``"grpo"``, ``"drgrpo"``, ``"rloo"``) or an :class:`mpo_rs.Estimator` carrying
+``"gae"``, ``"grpo"``, ``"drgrpo"``, ``"rloo"``, ``"bilevel"``) or an :class:`mpo_rs.Estimator` carrying
 its options, e.g. ``LearnerConfig(estimator=Estimator("mae", lam=0.9))``. The config
 declares no estimator option, default or range of its own: the Rust table judges them when
 the ``Estimator`` is built. Every other field is checked when the config is built, with
@@ -70,7 +70,7 @@ class LearnerConfig:
     # Policy loss (see mpo_rs.torch.losses.policy_loss).
     ratio: str | None = None
     """``"turn"`` | ``"token"`` | ``"sequence"`` (GSPO); None = the estimator's natural
-    ratio (:attr:`policy_ratio`): turn for mae, token for gae and the group family."""
+    ratio (:attr:`policy_ratio`): turn for mae, token for gae, bilevel and the group family."""
     turn_ratio: str = "product"
     clip_low: float = 0.2
     clip_high: float = 0.2

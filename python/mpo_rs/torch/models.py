@@ -12,7 +12,7 @@ Both work with :func:`mpo_rs.torch.sampler.sample`, the learner and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._deps import missing
 
@@ -25,10 +25,69 @@ except ModuleNotFoundError as _e:
 
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 
-__all__ = ["CausalLMOutput", "TinyCausalLM", "tiny_hf_model"]
+__all__ = ["CausalLMOutput", "KVCache", "TinyCausalLM", "tiny_hf_model"]
 
-KVCache = tuple[tuple[Tensor, Tensor], ...]
+PastKeyValues = tuple[tuple[Tensor, Tensor], ...]
 """One ``(keys, values)`` pair per layer, each ``(B, heads, L, head_width)``."""
+
+
+class _KVStore:
+    """Preallocated ``(B, heads, capacity, head_width)`` key and value buffers per layer
+    (allocated at a layer's first write, with its dtype and device); the first ``filled``
+    columns hold the cache."""
+
+    def __init__(self, layers: int, capacity: int) -> None:
+        self.keys: list[Tensor | None] = [None] * layers
+        self.values: list[Tensor | None] = [None] * layers
+        self.capacity = capacity
+        self.filled = 0
+
+    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Puts ``k``, ``v`` at columns ``start ..``; returns the columns ``0 ..`` up to them."""
+        keys, values = self.keys[layer], self.values[layer]
+        if keys is None or values is None:
+            shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
+            keys, values = self.keys[layer], self.values[layer] = k.new_empty(shape), v.new_empty(shape)
+        stop = start + k.shape[2]
+        keys[:, :, start:stop] = k
+        values[:, :, start:stop] = v
+        return keys[:, :, :stop], values[:, :, :stop]
+
+
+class KVCache(tuple):  # type: ignore[type-arg]  # a PastKeyValues tuple with the buffers they view
+    """:class:`TinyCausalLM`'s KV cache without autograd: a plain tuple of one ``(keys,
+    values)`` pair per layer, each ``(B, heads, length, head_width)`` (Hugging Face's legacy
+    layout), whose tensors are views of preallocated buffers. A forward pass given the
+    newest cache of its buffers writes its columns into them in place (reallocating at
+    twice the size when full), so decoding does not copy the whole past at every token.
+    A cache stays valid after later calls: extending an older one again (a branch)
+    copies it into new buffers first."""
+
+    _store: _KVStore
+    length: int
+
+    @classmethod
+    def _view(cls, store: _KVStore, length: int) -> KVCache:
+        pairs = []
+        for k, v in zip(store.keys, store.values, strict=True):
+            assert k is not None and v is not None
+            pairs.append((k[:, :, :length], v[:, :, :length]))
+        cache = super().__new__(cls, pairs)
+        cache._store, cache.length = store, length
+        return cache
+
+    @staticmethod
+    def _store_for(past: PastKeyValues | None, layers: int, past_len: int, total: int) -> _KVStore:
+        """Buffers that hold ``past`` and room for ``total`` columns: ``past``'s own when it
+        is their newest cache and they are large enough, else new ones with a copy of it."""
+        store = past._store if isinstance(past, KVCache) else None
+        if store is not None and store.filled == past_len and total <= store.capacity:
+            return store
+        new = _KVStore(layers, max(total, 2 * past_len, 64))
+        if past is not None and past_len:
+            for layer, (k, v) in enumerate(past):
+                new.write(layer, 0, k, v)
+        return new
 
 
 @dataclass
@@ -37,10 +96,16 @@ class CausalLMOutput:
 
     logits: Tensor
     """(B, L, out_features): next-token logits (or values, for a critic head)."""
-    past_key_values: KVCache | None = None
-    """The cache over every position seen so far (only with ``use_cache=True``)."""
+    past_key_values: PastKeyValues | None = None
+    """The cache over every position seen so far (only with ``use_cache=True``): a
+    :class:`KVCache` when autograd is off, else a plain tuple of per-layer pairs."""
     hidden_states: Tensor | None = None
     """(B, L, width): the trunk's last hidden state (only with ``output_hidden_states=True``)."""
+
+
+def _right_padded(attended: Tensor) -> bool:
+    """Whether every row's attended positions come first, with no hole after a padding."""
+    return not bool((attended[:, 1:] & ~attended[:, :-1]).any())
 
 
 class _Block(nn.Module):
@@ -56,16 +121,27 @@ class _Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(
-        self, h: Tensor, allowed: Tensor, past: tuple[Tensor, Tensor] | None
+        self, h: Tensor, allowed: Tensor | None, past: tuple[Tensor, Tensor] | None, store: _KVStore | None, layer: int
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """With ``store``, this call's keys and values go into its buffers after the
+        ``past`` columns they hold; else they are concatenated to ``past``."""
         batch, length, width = h.shape
-        q, k, v = self.qkv(self.attn_norm(h)).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        if past is not None:
+        # The layers' functions are called directly: the same operations as calling the
+        # modules, without their per-call overhead (which one-token decoding pays per token).
+        norm, mlp_in, mlp_out = self.attn_norm, cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
+        x = F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+        qkv = F.linear(x, self.qkv.weight, self.qkv.bias)
+        q, k, v = qkv.view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        if store is not None:
+            k, v = store.write(layer, 0 if past is None else past[0].shape[2], k, v)
+        elif past is not None:
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        h = h + self.attn_out(a.transpose(1, 2).reshape(batch, length, width))
-        return h + self.mlp(self.mlp_norm(h)), (k, v)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)
+        h = h + F.linear(a.transpose(1, 2).reshape(batch, length, width), self.attn_out.weight, self.attn_out.bias)
+        norm = self.mlp_norm
+        x = F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+        return h + F.linear(F.gelu(F.linear(x, mlp_in.weight, mlp_in.bias)), mlp_out.weight, mlp_out.bias), (k, v)
 
 
 class TinyCausalLM(nn.Module):
@@ -74,11 +150,13 @@ class TinyCausalLM(nn.Module):
     Called as ``model(input_ids=..., attention_mask=..., position_ids=...,
     past_key_values=..., use_cache=...)`` and returning a :class:`CausalLMOutput`, like a
     Hugging Face causal LM. ``attention_mask`` ``(B, past + L)`` may have holes anywhere
-    (left, right or in the middle): a masked position is never attended to by another one.
-    ``position_ids`` default to the number of attended tokens before each position, so
+    (left, right or in the middle): a masked position is never attended to by an attended
+    one (outputs at masked positions are unspecified: a right-padded batch without a cache
+    takes the causal kernel, whose padded rows differ). ``position_ids`` default to the number of attended tokens before each position, so
     a row gets the same positions however it is padded. The LM head is ``lm_head``
     (``get_output_embeddings``), so :func:`~mpo_rs.torch.critic.value_head_critic` can
-    swap it for a scalar head.
+    swap it for a scalar head. With ``use_cache=True`` and autograd off, the cache is a
+    :class:`KVCache` in preallocated buffers (see there).
     """
 
     def __init__(self, vocab_size: int, width: int = 64, layers: int = 2, heads: int = 2, max_len: int = 2048) -> None:
@@ -110,7 +188,7 @@ class TinyCausalLM(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
-        past_key_values: KVCache | None = None,
+        past_key_values: PastKeyValues | None = None,
         use_cache: bool = False,
         output_hidden_states: bool = False,
         **_: Any,
@@ -137,20 +215,42 @@ class TinyCausalLM(nn.Module):
                 f"TinyCausalLM: position {int(position_ids.max())} is beyond max_len={self.max_len}; "
                 "build the model with a larger max_len"
             )
-        # Query i (absolute past + i) sees key j when j <= past + i and j is attended; it
-        # always sees itself, so no row is empty (that would give NaN).
-        query = torch.arange(past, total, device=device)[:, None]
-        key = torch.arange(total, device=device)[None, :]
-        allowed = (key <= query)[None] & (attended[:, None, :] | (key == query)[None])
+        if length == 1:
+            # One new column (decoding): it sees every attended key, and itself.
+            allowed = attended.clone()
+            allowed[:, -1] = True
+            allowed = allowed[:, None, None, :]
+        elif past == 0 and _right_padded(attended):
+            # Right padding (every row's tokens first; the learner's layout): a real query's
+            # keys are exactly the causal ones, so the kernel may skip the masked blocks. Real
+            # positions get the same outputs and gradients, bit for bit; padded ones differ.
+            allowed = None
+        else:
+            # Query i (absolute past + i) sees key j when j <= past + i and j is attended; it
+            # always sees itself, so no row is empty (that would give NaN).
+            query = torch.arange(past, total, device=device)[:, None]
+            key = torch.arange(total, device=device)[None, :]
+            allowed = ((key <= query)[None] & (attended[:, None, :] | (key == query)[None]))[:, None]
         h = self.embed(input_ids) + self.position(position_ids)
+        # Without autograd the cache lives in preallocated buffers (KVCache); with it, the
+        # past is concatenated, since writing in place would change tensors a graph saved.
+        store = None
+        if use_cache and not torch.is_grad_enabled():
+            store = KVCache._store_for(past_key_values, len(self.blocks), past, total)
         cache = []
         for i, block in enumerate(self.blocks):
-            h, kv = block(h, allowed[:, None], None if past_key_values is None else past_key_values[i])
+            h, kv = block(h, allowed, None if past_key_values is None else past_key_values[i], store, i)
             cache.append(kv)
         h = self.norm(h)
+        new_cache: PastKeyValues | None = None
+        if store is not None:
+            store.filled = total
+            new_cache = KVCache._view(store, total)
+        elif use_cache:
+            new_cache = tuple(cache)
         return CausalLMOutput(
             logits=self.lm_head(h),
-            past_key_values=tuple(cache) if use_cache else None,
+            past_key_values=new_cache,
             hidden_states=h if output_hidden_states else None,
         )
 

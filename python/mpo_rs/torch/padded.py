@@ -38,6 +38,7 @@ from ..exceptions import InvalidBatchError
 __all__ = [
     "OBSERVATION_REWARDS",
     "PaddedBatch",
+    "bilevel_advantages",
     "gae_advantages",
     "group_advantages",
     "mae_advantages",
@@ -195,13 +196,29 @@ def _host_scores(scores: Any, rows: int) -> np.ndarray:
     return s
 
 
+def _host(x: Any) -> Any:
+    """A tensor on the host (any device in), anything else as it is."""
+    return x.detach().cpu() if isinstance(x, Tensor) else x
+
+
 def _reward_source(
-    batch: PaddedBatch, token_level_rewards: Tensor | None, scores: Any, observation_rewards: str
+    batch: PaddedBatch,
+    token_level_rewards: Tensor | None,
+    scores: Any,
+    observation_rewards: str,
+    turn_rewards: Any = None,
 ) -> dict[str, Any]:
-    if (token_level_rewards is None) == (scores is None):
-        raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
+    if sum(x is not None for x in (token_level_rewards, scores, turn_rewards)) != 1:
+        raise InvalidBatchError(
+            "give exactly one of `token_level_rewards` ((B, L)), `scores` (one per row) and `turn_rewards` "
+            "(one per turn of each row)"
+        )
     if token_level_rewards is not None:
         return {"rewards": batch.policy_rewards(token_level_rewards, observation_rewards)}
+    if turn_rewards is not None:
+        if isinstance(turn_rewards, (list, tuple)):
+            return {"turn_rewards": [_host(r) for r in turn_rewards]}
+        return {"turn_rewards": _host(turn_rewards)}
     return {"scores": _host_scores(scores, batch.shape[0])}
 
 
@@ -214,15 +231,20 @@ def _with_critic(
     observation_rewards: str,
     whiten: bool,
     options: dict[str, Any],
+    turn_rewards: Any = None,
+    truncated: Any = None,
 ) -> tuple[Tensor, Tensor]:
-    """The padded form of a critic estimator (``estimators.mae_advantages`` or
-    ``gae_advantages``): flatten, estimate, optionally whiten, pad back."""
+    """The padded form of a critic estimator (``estimators.mae_advantages``,
+    ``gae_advantages`` or ``bilevel_advantages``): flatten, estimate, optionally whiten,
+    pad back."""
     if token_level_rewards is None:
         batch = PaddedBatch.of(response_mask, like=values, like_name="values")
     else:
         _check_tensor(values, "values")
         batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
-    source = _reward_source(batch, token_level_rewards, scores, observation_rewards)
+    source = _reward_source(batch, token_level_rewards, scores, observation_rewards, turn_rewards)
+    if truncated is not None:
+        source["truncated"] = _host(truncated)
     try:
         result = estimate(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
     except InvalidBatchError as e:
@@ -244,6 +266,8 @@ def mae_advantages(
     token_level_rewards: Tensor | None = None,
     *,
     scores: Any = None,
+    turn_rewards: Any = None,
+    truncated: Any = None,
     observation_rewards: str = "error",
     whiten: bool = False,
     **options: Any,
@@ -251,8 +275,13 @@ def mae_advantages(
     """Multiscale advantage estimation (MPO) over ``(B, L)`` rows; a turn is a run of
     policy tokens in a row.
 
-    Exactly one of ``token_level_rewards`` (``(B, L)``) and ``scores`` (``(B,)``, placed on
-    each row's last policy token) is given. ``options`` go to
+    Exactly one of ``token_level_rewards`` (``(B, L)``), ``scores`` (``(B,)``, placed on
+    each row's last policy token) and ``turn_rewards`` (a list of B sequences, one reward
+    per turn of the row, placed on each turn's last policy token; or a flat 1-D tensor of
+    every turn in row order) is given; ``check_scores=`` (``(B,)``) checks that each row's
+    turn rewards sum to it. ``truncated`` (``(B,)`` bools, any device) marks rows cut off
+    before their episode ended: their last policy token bootstraps from its own value
+    (docs/estimators.md, "Truncation"). ``options`` go to
     :func:`mpo_rs.estimators.mae_advantages` (``lam``, ``lam_intra``, ``beta``, ``gamma``,
     ``lam_critic``, ...). ``observation_rewards`` says what happens to a reward on a token
     where the mask is 0 (:data:`OBSERVATION_REWARDS`); ``whiten=True`` whitens the
@@ -269,6 +298,8 @@ def mae_advantages(
         observation_rewards,
         whiten,
         options,
+        turn_rewards,
+        truncated,
     )
 
 
@@ -278,6 +309,8 @@ def gae_advantages(
     token_level_rewards: Tensor | None = None,
     *,
     scores: Any = None,
+    turn_rewards: Any = None,
+    truncated: Any = None,
     observation_rewards: str = "error",
     whiten: bool = False,
     **options: Any,
@@ -289,6 +322,34 @@ def gae_advantages(
     ``lam_critic=lam``)."""
     return _with_critic(
         estimators.gae_advantages,
+        values,
+        response_mask,
+        token_level_rewards,
+        scores,
+        observation_rewards,
+        whiten,
+        options,
+        turn_rewards,
+        truncated,
+    )
+
+
+def bilevel_advantages(
+    values: Tensor,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None = None,
+    *,
+    scores: Any = None,
+    observation_rewards: str = "error",
+    whiten: bool = False,
+    **options: Any,
+) -> tuple[Tensor, Tensor]:
+    """RAGEN's bi-level GAE over ``(B, L)`` rows; a turn is a run of policy tokens in a row.
+    Arguments and results as :func:`mae_advantages`; ``options`` go to
+    :func:`mpo_rs.estimators.bilevel_advantages` (``lam``, ``gamma``, ``high_level_gamma``).
+    RAGEN whitens the advantages over the policy tokens: ``whiten=True``."""
+    return _with_critic(
+        estimators.bilevel_advantages,
         values,
         response_mask,
         token_level_rewards,

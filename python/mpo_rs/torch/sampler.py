@@ -126,6 +126,8 @@ class _Sequences:
         self.real = torch.zeros(rows, capacity + 1, dtype=torch.bool, device=device)
         self.policy = torch.zeros(rows, capacity + 1, dtype=torch.bool, device=device)
         self.log_probs = torch.zeros(rows, capacity + 1, dtype=torch.float32, device=device)
+        self.attention = torch.zeros(rows, capacity + 1, dtype=torch.long, device=device)
+        """``real`` as the model's ``attention_mask`` (int64), kept so no call converts it."""
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)
         self.width = 0
         """Columns in use: the longest row (compact) or every column appended (holes)."""
@@ -134,7 +136,7 @@ class _Sequences:
         if needed <= self.capacity:
             return
         capacity = max(needed, 2 * self.capacity)
-        for name in ("ids", "real", "policy", "log_probs"):
+        for name in ("ids", "real", "policy", "log_probs", "attention"):
             old = getattr(self, name)
             new = old.new_zeros(self.rows, capacity + 1)
             new[:, : self.capacity] = old[:, : self.capacity]
@@ -154,6 +156,7 @@ class _Sequences:
         dest = torch.where(real, dest, self.capacity)
         self.ids.scatter_(1, dest, tokens)
         self.real.scatter_(1, dest, real)
+        self.attention.scatter_(1, dest, real.long())
         self.policy.scatter_(1, dest, real & policy)
         if log_probs is not None:
             self.log_probs.scatter_(1, dest, torch.where(real, log_probs, 0.0))
@@ -162,6 +165,20 @@ class _Sequences:
         self.width += n
         self.ids[:, self.capacity] = 0  # the trash column is never read, keep it a valid id
         self.real[:, self.capacity] = False
+
+    def append_column(self, tokens: Tensor, real: Tensor, log_probs: Tensor) -> None:
+        """KV-cache mode: one column of ``(B,)`` policy tokens, a hole where ``real`` is
+        False -- what ``append(tokens[:, None], real[:, None], policy=True, ...)`` writes,
+        with direct column writes (this runs once per generated token)."""
+        self._grow(self.width + 1)
+        w = self.width
+        self.ids[:, w] = torch.where(real, tokens, 0)
+        self.real[:, w] = real
+        self.attention[:, w] = real
+        self.policy[:, w] = real
+        self.log_probs[:, w] = torch.where(real, log_probs, 0.0)
+        self.lengths += real
+        self.width += 1
 
     def shrink_width(self) -> None:
         """Compact mode: trims ``width`` to the longest row (one host read)."""
@@ -236,7 +253,7 @@ class _Model:
         width = seq.width
         kwargs: dict[str, Any] = {"use_cache": False} if self.pass_use_cache else {}
         logits = _logits_of(
-            self.policy(input_ids=seq.ids[:, :width], attention_mask=seq.real[:, :width].long(), **kwargs)
+            self.policy(input_ids=seq.ids[:, :width], attention_mask=seq.attention[:, :width], **kwargs)
         )
         if logits.shape[:2] != (seq.rows, width):
             raise InvalidRolloutError(
@@ -248,11 +265,14 @@ class _Model:
     def _cached(self, seq: _Sequences) -> Tensor:
         assert self.cache_argument is not None
         start, stop = self.fed, seq.width
-        attended = seq.real[:, :stop]
-        positions = (attended.long().cumsum(1) - 1).clamp(min=0)[:, start:]
+        attended = seq.attention[:, :stop]
+        if stop - start == 1:  # one column: each row's count of attended tokens, as the cumsum gives
+            positions = (seq.lengths - 1).clamp(min=0)[:, None]
+        else:
+            positions = (attended.cumsum(1) - 1).clamp(min=0)[:, start:]
         out = self.policy(
             input_ids=seq.ids[:, start:stop],
-            attention_mask=attended.long(),
+            attention_mask=attended,
             position_ids=positions,
             use_cache=True,
             **{self.cache_argument: self.cache},
@@ -277,6 +297,8 @@ class _Model:
             seq.shrink_width()
         self.cache = cache
         self.fed = stop
+        if n == 1:
+            return logits[:, 0]
         columns = torch.arange(n, device=logits.device)
         last = torch.where(seq.real[:, start:stop], columns, -1).amax(1).clamp(min=0)
         return logits[torch.arange(seq.rows, device=logits.device), last]
@@ -516,23 +538,32 @@ def _generate_turn(
     device, rows = seq.device, seq.rows
     limit = torch.from_numpy(episodes.action_tokens).to(device)
     longest_turn = int(episodes.action_tokens.max())
-    generating = torch.from_numpy(episodes.running).to(device)
+    # With every turn K tokens long and no stop token, a turn ends after K tokens (no device read).
+    same_length = bool((episodes.action_tokens == longest_turn).all())
+    generating = torch.tensor(episodes.running, device=device)  # a copy: it is updated in place
     actions = torch.full((rows, longest_turn), -1, dtype=torch.long, device=device)
+    bad = torch.zeros(rows, dtype=torch.bool, device=device)
     for k in range(longest_turn):
         token, log_prob = _draw(logits, generating, temperature, generator)
-        seq.append(token[:, None], generating[:, None], policy=True, log_probs=log_prob[:, None])
+        if seq.compact:
+            seq.append(token[:, None], generating[:, None], policy=True, log_probs=log_prob[:, None])
+        else:
+            seq.append_column(token, generating, log_prob)
         actions[:, k] = torch.where(generating, token, -1)
-        bad = generating & ~torch.isfinite(log_prob)
-        generating = generating & (k + 1 < limit)
+        bad |= generating & ~torch.isfinite(log_prob)
+        if not same_length:
+            generating = generating & (k + 1 < limit)
         if stop_token is not None:
             generating &= token != stop_token
-        more, bad_any = torch.stack([generating.any(), bad.any()]).tolist()  # the step's one sync
-        if bad_any:
-            b = int(torch.nonzero(bad)[0])
-            raise FloatingPointError(f"episode {b}: the policy's log-prob of its sampled token is not finite")
-        if not more:
+        if k + 1 == longest_turn:
+            break
+        may_end_early = stop_token is not None or not same_length
+        if may_end_early and not bool(generating.any()):  # the step's one sync
             break
         logits = model.next_logits(seq)
+    if bool(bad.any()):  # checked once per turn, before the environments see the actions
+        b = int(torch.nonzero(bad)[0])
+        raise FloatingPointError(f"episode {b}: the policy's log-prob of its sampled token is not finite")
     taken: np.ndarray = actions.cpu().numpy()
     return taken
 

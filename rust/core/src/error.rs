@@ -41,6 +41,15 @@ pub enum MpoError {
     /// A per-trajectory result that is not finite although every input was.
     #[error("`{output}` would be {value} at trajectory {trajectory}: the estimate overflows float32 (finite scores too large)")]
     NonFiniteTrajectoryOutput { output: &'static str, value: f32, trajectory: usize },
+    /// NaN or ±Inf in a per-turn array.
+    #[error("`{arg}` is not finite ({value}) at turn {turn} of trajectory {trajectory}")]
+    NonFiniteTurn { arg: &'static str, value: f32, trajectory: usize, turn: usize },
+    /// A trajectory given another number of per-turn rewards than it has turns.
+    #[error("`turn_rewards` has {got} values for trajectory {trajectory}, which has {expected} turns (runs of mask == 1); give one reward per turn")]
+    TurnRewardCount { trajectory: usize, got: usize, expected: usize },
+    /// Per-turn rewards that do not sum to the trajectory's score (the optional check).
+    #[error("`turn_rewards` of trajectory {trajectory} sum to {sum}, but its score is {score} (`check_scores`, tolerance {tolerance} x max(1, |score|))")]
+    TurnRewardSum { trajectory: usize, sum: f64, score: f32, tolerance: f64 },
     /// A reward on a token the policy did not generate.
     #[error("`rewards` is {value} at observation {at}; rewards must be 0 where mask is 0")]
     ObservationReward { value: f32, at: TokenAt },

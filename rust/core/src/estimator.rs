@@ -6,7 +6,7 @@
 
 use crate::error::{MpoError, Result};
 use crate::params::{DISCOUNT, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL};
-use crate::{GaeParams, GroupParams, MaeParams};
+use crate::{BiLevelParams, GaeParams, GroupParams, MaeParams};
 
 /// An estimator with its parameters: what the core computes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -18,10 +18,13 @@ pub enum Estimator {
     Gae(GaeParams),
     /// A critic-free group baseline: GRPO, Dr. GRPO or RLOO.
     Group(GroupParams),
+    /// RAGEN's bi-level GAE: a GAE over turns, then a token GAE inside each turn started
+    /// from the turn's return.
+    BiLevel(BiLevelParams),
 }
 
 /// The estimator names, in the order they are documented.
-pub const ESTIMATORS: [&str; 5] = ["mae", "gae", "grpo", "drgrpo", "rloo"];
+pub const ESTIMATORS: [&str; 6] = ["mae", "gae", "grpo", "drgrpo", "rloo", "bilevel"];
 
 /// What values an option takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,13 +68,13 @@ pub struct OptionSpec {
 const BOOL: &str = "true or false";
 
 /// Every option of every estimator.
-pub const OPTIONS: [OptionSpec; 9] = [
+pub const OPTIONS: [OptionSpec; 10] = [
     OptionSpec {
         name: "lam",
         kind: OptionKind::Float,
         domain: UNIT_INTERVAL,
-        doc: "GAE lambda of the advantages: over turns (mae) or over policy tokens (gae)",
-        estimators: &["mae", "gae"],
+        doc: "GAE lambda of the advantages: over turns (mae), over policy tokens (gae), at both levels (bilevel)",
+        estimators: &["mae", "gae", "bilevel"],
     },
     OptionSpec {
         name: "lam_intra",
@@ -91,8 +94,8 @@ pub const OPTIONS: [OptionSpec; 9] = [
         name: "gamma",
         kind: OptionKind::Float,
         domain: DISCOUNT,
-        doc: "discount, once per interaction (mae) or per policy token (gae)",
-        estimators: &["mae", "gae"],
+        doc: "discount, once per interaction (mae), per policy token (gae) or per token inside a turn (bilevel)",
+        estimators: &["mae", "gae", "bilevel"],
     },
     OptionSpec {
         name: "lam_critic",
@@ -100,6 +103,13 @@ pub const OPTIONS: [OptionSpec; 9] = [
         domain: UNIT_INTERVAL,
         doc: "lambda of the critic's value targets (1 = Monte-Carlo returns)",
         estimators: &["mae", "gae"],
+    },
+    OptionSpec {
+        name: "high_level_gamma",
+        kind: OptionKind::Float,
+        domain: DISCOUNT,
+        doc: "turn-level discount of bilevel, once per turn (RAGEN's high_level_gamma)",
+        estimators: &["bilevel"],
     },
     OptionSpec {
         name: "length_adaptive_alpha",
@@ -155,6 +165,7 @@ impl Estimator {
             "grpo" => Estimator::Group(GroupParams::default()),
             "drgrpo" => Estimator::Group(GroupParams { norm_std: false, ..Default::default() }),
             "rloo" => Estimator::Group(GroupParams { leave_one_out: true, ..Default::default() }),
+            "bilevel" => Estimator::BiLevel(BiLevelParams::default()),
             _ => {
                 return Err(option_error(format!(
                     "unknown estimator `{name}`; choose one of {}",
@@ -234,6 +245,9 @@ impl Estimator {
                     _ => Some(float.ok_or_else(wrong_kind)?),
                 }
             }
+            (Estimator::BiLevel(p), "lam") => p.lam = float.ok_or_else(wrong_kind)?,
+            (Estimator::BiLevel(p), "gamma") => p.gamma = float.ok_or_else(wrong_kind)?,
+            (Estimator::BiLevel(p), "high_level_gamma") => p.high_level_gamma = float.ok_or_else(wrong_kind)?,
             (Estimator::Group(p), "eps") => p.eps = float.ok_or_else(wrong_kind)?,
             (Estimator::Group(p), "norm_std") => p.norm_std = flag.ok_or_else(wrong_kind)?,
             (Estimator::Group(p), "leave_one_out") => p.leave_one_out = flag.ok_or_else(wrong_kind)?,
@@ -255,6 +269,9 @@ impl Estimator {
             (Estimator::Gae(p), "gamma") => Float(p.gamma),
             (Estimator::Gae(p), "lam_critic") => Float(p.lam_critic),
             (Estimator::Gae(p), "length_adaptive_alpha") => p.length_adaptive_alpha.map_or(OptionValue::Unset, Float),
+            (Estimator::BiLevel(p), "lam") => Float(p.lam),
+            (Estimator::BiLevel(p), "gamma") => Float(p.gamma),
+            (Estimator::BiLevel(p), "high_level_gamma") => Float(p.high_level_gamma),
             (Estimator::Group(p), "eps") => Float(p.eps),
             (Estimator::Group(p), "norm_std") => Bool(p.norm_std),
             (Estimator::Group(p), "leave_one_out") => Bool(p.leave_one_out),
@@ -262,12 +279,13 @@ impl Estimator {
         })
     }
 
-    /// "mae", "gae" or "group".
+    /// "mae", "gae", "group" or "bilevel".
     pub fn family(&self) -> &'static str {
         match self {
             Estimator::Mae(_) => "mae",
             Estimator::Gae(_) => "gae",
             Estimator::Group(_) => "group",
+            Estimator::BiLevel(_) => "bilevel",
         }
     }
 
@@ -276,6 +294,7 @@ impl Estimator {
             Estimator::Mae(p) => p.validate(),
             Estimator::Gae(p) => p.validate(),
             Estimator::Group(p) => p.validate(),
+            Estimator::BiLevel(p) => p.validate(),
         }
     }
 }
@@ -290,6 +309,9 @@ mod tests {
         assert_eq!(e, Estimator::Mae(MaeParams { lam: 0.8, lam_intra: 0.95, beta: 1.0, gamma: 1.0, lam_critic: 1.0 }));
         let rloo = Estimator::from_options("rloo", &[]).unwrap();
         assert_eq!(rloo, Estimator::Group(GroupParams { leave_one_out: true, ..Default::default() }));
+        // bilevel: RAGEN's base configuration (gamma 1, lam 1, high_level_gamma 0.95).
+        let bilevel = Estimator::from_options("bilevel", &[]).unwrap();
+        assert_eq!(bilevel, Estimator::BiLevel(BiLevelParams { lam: 1.0, gamma: 1.0, high_level_gamma: 0.95 }));
     }
 
     #[test]
@@ -319,6 +341,19 @@ mod tests {
         assert!(matches!(e, MpoError::Parameter { name: "lam", .. }), "{e}");
         let e = Estimator::from_options("grpo", &[("eps", OptionValue::Float(0.0))]).unwrap_err();
         assert!(matches!(e, MpoError::Parameter { name: "eps", .. }), "{e}");
+        let e = Estimator::from_options("bilevel", &[("high_level_gamma", OptionValue::Float(0.5))]).unwrap();
+        assert_eq!(e.option("high_level_gamma"), Some(OptionValue::Float(0.5)));
+        for bad in [0.0, 1.5, f64::NAN] {
+            let e = Estimator::from_options("bilevel", &[("high_level_gamma", OptionValue::Float(bad))]).unwrap_err();
+            assert!(matches!(e, MpoError::Parameter { name: "high_level_gamma", .. }), "{e}");
+        }
+        let e = Estimator::from_options("bilevel", &[("lam_critic", OptionValue::Float(0.5))]).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "`lam_critic` does not apply to the bilevel estimator; its options are lam, gamma, high_level_gamma"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
@@ -330,7 +365,7 @@ mod tests {
         let e = Estimator::from_options("drgrpo", &[("eps", OptionValue::Float(0.5))]).unwrap_err().to_string();
         assert!(e.contains("`eps` does not apply to the drgrpo estimator; it takes none"), "{e}");
         let e = Estimator::from_options("ppo", &[]).unwrap_err().to_string();
-        assert!(e.contains("unknown estimator `ppo`; choose one of mae, gae, grpo, drgrpo, rloo"), "{e}");
+        assert!(e.contains("unknown estimator `ppo`; choose one of mae, gae, grpo, drgrpo, rloo, bilevel"), "{e}");
         let e = Estimator::from_options("mae", &[("lam", OptionValue::Bool(true))]).unwrap_err().to_string();
         assert!(e.contains("`lam` takes a float"), "{e}");
     }

@@ -27,10 +27,29 @@ pub fn gae_advantages(
     rewards: Rewards<'_>,
     params: &GaeParams,
 ) -> Result<GaeOutput> {
+    gae_advantages_with_truncation(values, mask, offsets, rewards, None, params)
+}
+
+/// [`gae_advantages`] where `truncated[j]` (one per trajectory; `None`: none truncated)
+/// marks a trajectory cut off before its episode ended: its last policy token bootstraps
+/// from its own value, `δ_last = r_last + γ·V_last − V_last`, in place of `r_last − V_last`;
+/// advantages and returns follow from the same δ. A trajectory not truncated is computed
+/// bitwise as before.
+pub fn gae_advantages_with_truncation(
+    values: &[f32],
+    mask: &[u8],
+    offsets: &[i64],
+    rewards: Rewards<'_>,
+    truncated: Option<&[bool]>,
+    params: &GaeParams,
+) -> Result<GaeOutput> {
     params.validate()?;
     let layout = Layout::new(offsets, mask.len())?;
     layout.expect_tokens("values", values.len())?;
     rewards.check_shape(&layout)?;
+    if let Some(t) = truncated {
+        layout.expect_trajectories("truncated", t.len())?;
+    }
 
     let n_tokens = layout.n_tokens();
     let mut advantages = OutBuf::<f32>::new(n_tokens);
@@ -61,7 +80,12 @@ pub fn gae_advantages(
                     break;
                 }
                 cs.prepare_results();
-                chains[k] = Chain::new(params, cs.n_policy());
+                // A truncated trajectory's last policy token bootstraps from its own value.
+                let bootstrap = match cs.values.last() {
+                    Some(&last) if truncated.is_some_and(|t| t[j]) => last,
+                    _ => 0.0,
+                };
+                chains[k] = Chain::new(params, cs.n_policy(), bootstrap);
                 good += 1;
             }
             let [a, b] = scratch;
@@ -114,12 +138,14 @@ struct Chain {
 }
 
 impl Chain {
-    fn new(params: &GaeParams, n_policy: usize) -> Self {
+    /// `bootstrap` is the value after the last policy token: 0, or V_last if truncated.
+    fn new(params: &GaeParams, n_policy: usize, bootstrap: f64) -> Self {
         let gamma = params.gamma;
         Chain {
             gamma,
             gamma_lam: gamma * params.lam_for(n_policy),
             gamma_lam_critic: gamma * params.lam_critic,
+            next_v: bootstrap,
             ..Chain::default()
         }
     }
@@ -187,6 +213,27 @@ mod tests {
         let a0 = 0.0 + 0.25 * a1;
         assert_eq!(out.advantages, vec![a0 as f32, a1 as f32, 0.0, a3 as f32]);
         assert_eq!(out.returns, vec![(a0 + 1.0) as f32, (a1 + 2.0) as f32, 0.0, (a3 + 3.0) as f32]);
+    }
+
+    #[test]
+    fn a_truncated_trajectory_bootstraps_from_its_last_value() {
+        let values = [1.0, 2.0, 99.0, 3.0, 7.0];
+        let mask = [1, 1, 0, 1, 0];
+        let rewards = [0.0, 0.0, 0.0, 1.0, 0.0];
+        let p = GaeParams { gamma: 0.5, lam: 0.5, lam_critic: 0.5, length_adaptive_alpha: None };
+        let run = |t: Option<&[bool]>| {
+            gae_advantages_with_truncation(&values, &mask, &[0, 5], Rewards::Token(&rewards), t, &p).unwrap()
+        };
+        let plain = gae_advantages(&values, &mask, &[0, 5], Rewards::Token(&rewards), &p).unwrap();
+        assert_eq!(run(Some(&[false])), plain);
+        let cut = run(Some(&[true]));
+        // δ3 = 1 + 0.5·3 − 3 = −0.5 (the value of the last policy token, not of the
+        // observation after it); δ1 = 0.5·3 − 2 = −0.5; δ0 = 0.
+        let a3 = -0.5;
+        let a1 = -0.5 + 0.25 * a3;
+        let a0 = 0.0 + 0.25 * a1;
+        assert_eq!(cut.advantages, vec![a0 as f32, a1 as f32, 0.0, a3 as f32, 0.0]);
+        assert_eq!(cut.returns[3], 2.5);
     }
 
     #[test]

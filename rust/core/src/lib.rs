@@ -8,6 +8,7 @@
 //! identical for any thread count. No function panics on bad input: it returns an
 //! [`MpoError`] that names the argument and the trajectory/token.
 
+mod bilevel;
 mod compact;
 mod diagnostics;
 mod error;
@@ -20,16 +21,19 @@ mod output;
 mod parallel;
 mod params;
 mod runs;
+mod turn_rewards;
 mod turns;
 
+pub use bilevel::{bilevel_advantages, BiLevelOutput};
 pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
 pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
-pub use gae::{gae_advantages, GaeOutput};
+pub use gae::{gae_advantages, gae_advantages_with_truncation, GaeOutput};
 pub use group::{
     broadcast_to_tokens, group_advantage, group_advantages, group_baselines, GroupBaselines, GroupMoments,
 };
 pub use layout::{Layout, Rewards};
-pub use mae::{mae_advantages, MaeOutput};
-pub use params::{GaeParams, GroupParams, MaeParams};
+pub use mae::{mae_advantages, mae_advantages_with_truncation, MaeOutput};
+pub use params::{BiLevelParams, GaeParams, GroupParams, MaeParams};
+pub use turn_rewards::{place_turn_rewards, SumCheck, TurnRewards};
 pub use turns::{segment_turns, Turns};

@@ -31,10 +31,30 @@ pub fn mae_advantages(
     rewards: Rewards<'_>,
     params: &MaeParams,
 ) -> Result<MaeOutput> {
+    mae_advantages_with_truncation(values, mask, offsets, rewards, None, params)
+}
+
+/// [`mae_advantages`] where `truncated[j]` (one per trajectory; `None`: none truncated)
+/// marks a trajectory cut off before its episode ended: its last policy token bootstraps
+/// from its own value, `V_{T+1,1} := V_{T,L_T}`, in place of 0. So its last token residual
+/// is `δ_{T,L_T} = r_{T,L_T} + γ·V_{T,L_T} − V_{T,L_T}`, its last turn residual
+/// `δ_T^turn = R_T + γ·V_{T,L_T} − V_{T,1}`, and the critic targets follow from the same δ
+/// (`C = 0` past the end). A trajectory not truncated is computed bitwise as before.
+pub fn mae_advantages_with_truncation(
+    values: &[f32],
+    mask: &[u8],
+    offsets: &[i64],
+    rewards: Rewards<'_>,
+    truncated: Option<&[bool]>,
+    params: &MaeParams,
+) -> Result<MaeOutput> {
     params.validate()?;
     let layout = Layout::new(offsets, mask.len())?;
     layout.expect_tokens("values", values.len())?;
     rewards.check_shape(&layout)?;
+    if let Some(t) = truncated {
+        layout.expect_trajectories("truncated", t.len())?;
+    }
     let mut turn_bufs = TurnBufs::count(&layout, mask)?;
     let (traj_offsets, starts, ends, token_turn) = turn_bufs.split(&layout);
 
@@ -58,6 +78,7 @@ pub fn mae_advantages(
             values,
             source: rewards,
             params,
+            truncated: truncated.is_some_and(|t| t[j]),
             first_turn: traj_offsets[j],
             out: Outputs { adv, ret, turn_adv, starts, ends, token_turn },
         };
@@ -92,6 +113,8 @@ struct Trajectory<'a, 'o> {
     values: &'a [f32],
     source: Rewards<'a>,
     params: &'a MaeParams,
+    /// Bootstrap the end from the last policy token's value (else from 0).
+    truncated: bool,
     /// Global index of the trajectory's first turn.
     first_turn: i64,
     out: Outputs<'o>,
@@ -103,7 +126,7 @@ impl RewardsVisitor<Result<bool>> for Trajectory<'_, '_> {
     /// the results. Returns `Ok(false)` if the fast input checks failed (nothing is then
     /// written), the error of a non-finite score or of a result that overflows float32.
     fn visit<R: RewardAt>(self, rewards: R) -> Result<bool> {
-        let Trajectory { j, base, mask, values, source, params, first_turn, out } = self;
+        let Trajectory { j, base, mask, values, source, params, truncated, first_turn, out } = self;
         let Outputs { adv, ret, turn_adv, starts, ends, token_turn } = out;
         with_scratch(|cs| {
             if !cs.gather(mask, base, values, source, rewards) {
@@ -114,7 +137,7 @@ impl RewardsVisitor<Result<bool>> for Trajectory<'_, '_> {
             fill_turns(turns, base, first_turn as i32, starts, ends, token_turn);
             cs.prepare_results();
             cs.work.resize(cs.n_policy(), 0.0);
-            let bad_turn = estimate(cs, params, turn_adv);
+            let bad_turn = estimate(cs, params, truncated, turn_adv);
             if !cs.scatter(adv, ret) {
                 return Err(cs.overflow(j, base));
             }
@@ -137,9 +160,18 @@ impl RewardsVisitor<Result<bool>> for Trajectory<'_, '_> {
 ///
 /// Returns the trajectory-local index and value of the first turn advantage that is not
 /// finite (the token results are checked by the scatter).
-fn estimate(cs: &mut Compact, p: &MaeParams, turn_adv: &mut [MaybeUninit<f32>]) -> Option<(usize, f32)> {
+fn estimate(
+    cs: &mut Compact,
+    p: &MaeParams,
+    truncated: bool,
+    turn_adv: &mut [MaybeUninit<f32>],
+) -> Option<(usize, f32)> {
     let Compact { runs, values: v, rewards: r, advantages, returns, work: intra_buf } = cs;
-    let mut next_turn_v = 0.0f64; // V_{t+1,1}, 0 past the last turn
+    // V_{t+1,1}; past the last turn 0, or for a truncated trajectory V at its last policy token.
+    let mut next_turn_v = match v.last() {
+        Some(&last) if truncated => last,
+        _ => 0.0f64,
+    };
     let mut next_turn_adv = 0.0f64; // A^turn_{t+1}
     let mut carry = 0.0f64; // C at the first token of turn t+1
     let mut end = v.len(); // compact end of the current turn
@@ -233,6 +265,32 @@ mod tests {
         assert!(close(out.returns[1], 0.9));
         assert!(close(out.returns[0], 0.9));
         assert_eq!(out.turns.token_turn, vec![0, 0, -1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_truncated_trajectory_bootstraps_from_its_last_value() {
+        let (values, mask, rewards) = two_turn_batch();
+        let p = MaeParams { lam: 0.5, lam_intra: 0.5, beta: 1.0, gamma: 0.9, lam_critic: 1.0 };
+        let run = |t: Option<&[bool]>| {
+            mae_advantages_with_truncation(&values, &mask, &[0, 6], Rewards::Token(&rewards), t, &p).unwrap()
+        };
+        let plain = mae_advantages(&values, &mask, &[0, 6], Rewards::Token(&rewards), &p).unwrap();
+        assert_eq!(run(None), plain);
+        assert_eq!(run(Some(&[false])), plain);
+        let cut = run(Some(&[true]));
+        // V_{T+1,1} := V_{1,3} = 5: turn 1's δ_turn = 1 + 0.9·5 − 3 = 2.5 = A^turn_1;
+        // turn 0: 1.7 + 0.9·0.5·2.5 = 2.825.
+        assert!(close(cut.turn_advantages[1], 2.5));
+        assert!(close(cut.turn_advantages[0], 2.825));
+        // Last token residual 1 + 0.9·5 − 5 = 0.5; its return 1 + 0.9·5 = 5.5.
+        assert!(close(cut.returns[5], 5.5));
+        assert!(close(cut.returns[0], 0.9 * 5.5));
+        // Turn 1 token residuals (1, 1, 0.5): intra = (1.625, 1.25, 0.5), mean 1.125.
+        assert!(close(cut.advantages[3], 2.5 + 0.5));
+        assert!(close(cut.advantages[5], 2.5 - 0.625));
+        let e = mae_advantages_with_truncation(&values, &mask, &[0, 6], Rewards::Token(&rewards), Some(&[]), &p)
+            .unwrap_err();
+        assert!(e.to_string().starts_with("`truncated` has length 0, expected 1"), "{e}");
     }
 
     #[test]

@@ -21,7 +21,11 @@ fn unit_interval(name: &'static str, value: f64) -> Result<()> {
 }
 
 fn discount(value: f64) -> Result<()> {
-    check("gamma", value, value > 0.0 && value <= 1.0, DISCOUNT)
+    discount_named("gamma", value)
+}
+
+fn discount_named(name: &'static str, value: f64) -> Result<()> {
+    check(name, value, value > 0.0 && value <= 1.0, DISCOUNT)
 }
 
 /// Multiscale advantage estimation. Defaults are the paper's (0.80, 0.95, 1.00).
@@ -89,6 +93,33 @@ impl GaeParams {
             None => self.lam,
             Some(alpha) => (1.0 - 1.0 / (alpha * n_policy.max(1) as f64)).clamp(0.0, 1.0),
         }
+    }
+}
+
+/// RAGEN's bi-level GAE: a GAE over turns (discount `high_level_gamma`), then a token GAE
+/// inside each turn (discount `gamma`) started from the turn's return. Defaults are
+/// RAGEN's (`algorithm.gamma`, `lam`, `high_level_gamma` of its base configuration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BiLevelParams {
+    /// λ of both levels.
+    pub lam: f64,
+    /// Token-level discount, inside a turn.
+    pub gamma: f64,
+    /// Turn-level discount γ_hi, once per turn.
+    pub high_level_gamma: f64,
+}
+
+impl Default for BiLevelParams {
+    fn default() -> Self {
+        Self { lam: 1.0, gamma: 1.0, high_level_gamma: 0.95 }
+    }
+}
+
+impl BiLevelParams {
+    pub fn validate(&self) -> Result<()> {
+        unit_interval("lam", self.lam)?;
+        discount(self.gamma)?;
+        discount_named("high_level_gamma", self.high_level_gamma)
     }
 }
 

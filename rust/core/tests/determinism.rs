@@ -4,7 +4,9 @@
 // Helpers outside #[test] functions may unwrap too: a failed set-up fails the test.
 #![allow(clippy::unwrap_used)]
 
-use mpo_core::{gae_advantages, mae_advantages, segment_turns, GaeParams, MaeParams, Rewards};
+use mpo_core::{
+    bilevel_advantages, gae_advantages, mae_advantages, segment_turns, BiLevelParams, GaeParams, MaeParams, Rewards,
+};
 
 /// A reproducible multi-turn batch from a tiny LCG (no dev-dependency needed).
 fn batch(n_traj: usize) -> (Vec<f32>, Vec<u8>, Vec<i64>, Vec<f32>) {
@@ -37,7 +39,9 @@ fn estimators_are_bitwise_identical_for_1_2_and_7_threads() {
         let mae = mae_advantages(&values, &mask, &offsets, Rewards::Score(&scores), &MaeParams::default()).unwrap();
         let gae = gae_advantages(&values, &mask, &offsets, Rewards::Score(&scores), &GaeParams::default()).unwrap();
         let turns = segment_turns(&mask, &offsets).unwrap();
-        (mae, gae, turns)
+        let bi = BiLevelParams { lam: 0.9, gamma: 0.99, high_level_gamma: 0.95 };
+        let bilevel = bilevel_advantages(&values, &mask, &offsets, Rewards::Score(&scores), &bi).unwrap();
+        (mae, gae, turns, bilevel)
     };
     let one = in_pool(1, run);
     for threads in [2, 7] {
@@ -48,5 +52,8 @@ fn estimators_are_bitwise_identical_for_1_2_and_7_threads() {
         assert_eq!(bits(&one.0.turn_advantages), bits(&other.0.turn_advantages));
         assert_eq!(bits(&one.1.advantages), bits(&other.1.advantages));
         assert_eq!(one.2, other.2);
+        assert_eq!(bits(&one.3.advantages), bits(&other.3.advantages));
+        assert_eq!(bits(&one.3.returns), bits(&other.3.returns));
+        assert_eq!(bits(&one.3.turn_advantages), bits(&other.3.turn_advantages));
     }
 }

@@ -1,5 +1,6 @@
 //! The estimator fuzz target: bytes → a structured call of one mpo-core entry point
-//! (segment_turns, mae_advantages, gae_advantages, group_advantages, broadcast_to_tokens)
+//! (segment_turns, mae_advantages, gae_advantages, bilevel_advantages, group_advantages,
+//! broadcast_to_tokens)
 //! → the result checked against the formulas and input rules (docs/estimators.md).
 //!
 //! Inputs are mostly well formed, with adversarial parts mixed in: NaN/±inf/huge/subnormal
@@ -10,8 +11,8 @@
 //! - invalid input: a typed error naming one of the problems the validator found, at a
 //!   place that really has it (argument, trajectory, token, position);
 //! - valid input with moderate numbers ("clean"): success, outputs of the right length,
-//!   finite and equal to the slow reference ([`crate::reference`]) to 1e-5 relative; MAE
-//!   and GAE bitwise equal on a one-thread pool;
+//!   finite and equal to the slow reference ([`crate::reference`]) to 1e-5 relative; MAE,
+//!   GAE and bi-level GAE bitwise equal on a one-thread pool;
 //! - valid input with extreme numbers or `eps` = 0: success with finite outputs, or any
 //!   typed error (the core may refuse to produce a non-finite result).
 //!
@@ -20,7 +21,7 @@
 use std::sync::OnceLock;
 
 use arbitrary::Unstructured;
-use mpo_core::{GaeParams, GroupParams, MaeParams, MpoError, Rewards};
+use mpo_core::{BiLevelParams, GaeParams, GroupParams, MaeParams, MpoError, Rewards};
 
 use crate::{reference, Failure};
 
@@ -39,6 +40,7 @@ pub enum Kind {
     Gae,
     Group,
     Broadcast,
+    BiLevel,
 }
 
 /// One call of a core entry point, with every argument as it will be passed.
@@ -55,10 +57,17 @@ pub struct Case {
     pub mae: MaeParams,
     pub gae: GaeParams,
     pub group: GroupParams,
+    pub bilevel: BiLevelParams,
     pub group_index: Vec<i64>,
     pub n_groups: usize,
     /// Per-trajectory values for `broadcast_to_tokens`.
     pub per_traj: Vec<f32>,
+    /// Truncation flags (MAE/GAE), one per trajectory of `offsets`; empty: not given.
+    pub truncated: Vec<bool>,
+    /// Per-turn rewards (MAE/GAE, well-formed layouts only): when set, `rewards` holds
+    /// them placed on each turn's last policy token, so the validator judges the same
+    /// batch, and the core is called with the per-turn form.
+    pub turn_rewards: Option<Vec<f32>>,
 }
 
 /// Extreme numbers mixed into "dirty" inputs.
@@ -123,7 +132,7 @@ impl Case {
     pub fn decode(data: &[u8]) -> arbitrary::Result<Self> {
         let mut u = Unstructured::new(data);
         let u = &mut u;
-        let kind = *u.choose(&[Kind::Segment, Kind::Mae, Kind::Gae, Kind::Group, Kind::Broadcast])?;
+        let kind = *u.choose(&[Kind::Segment, Kind::Mae, Kind::Gae, Kind::Group, Kind::Broadcast, Kind::BiLevel])?;
         let dirty_numbers = u.ratio(1, 4)?;
         let dirty_params = u.ratio(1, 8)?;
         let dirty_layout = u.ratio(1, 5)?;
@@ -201,10 +210,49 @@ impl Case {
         for _ in 0..n_traj {
             per_traj.push(number(u, dirty_numbers)?);
         }
-        let mut case =
-            Case { kind, mask, offsets, values, rewards, scores, mae, gae, group, group_index, n_groups, per_traj };
+        // Decoded last, so the bytes of the other parameters read as before.
+        let bilevel = BiLevelParams {
+            lam: unit(u, dirty_params)?,
+            gamma: gamma(u, dirty_params)?,
+            high_level_gamma: gamma(u, dirty_params)?,
+        };
+        let mut case = Case {
+            kind,
+            mask,
+            offsets,
+            values,
+            rewards,
+            scores,
+            mae,
+            gae,
+            group,
+            bilevel,
+            group_index,
+            n_groups,
+            per_traj,
+            truncated: Vec::new(),
+            turn_rewards: None,
+        };
         if dirty_layout {
             case.break_layout(u)?;
+        }
+        // Drawn last, so the earlier draws (and so older corpora) decode as before.
+        if u.ratio(1, 3)? {
+            for _ in 0..case.offsets.len().saturating_sub(1) {
+                case.truncated.push(u.arbitrary()?);
+            }
+        }
+        if !dirty_layout && matches!(kind, Kind::Mae | Kind::Gae) && u.ratio(1, 3)? {
+            let turns = reference::segment(&case.mask, &case.offsets);
+            let mut per_turn = Vec::with_capacity(turns.ends.len());
+            case.rewards.iter_mut().for_each(|r| *r = 0.0);
+            for &end in &turns.ends {
+                let r = number(u, false)?;
+                case.rewards[end as usize - 1] = r;
+                per_turn.push(r);
+            }
+            case.scores = None;
+            case.turn_rewards = Some(per_turn);
         }
         Ok(case)
     }
@@ -341,6 +389,12 @@ fn judge(c: &Case) -> Verdict {
                 param(a > 0.0, a, "length_adaptive_alpha", p);
             }
         }
+        Kind::BiLevel => {
+            let b = &c.bilevel;
+            param(unit_ok(b.lam), b.lam, "lam", p);
+            param(b.gamma > 0.0 && b.gamma <= 1.0, b.gamma, "gamma", p);
+            param(b.high_level_gamma > 0.0 && b.high_level_gamma <= 1.0, b.high_level_gamma, "high_level_gamma", p);
+        }
         Kind::Group => {
             let e = c.group.eps;
             param(e > 0.0, e, "eps", p);
@@ -374,7 +428,7 @@ fn judge(c: &Case) -> Verdict {
         return v;
     }
     let n_traj = o.len() - 1;
-    let reads_values = matches!(c.kind, Kind::Mae | Kind::Gae);
+    let reads_values = matches!(c.kind, Kind::Mae | Kind::Gae | Kind::BiLevel);
     if reads_values {
         if c.values.len() != c.mask.len() {
             p.push(Problem::Length("values"));
@@ -402,7 +456,7 @@ fn judge(c: &Case) -> Verdict {
                 p.push(Problem::NonFiniteTrajectory("per_trajectory"));
             }
         }
-        Kind::Mae | Kind::Gae => {
+        Kind::Mae | Kind::Gae | Kind::BiLevel => {
             for q in 0..c.mask.len() {
                 if c.mask[q] == 1 {
                     if !c.values[q].is_finite() {
@@ -539,14 +593,35 @@ enum Output {
     Turns(mpo_core::Turns),
     Mae(mpo_core::MaeOutput),
     Gae(mpo_core::GaeOutput),
+    BiLevel(mpo_core::BiLevelOutput),
     Flat(Vec<f32>),
 }
 
 fn call(c: &Case) -> Result<Output, MpoError> {
+    call_with(c, c.turn_rewards.is_some())
+}
+
+/// The call; `per_turn`: MAE/GAE get the per-turn rewards (else the token rewards).
+fn call_with(c: &Case, per_turn: bool) -> Result<Output, MpoError> {
+    let truncated = Some(c.truncated.as_slice()).filter(|t| !t.is_empty());
+    let placed = match (&c.turn_rewards, per_turn) {
+        (Some(t), true) => {
+            let turn = mpo_core::TurnRewards { rewards: t, offsets: None };
+            Some(mpo_core::place_turn_rewards(&c.mask, &c.offsets, turn, None)?)
+        }
+        _ => None,
+    };
+    let source = placed.as_deref().map_or_else(|| c.reward_source(), Rewards::Token);
+    let (values, mask, offsets) = (&c.values, &c.mask, &c.offsets);
     Ok(match c.kind {
         Kind::Segment => Output::Turns(mpo_core::segment_turns(&c.mask, &c.offsets)?),
-        Kind::Mae => Output::Mae(mpo_core::mae_advantages(&c.values, &c.mask, &c.offsets, c.reward_source(), &c.mae)?),
-        Kind::Gae => Output::Gae(mpo_core::gae_advantages(&c.values, &c.mask, &c.offsets, c.reward_source(), &c.gae)?),
+        Kind::Mae => {
+            Output::Mae(mpo_core::mae_advantages_with_truncation(values, mask, offsets, source, truncated, &c.mae)?)
+        }
+        Kind::Gae => {
+            Output::Gae(mpo_core::gae_advantages_with_truncation(values, mask, offsets, source, truncated, &c.gae)?)
+        }
+        Kind::BiLevel => Output::BiLevel(mpo_core::bilevel_advantages(values, mask, offsets, source, &c.bilevel)?),
         Kind::Group => Output::Flat(mpo_core::group_advantages(
             c.scores.as_deref().unwrap_or(&[]),
             &c.group_index,
@@ -623,11 +698,12 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
                     Some(&c.rewards).filter(|_| c.scores.is_none()).map(|v| v.as_slice()),
                     c.scores.as_deref(),
                 );
-                let want = reference::mae(
+                let want = reference::mae_truncated(
                     &c.values,
                     &c.mask,
                     &c.offsets,
                     &r,
+                    &c.truncated,
                     m.lam,
                     m.lam_intra,
                     m.beta,
@@ -640,6 +716,13 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
                 let t = reference::segment(&c.mask, &c.offsets);
                 if o.turns.token_turn != t.token_turn || o.turns.starts != t.starts {
                     return Err(Failure::new("MAE turns differ from the reference segmentation".into()));
+                }
+            }
+            if c.turn_rewards.is_some() {
+                match call_with(c, false) {
+                    Ok(Output::Mae(a))
+                        if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
+                    _ => return Err(Failure::new("MAE with per-turn rewards differs from token rewards".into())),
                 }
             }
             if deep {
@@ -665,11 +748,12 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
                 let g = &c.gae;
                 let rw = if c.scores.is_none() { Some(c.rewards.as_slice()) } else { None };
                 let r = reference::token_rewards(&c.mask, &c.offsets, rw, c.scores.as_deref());
-                let (adv, ret) = reference::gae(
+                let (adv, ret) = reference::gae_truncated(
                     &c.values,
                     &c.mask,
                     &c.offsets,
                     &r,
+                    &c.truncated,
                     g.gamma,
                     g.lam,
                     g.lam_critic,
@@ -682,11 +766,61 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
             if (0..n_tok).any(|q| c.mask[q] == 0 && (o.advantages[q] != 0.0 || o.returns[q] != 0.0)) {
                 return Err(Failure::new("GAE wrote a nonzero result on an observation token".into()));
             }
+            if c.turn_rewards.is_some() {
+                match call_with(c, false) {
+                    Ok(Output::Gae(a))
+                        if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
+                    _ => return Err(Failure::new("GAE with per-turn rewards differs from token rewards".into())),
+                }
+            }
             if deep {
                 match one_thread().install(|| call(c)) {
                     Ok(Output::Gae(a))
                         if bits(&a.advantages) == bits(&o.advantages) && bits(&a.returns) == bits(&o.returns) => {}
                     _ => return Err(Failure::new("GAE differs on a one-thread pool".into())),
+                }
+            }
+            finite
+        }
+        Output::BiLevel(o) => {
+            let lens = [o.advantages.len(), o.returns.len(), o.turns.token_turn.len()];
+            if lens != [n_tok; 3] || o.turn_advantages.len() != o.turns.n_turns() {
+                return Err(Failure::new(format!(
+                    "bi-level GAE output lengths {lens:?} / {} turns, expected {n_tok}",
+                    o.turn_advantages.len()
+                )));
+            }
+            let finite = all_finite(&o.advantages) && all_finite(&o.returns) && all_finite(&o.turn_advantages);
+            if !verdict.either {
+                let b = &c.bilevel;
+                let rw = if c.scores.is_none() { Some(c.rewards.as_slice()) } else { None };
+                let r = reference::token_rewards(&c.mask, &c.offsets, rw, c.scores.as_deref());
+                let want = reference::bilevel(&c.values, &c.mask, &c.offsets, &r, b.lam, b.gamma, b.high_level_gamma);
+                compare("advantages", &o.advantages, &want.advantages)?;
+                compare("returns", &o.returns, &want.returns)?;
+                compare("turn_advantages", &o.turn_advantages, &want.turn_advantages)?;
+                let t = reference::segment(&c.mask, &c.offsets);
+                if o.turns
+                    != (mpo_core::Turns {
+                        starts: t.starts,
+                        ends: t.ends,
+                        traj_offsets: t.traj_offsets,
+                        token_turn: t.token_turn,
+                    })
+                {
+                    return Err(Failure::new("bi-level GAE turns differ from the reference segmentation".into()));
+                }
+            }
+            if (0..n_tok).any(|q| c.mask[q] == 0 && (o.advantages[q] != 0.0 || o.returns[q] != 0.0)) {
+                return Err(Failure::new("bi-level GAE wrote a nonzero result on an observation token".into()));
+            }
+            if deep {
+                match one_thread().install(|| call(c)) {
+                    Ok(Output::BiLevel(a))
+                        if bits(&a.advantages) == bits(&o.advantages)
+                            && bits(&a.returns) == bits(&o.returns)
+                            && bits(&a.turn_advantages) == bits(&o.turn_advantages) => {}
+                    _ => return Err(Failure::new("bi-level GAE differs on a one-thread pool".into())),
                 }
             }
             finite
@@ -736,6 +870,7 @@ pub fn check_case(c: &Case, deep: bool) -> Result<&'static str, Failure> {
         Kind::Gae => "ok-gae",
         Kind::Group => "ok-group",
         Kind::Broadcast => "ok-broadcast",
+        Kind::BiLevel => "ok-bilevel",
     })
 }
 
@@ -749,5 +884,32 @@ fn error_class(e: &MpoError) -> &'static str {
         MpoError::ObservationReward { .. } => "error-observation-reward",
         MpoError::GroupIndex { .. } => "error-group-index",
         _ => "error-other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The target does draw truncation flags and per-turn rewards, and such cases pass.
+    #[test]
+    fn truncation_and_turn_rewards_are_drawn_and_checked() {
+        let (mut state, mut truncated, mut per_turn) = (0x2545_f491_4f6c_dd1du64, 0, 0);
+        for _ in 0..3000 {
+            let data: Vec<u8> = (0..2048)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            let Ok(c) = Case::decode(&data) else { continue };
+            let estimator = matches!(c.kind, Kind::Mae | Kind::Gae);
+            truncated += (estimator && c.truncated.contains(&true)) as u32;
+            per_turn += c.turn_rewards.is_some() as u32;
+            check_case(&c, true).unwrap_or_else(|f| panic!("{f:?}: {c:?}"));
+        }
+        assert!(truncated > 50 && per_turn > 50, "truncated {truncated}, per-turn {per_turn}");
     }
 }

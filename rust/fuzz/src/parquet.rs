@@ -49,7 +49,7 @@ impl Expect {
 }
 
 /// The estimators a run may use (the CLI's names).
-pub const ESTIMATORS: [&str; 4] = ["mae", "gae", "grpo", "rloo"];
+pub const ESTIMATORS: [&str; 5] = ["mae", "gae", "grpo", "rloo", "bilevel"];
 
 /// Decoded bytes per batch: tiny batches exercise row-group slicing.
 pub const BATCH_BYTES: [usize; 3] = [64, 4096, 2 << 20];
@@ -224,7 +224,7 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
     };
     let clean = |xs: &[f64]| xs.iter().all(|x| x.is_finite() && x.abs() <= 1e4);
     match estimator {
-        Estimator::Mae(_) | Estimator::Gae(_) if !clean(&r) => {}
+        Estimator::Mae(_) | Estimator::Gae(_) | Estimator::BiLevel(_) if !clean(&r) => {}
         Estimator::Mae(p) => {
             let Some((_, values)) = col("values").and_then(flat_list) else {
                 return Err(fail("no readable values".into()));
@@ -246,6 +246,17 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
                     reference::gae(&v32, &mask, &offsets, &r, p.gamma, p.lam, p.lam_critic, p.length_adaptive_alpha);
                 compare("advantages", &adv, &a)?;
                 compare("returns", &ret, &g)?;
+            }
+        }
+        Estimator::BiLevel(p) => {
+            let Some((_, values)) = col("values").and_then(flat_list) else {
+                return Err(fail("no readable values".into()));
+            };
+            if clean(&values) {
+                let v32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+                let want = reference::bilevel(&v32, &mask, &offsets, &r, p.lam, p.gamma, p.high_level_gamma);
+                compare("advantages", &adv, &want.advantages)?;
+                compare("returns", &ret, &want.returns)?;
             }
         }
         Estimator::Group(_) => {

@@ -70,6 +70,24 @@ pub fn mae(
     gamma: f64,
     lam_critic: f64,
 ) -> MaeRef {
+    mae_truncated(values, mask, offsets, r, &[], lam, lam_intra, beta, gamma, lam_critic)
+}
+
+/// [`mae`] where trajectory j with `truncated[j]` (missing: false) has V_{T+1,1} := V at
+/// its last policy token instead of 0.
+#[allow(clippy::too_many_arguments)]
+pub fn mae_truncated(
+    values: &[f32],
+    mask: &[u8],
+    offsets: &[i64],
+    r: &[f64],
+    truncated: &[bool],
+    lam: f64,
+    lam_intra: f64,
+    beta: f64,
+    gamma: f64,
+    lam_critic: f64,
+) -> MaeRef {
     let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
     let turns = segment(mask, offsets);
     let mut adv = vec![0.0; mask.len()];
@@ -80,7 +98,8 @@ pub fn mae(
         let toks: Vec<Vec<usize>> =
             tids.iter().map(|&t| (turns.starts[t] as usize..turns.ends[t] as usize).collect()).collect();
         let n = tids.len();
-        let first_v = |k: usize| if k < n { v[toks[k][0]] } else { 0.0 };
+        let end_v = if n > 0 && truncated.get(j) == Some(&true) { v[toks[n - 1][toks[n - 1].len() - 1]] } else { 0.0 };
+        let first_v = |k: usize| if k < n { v[toks[k][0]] } else { end_v };
         // token residuals δ_{t,i}
         let deltas: Vec<Vec<f64>> = (0..n)
             .map(|k| {
@@ -138,6 +157,23 @@ pub fn gae(
     lam_critic: f64,
     alpha: Option<f64>,
 ) -> (Vec<f64>, Vec<f64>) {
+    gae_truncated(values, mask, offsets, r, &[], gamma, lam, lam_critic, alpha)
+}
+
+/// [`gae`] where trajectory j with `truncated[j]` (missing: false) bootstraps its last
+/// policy token from its own value instead of 0.
+#[allow(clippy::too_many_arguments, reason = "the estimator's parameters, one argument each")]
+pub fn gae_truncated(
+    values: &[f32],
+    mask: &[u8],
+    offsets: &[i64],
+    r: &[f64],
+    truncated: &[bool],
+    gamma: f64,
+    lam: f64,
+    lam_critic: f64,
+    alpha: Option<f64>,
+) -> (Vec<f64>, Vec<f64>) {
     let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
     let mut adv = vec![0.0; mask.len()];
     let mut ret = vec![0.0; mask.len()];
@@ -148,8 +184,9 @@ pub fn gae(
             None => lam,
             Some(a) => (1.0 - 1.0 / (a * n.max(1) as f64)).clamp(0.0, 1.0),
         };
+        let end_v = if n > 0 && truncated.get(j) == Some(&true) { v[pol[n - 1]] } else { 0.0 };
         let deltas: Vec<f64> =
-            (0..n).map(|i| r[pol[i]] + gamma * if i + 1 < n { v[pol[i + 1]] } else { 0.0 } - v[pol[i]]).collect();
+            (0..n).map(|i| r[pol[i]] + gamma * if i + 1 < n { v[pol[i + 1]] } else { end_v } - v[pol[i]]).collect();
         for i in 0..n {
             adv[pol[i]] = (0..n - i).map(|k| (gamma * lam_j).powi(k as i32) * deltas[i + k]).sum();
             ret[pol[i]] =
@@ -186,4 +223,61 @@ pub fn group(scores: &[f32], group_index: &[i64], norm_std: bool, eps: f64, leav
         }
     }
     out
+}
+
+#[derive(Debug)]
+pub struct BiLevelRef {
+    pub advantages: Vec<f64>,
+    pub returns: Vec<f64>,
+    pub turn_advantages: Vec<f64>,
+}
+
+/// RAGEN's bi-level GAE, each level by its defining sum. e_t is turn t's last token.
+/// High level: δ^hi_t = R_t + γ_hi V_{e_{t+1}} − V_{e_t}, A^hi_t = Σ_l (γ_hi λ)^l δ^hi_{t+l},
+/// G_t = A^hi_t + V_{e_t}. Low level, inside turn t, with r' = G_t on e_t and 0 before:
+/// δ_{t,i} = r'_{t,i} + γ V_{t,i+1} − V_{t,i} (0 after e_t), A_{t,i} = Σ_k (γλ)^k δ_{t,i+k}.
+pub fn bilevel(
+    values: &[f32],
+    mask: &[u8],
+    offsets: &[i64],
+    r: &[f64],
+    lam: f64,
+    gamma: f64,
+    high_level_gamma: f64,
+) -> BiLevelRef {
+    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+    let turns = segment(mask, offsets);
+    let mut adv = vec![0.0; mask.len()];
+    let mut ret = vec![0.0; mask.len()];
+    let mut turn_adv = vec![0.0; turns.starts.len()];
+    for j in 0..offsets.len() - 1 {
+        let tids: Vec<usize> = (turns.traj_offsets[j] as usize..turns.traj_offsets[j + 1] as usize).collect();
+        let toks: Vec<Vec<usize>> =
+            tids.iter().map(|&t| (turns.starts[t] as usize..turns.ends[t] as usize).collect()).collect();
+        let n = tids.len();
+        let end_v = |k: usize| if k < n { v[*toks[k].last().expect("a turn has a token")] } else { 0.0 };
+        let d_hi: Vec<f64> = (0..n)
+            .map(|k| toks[k].iter().map(|&q| r[q]).sum::<f64>() + high_level_gamma * end_v(k + 1) - end_v(k))
+            .collect();
+        for k in 0..n {
+            let a_hi: f64 = (0..n - k).map(|l| (high_level_gamma * lam).powi(l as i32) * d_hi[k + l]).sum();
+            turn_adv[tids[k]] = a_hi;
+            let g = a_hi + end_v(k);
+            let tk = &toks[k];
+            let len = tk.len();
+            let deltas: Vec<f64> = (0..len)
+                .map(|i| {
+                    let reward = if i + 1 == len { g } else { 0.0 };
+                    let next = if i + 1 < len { v[tk[i + 1]] } else { 0.0 };
+                    reward + gamma * next - v[tk[i]]
+                })
+                .collect();
+            for i in 0..len {
+                let a: f64 = (0..len - i).map(|m| (gamma * lam).powi(m as i32) * deltas[i + m]).sum();
+                adv[tk[i]] = a;
+                ret[tk[i]] = a + v[tk[i]];
+            }
+        }
+    }
+    BiLevelRef { advantages: adv, returns: ret, turn_advantages: turn_adv }
 }

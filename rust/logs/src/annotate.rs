@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, ArrowPrimitiveType, LargeListArray, ListArray, PrimitiveArray, RecordBatch};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Float32Type, Int32Type, Schema, SchemaRef};
-use mpo_core::{MpoError, Rewards};
+use mpo_core::{MpoError, Rewards, SumCheck, TurnRewards};
 use rayon::prelude::*;
 
 use crate::decode::{read_row_scores, ListOffsets, RewardData, Rollouts};
@@ -95,18 +95,39 @@ pub fn annotate(
     // Only the estimators see moved rewards; the input columns are written out as given.
     let r = relocate::apply(Rollouts::read(batch, columns)?, columns)?;
     let core_err = |e: MpoError| from_core(e, columns);
-    let rewards = match &r.rewards {
-        RewardData::Token(t) => Rewards::Token(t),
-        RewardData::Score(s) => Rewards::Score(s),
+    // Per-turn rewards become token rewards on each turn's last policy token (checked for
+    // every estimator: counts, finiteness, the optional sums).
+    let placed = match &r.rewards {
+        RewardData::Turn { rewards, offsets } => {
+            let turn = TurnRewards { rewards, offsets: Some(offsets) };
+            let check = match (&r.check_scores, &columns.check) {
+                (Some(scores), Some((_, tolerance))) => Some(SumCheck { scores, tolerance: *tolerance }),
+                _ => None,
+            };
+            Some(mpo_core::place_turn_rewards(&r.mask, &r.offsets, turn, check).map_err(core_err)?)
+        }
+        _ => None,
+    };
+    let rewards = match (&r.rewards, &placed) {
+        (_, Some(placed)) => Rewards::Token(placed),
+        (RewardData::Score(s), None) => Rewards::Score(s),
+        (RewardData::Token(t) | RewardData::Turn { rewards: t, .. }, None) => Rewards::Token(t),
     };
     let values = r.values.as_deref().unwrap_or(&[]);
+    let truncated = r.truncated.as_deref();
     let (advantages, returns, turns, turn_advantages) = match estimator {
         Estimator::Mae(p) => {
-            let out = mpo_core::mae_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
+            let out = mpo_core::mae_advantages_with_truncation(values, &r.mask, &r.offsets, rewards, truncated, p)
+                .map_err(core_err)?;
+            (out.advantages, out.returns, out.turns, out.turn_advantages)
+        }
+        Estimator::BiLevel(p) => {
+            let out = mpo_core::bilevel_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
             (out.advantages, out.returns, out.turns, out.turn_advantages)
         }
         Estimator::Gae(p) => {
-            let out = mpo_core::gae_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
+            let out = mpo_core::gae_advantages_with_truncation(values, &r.mask, &r.offsets, rewards, truncated, p)
+                .map_err(core_err)?;
             let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
             let turn_adv = turn_means(&out.advantages, &turns);
             (out.advantages, out.returns, turns, turn_adv)
@@ -154,7 +175,7 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
         let shifted = |e: DataError| e.shift_rows(base);
         scores.push(match &columns.reward {
             RewardColumn::Score(_) => read_row_scores(batch, &columns.reward).map_err(shifted)?,
-            RewardColumn::Token(_) => {
+            RewardColumn::Token(_) | RewardColumn::Turn(_) => {
                 let r = relocate::apply(Rollouts::read(batch, columns).map_err(shifted)?, columns).map_err(shifted)?;
                 relocate::group_scores(batch, columns, &r).map_err(shifted)?
             }
@@ -169,11 +190,30 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
 fn from_core(e: MpoError, columns: &Columns) -> DataError {
     let column = |arg: &str| match arg {
         "values" => columns.values.clone().unwrap_or_else(|| arg.into()),
-        "rewards" | "scores" => columns.reward.name().into(),
+        "rewards" | "scores" | "turn_rewards" => columns.reward.name().into(),
+        "check_scores" => columns.check.as_ref().map_or_else(|| arg.into(), |(c, _)| c.clone()),
+        "truncated" => columns.truncated.clone().unwrap_or_else(|| arg.into()),
         "mask" => columns.mask.clone(),
         other => other.into(),
     };
     match e {
+        MpoError::NonFiniteTurn { arg, value, trajectory, turn } => {
+            DataError::NonFiniteTurn { column: column(arg), row: trajectory as u64, turn: turn as u64, value }
+        }
+        MpoError::TurnRewardCount { trajectory, got, expected } => DataError::TurnRewardCount {
+            column: columns.reward.name().into(),
+            row: trajectory as u64,
+            got: got as u64,
+            expected: expected as u64,
+        },
+        MpoError::TurnRewardSum { trajectory, sum, score, tolerance } => DataError::TurnRewardSum {
+            column: columns.reward.name().into(),
+            check_column: column("check_scores"),
+            row: trajectory as u64,
+            sum,
+            score,
+            tolerance,
+        },
         MpoError::MaskValue { value, at } => DataError::MaskValue {
             column: columns.mask.clone(),
             row: at.trajectory as u64,
@@ -294,7 +334,7 @@ fn list_of<T: ArrowPrimitiveType>(offsets: &ListOffsets, values: Vec<T::Native>)
 mod tests {
     use super::*;
     use crate::error::LogError;
-    use crate::estimator::EstimatorColumns;
+    use crate::estimator::{EstimatorColumns, OptionValue};
     use crate::relocate::ObservationRewards;
     use crate::schema::ColumnSpec;
     use arrow::array::{AsArray, BooleanBuilder, Int64Array, ListBuilder};
@@ -354,6 +394,21 @@ mod tests {
         let out = append(&batch, a, output_schema(batch.schema_ref(), &cols)).unwrap();
         assert_eq!(out.num_columns(), 9);
         assert_eq!(out.schema().field(5).name(), "advantages");
+    }
+
+    #[test]
+    fn bilevel_columns_match_the_core() {
+        let (batch, mask, values, rewards, offsets) = sample();
+        let est = Estimator::from_options("bilevel", &[("lam", OptionValue::Float(0.9))]).unwrap();
+        let cols = ColumnSpec::default().resolve(batch.schema_ref(), est.needs()).unwrap();
+        let a = annotate(&batch, &cols, &est, None).unwrap();
+        let Estimator::BiLevel(p) = est else { unreachable!() };
+        let want = mpo_core::bilevel_advantages(&values, &mask, &offsets, Rewards::Token(&rewards), &p).unwrap();
+        let flat = |c: &ArrayRef| c.as_list::<i32>().values().as_primitive::<Float32Type>().values().to_vec();
+        assert_eq!(flat(&a.columns[0]), want.advantages);
+        assert_eq!(flat(&a.columns[1]), want.returns);
+        assert_eq!(flat(&a.columns[3]), want.turn_advantages);
+        assert_eq!(a.columns[3].as_list::<i32>().value_offsets(), &[0, 2, 3, 3, 3]);
     }
 
     #[test]

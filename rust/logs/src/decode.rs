@@ -42,12 +42,21 @@ pub struct Rollouts<'a> {
     pub mask: Cow<'a, [u8]>,
     pub values: Option<Cow<'a, [f32]>>,
     pub rewards: RewardData<'a>,
+    /// One flag per row, when a truncated column is read.
+    pub truncated: Option<Vec<bool>>,
+    /// The scores the turn rewards must sum to, when a check column is named.
+    pub check_scores: Option<Cow<'a, [f32]>>,
 }
 
 #[derive(Debug)]
 pub enum RewardData<'a> {
     Token(Cow<'a, [f32]>),
     Score(Cow<'a, [f32]>),
+    /// Per-turn rewards and their offsets per row (rebased to 0).
+    Turn {
+        rewards: Cow<'a, [f32]>,
+        offsets: Vec<i64>,
+    },
 }
 
 impl<'a> Rollouts<'a> {
@@ -71,13 +80,21 @@ impl<'a> Rollouts<'a> {
                 RewardData::Token(col.numbers()?)
             }
             RewardColumn::Score(name) => RewardData::Score(read_numbers(batch, name)?),
+            RewardColumn::Turn(name) => {
+                let col = ListCol::get(batch, name)?;
+                RewardData::Turn { rewards: col.numbers()?, offsets: col.offsets.rebased().into_owned() }
+            }
         };
+        let truncated = columns.truncated.as_deref().map(|name| read_flags(batch, name)).transpose()?;
+        let check_scores = columns.check.as_ref().map(|(name, _)| read_numbers(batch, name)).transpose()?;
         Ok(Self {
             offsets: mask_col.offsets.rebased(),
             list_offsets: mask_col.offsets.rebased_buffer(),
             mask,
             values,
             rewards,
+            truncated,
+            check_scores,
         })
     }
 
@@ -90,12 +107,28 @@ impl<'a> Rollouts<'a> {
     }
 }
 
-/// One score per row: the score column, or the sum of each row's token rewards. Reads
-/// only that column, so the group-statistics pass can project it alone.
+/// A bool column without nulls, one flag per row.
+pub fn read_flags(batch: &RecordBatch, name: &str) -> Result<Vec<bool>, DataError> {
+    let array = column(batch, name)?;
+    let Some(flags) = array.as_boolean_opt() else {
+        return Err(DataError::ColumnType {
+            column: name.into(),
+            found: array.data_type().to_string(),
+            expected: "bool",
+        });
+    };
+    if let Some(row) = first_null(flags.nulls(), 0..flags.len()) {
+        return Err(DataError::NullValue { column: name.into(), row: row as u64 });
+    }
+    Ok(flags.values().iter().collect())
+}
+
+/// One score per row: the score column, or the sum of each row's token (or turn) rewards.
+/// Reads only that column, so the group-statistics pass can project it alone.
 pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Result<Cow<'a, [f32]>, DataError> {
     match reward {
         RewardColumn::Score(name) => read_numbers(batch, name),
-        RewardColumn::Token(name) => {
+        RewardColumn::Token(name) | RewardColumn::Turn(name) => {
             let col = ListCol::get(batch, name)?;
             let rewards = col.numbers()?;
             let offsets = col.offsets.rebased();
@@ -103,6 +136,14 @@ pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Res
             for (row, w) in offsets.windows(2).enumerate() {
                 let mut sum = 0f64;
                 for (k, &r) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
+                    if !r.is_finite() && matches!(reward, RewardColumn::Turn(_)) {
+                        return Err(DataError::NonFiniteTurn {
+                            column: name.clone(),
+                            row: row as u64,
+                            turn: k as u64,
+                            value: r,
+                        });
+                    }
                     if !r.is_finite() {
                         return Err(DataError::NonFiniteToken {
                             column: name.clone(),
@@ -528,6 +569,8 @@ mod tests {
             reward,
             group: None,
             observation_rewards: Default::default(),
+            truncated: None,
+            check: None,
         }
     }
 

@@ -68,6 +68,15 @@ pub enum DataError {
     )]
     ObservationReward { column: String, row: u64, token: u64, value: f32 },
 
+    #[error("row {row}, column `{column}`: {value} is not finite at turn {turn}")]
+    NonFiniteTurn { column: String, row: u64, turn: u64, value: f32 },
+
+    #[error("row {row}, column `{column}`: {got} turn rewards, but the row has {expected} turns (runs of mask == 1); give one reward per turn")]
+    TurnRewardCount { column: String, row: u64, got: u64, expected: u64 },
+
+    #[error("row {row}, column `{column}`: the turn rewards sum to {sum}, but `{check_column}` is {score} (tolerance {tolerance} x max(1, |score|))")]
+    TurnRewardSum { column: String, check_column: String, row: u64, sum: f64, score: f32, tolerance: f64 },
+
     #[error(
         "row {row}, column `{column}`: group id not seen by the statistics pass (did the input change during the run?)"
     )]
@@ -107,6 +116,9 @@ impl DataError {
             | DataError::OutOfRangeRow { row, .. }
             | DataError::RewardSumOutOfRange { row, .. }
             | DataError::ObservationReward { row, .. }
+            | DataError::NonFiniteTurn { row, .. }
+            | DataError::TurnRewardCount { row, .. }
+            | DataError::TurnRewardSum { row, .. }
             | DataError::UnknownGroup { row, .. } => *row += base,
             _ => {}
         }
@@ -129,6 +141,9 @@ impl DataError {
             | DataError::OutOfRangeRow { row, .. }
             | DataError::RewardSumOutOfRange { row, .. }
             | DataError::ObservationReward { row, .. }
+            | DataError::NonFiniteTurn { row, .. }
+            | DataError::TurnRewardCount { row, .. }
+            | DataError::TurnRewardSum { row, .. }
             | DataError::UnknownGroup { row, .. } => Some(*row),
             _ => None,
         }

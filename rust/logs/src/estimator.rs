@@ -14,7 +14,7 @@ pub trait EstimatorColumns {
 impl EstimatorColumns for Estimator {
     fn needs(&self) -> Needs {
         match self {
-            Estimator::Mae(_) | Estimator::Gae(_) => Needs { values: true, groups: false },
+            Estimator::Mae(_) | Estimator::Gae(_) | Estimator::BiLevel(_) => Needs { values: true, groups: false },
             Estimator::Group(_) => Needs { values: false, groups: true },
         }
     }

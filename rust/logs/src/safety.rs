@@ -378,6 +378,79 @@ pub fn refuse_duplicate_inputs(files: &[PathBuf]) -> Result<(), LogError> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Writers that add files to a directory (Ray Data's `write_parquet`).
+
+/// Checks the local `inputs` and the directory `output` of a writer that adds its own
+/// files to `output` and never replaces it (Ray Data's `Dataset.write_parquet`). Rule 1:
+/// `output` must not exist or be a directory with no visible entries — beside earlier
+/// files, even earlier outputs, the new ones would be read together with them. Rule 2:
+/// `output` is no input, does not lie inside an input directory and does not contain an
+/// input, and no two inputs are one file. With no `output` (one the caller cannot check,
+/// such as a URI), only the last. Nothing is written.
+pub fn check_dataset_output(inputs: &[PathBuf], output: Option<&Path>) -> Result<(), LogError> {
+    let Some(output) = output else { return refuse_duplicate_listing(inputs) };
+    let shown = output.display();
+    let kind = existing(output, "OUTPUT")?;
+    let out_canon = match kind {
+        Existing::File => {
+            return Err(LogError::Usage(format!(
+            "OUTPUT {shown} is a file; the dataset is written as a directory of Parquet files: choose a new directory"
+        )))
+        }
+        Existing::Dir => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
+        Existing::Absent => {
+            let parent = parent_of(output);
+            let name = output
+                .file_name()
+                .ok_or_else(|| LogError::Usage(format!("OUTPUT {shown} does not name a directory")))?;
+            match fs::canonicalize(&parent) {
+                Ok(p) => p.join(name),
+                // The writer creates missing parents; nothing there can be an input.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return refuse_duplicate_listing(inputs),
+                Err(e) => return Err(LogError::io(&parent, "cannot use the output's directory", e)),
+            }
+        }
+    };
+    for input in inputs {
+        let in_canon = fs::canonicalize(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
+        if in_canon == out_canon {
+            return Err(LogError::Usage(format!("OUTPUT {shown} is INPUT; write to a new directory")));
+        }
+        if out_canon.starts_with(&in_canon) {
+            return Err(LogError::Usage(format!(
+                "OUTPUT {shown} is inside the INPUT directory {}; choose a path outside it",
+                input.display()
+            )));
+        }
+        if in_canon.starts_with(&out_canon) {
+            return Err(LogError::Usage(format!(
+                "INPUT {} is inside OUTPUT {shown}; choose a new directory",
+                input.display()
+            )));
+        }
+    }
+    if kind == Existing::Dir {
+        if let Some(entry) = sorted_entries(output)?.into_iter().find(|e| !is_hidden(&e.file_name())) {
+            return Err(LogError::Usage(format!(
+                "OUTPUT directory {shown} is not empty (it holds {}); the dataset's files would be added beside \
+                 what is there and read with it later: remove its contents or choose a new directory",
+                entry.path().display()
+            )));
+        }
+    }
+    refuse_duplicate_listing(inputs)
+}
+
+/// Every file of every input, listed as the commands list them; no file twice.
+fn refuse_duplicate_listing(inputs: &[PathBuf]) -> Result<(), LogError> {
+    let mut files = Vec::new();
+    for input in inputs {
+        files.extend(crate::paths::list_inputs(input)?);
+    }
+    refuse_duplicate_inputs(&files)
+}
+
+// ---------------------------------------------------------------------------------------
 // Rule 1 for report directories: the marker.
 
 /// The tools that write report directories.
@@ -534,6 +607,37 @@ mod tests {
     fn usage(e: LogError) -> String {
         assert!(e.is_usage(), "{e}");
         e.to_string()
+    }
+
+    #[test]
+    fn a_dataset_output_must_be_new_or_empty_and_alias_no_input() {
+        let d = scratch("safety-dataset");
+        let logs = d.join("logs");
+        fs::create_dir_all(&logs).unwrap();
+        raw_log(&logs.join("a.parquet"));
+        let inputs = vec![logs.clone()];
+        assert!(check_dataset_output(&inputs, Some(&d.join("new"))).is_ok());
+        assert!(check_dataset_output(&inputs, Some(&d.join("missing/parent/new"))).is_ok());
+        fs::create_dir_all(d.join("empty")).unwrap();
+        fs::write(d.join("empty/.hidden"), b"x").unwrap();
+        assert!(check_dataset_output(&inputs, Some(&d.join("empty"))).is_ok());
+        // Earlier outputs too: the new files would be read beside them.
+        fs::create_dir_all(d.join("earlier")).unwrap();
+        our_output(&d.join("earlier/part.parquet"));
+        assert!(usage(check_dataset_output(&inputs, Some(&d.join("earlier"))).unwrap_err()).contains("not empty"));
+        raw_log(&d.join("file.parquet"));
+        assert!(usage(check_dataset_output(&inputs, Some(&d.join("file.parquet"))).unwrap_err()).contains("is a file"));
+        assert!(usage(check_dataset_output(&inputs, Some(&logs)).unwrap_err()).contains("is INPUT"));
+        assert!(usage(check_dataset_output(&inputs, Some(&logs.join("out"))).unwrap_err()).contains("inside the INPUT"));
+        let inner = vec![logs.join("a.parquet")];
+        assert!(usage(check_dataset_output(&inner, Some(&logs)).unwrap_err()).contains("is inside OUTPUT"));
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(logs.join("a.parquet"), d.join("link.parquet")).unwrap();
+            let twice = vec![logs.clone(), d.join("link.parquet")];
+            assert!(usage(check_dataset_output(&twice, Some(&d.join("new"))).unwrap_err()).contains("same file"));
+        }
+        fs::remove_dir_all(d).unwrap();
     }
 
     #[test]

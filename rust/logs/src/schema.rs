@@ -20,7 +20,8 @@ pub struct ColumnRow {
     pub default: &'static str,
     /// The Arrow types accepted (inputs) or written (outputs), as errors print them.
     pub data_type: &'static str,
-    /// `"input"` (read), `"optional"` (read when present or named), `"output"` (appended).
+    /// `"input"` (read), `"optional"` (read when present or named), `"named"` (read only
+    /// when named), `"output"` (appended).
     pub role: &'static str,
     pub doc: &'static str,
 }
@@ -35,15 +36,18 @@ const fn row(
     ColumnRow { key, default, data_type, role, doc }
 }
 
-/// Default names tried, in order, when neither a rewards nor a score column is named.
+/// Default names tried, in order, when no rewards, score or turn-rewards column is named.
 pub const DEFAULT_REWARDS: &str = "rewards";
 pub const DEFAULT_SCORE: &str = "score";
+pub const DEFAULT_TURN_REWARDS: &str = "turn_rewards";
+/// Read when present (critic estimators), or when named.
+pub const DEFAULT_TRUNCATED: &str = "truncated";
 
 /// The types a group column may have (as errors print them).
 pub const GROUP_TYPES: &str = "integer, float or string (or a dictionary of them)";
 
 /// The columns of a rollout log (docs/parquet.md, "Columns").
-pub const COLUMNS: [ColumnRow; 10] = [
+pub const COLUMNS: [ColumnRow; 13] = [
     row(
         "mask",
         "loss_mask",
@@ -62,6 +66,27 @@ pub const COLUMNS: [ColumnRow; 10] = [
     ),
     row("group", "group_id", GROUP_TYPES, "input", "group ids of the group baselines (grpo, drgrpo, rloo)"),
     row("step", "step", "integer", "optional", "training step of the row (mpo-rs diagnose)"),
+    row(
+        "turn_rewards",
+        DEFAULT_TURN_REWARDS,
+        "list<float or integer>",
+        "optional",
+        "one reward per turn, placed on the turn's last policy token (when there are no token rewards or score)",
+    ),
+    row(
+        "check_score",
+        DEFAULT_SCORE,
+        "float or integer",
+        "named",
+        "a score per row that the row's turn rewards must sum to (checked within --check-tolerance)",
+    ),
+    row(
+        "truncated",
+        DEFAULT_TRUNCATED,
+        "bool",
+        "optional",
+        "the row was cut off before its episode ended: its end bootstraps from its last value (mae, gae)",
+    ),
     row("advantages", "advantages", "list<float32>", "output", "per-token advantages, 0 off-policy"),
     row("returns", "returns", "list<float32>", "output", "per-token value targets"),
     row("turn_index", "turn_index", "list<int32>", "output", "the token's turn in its trajectory, -1 off-policy"),
@@ -104,7 +129,7 @@ pub const OUTPUT_COLUMNS: [&str; 4] = [
 ];
 
 /// Column names as the user gave them; `None` means "choose by the default rule".
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ColumnSpec {
     pub mask: String,
     pub values: String,
@@ -112,6 +137,12 @@ pub struct ColumnSpec {
     pub rewards: Option<String>,
     /// One outcome per trajectory (a numeric column).
     pub score: Option<String>,
+    /// One reward per turn (a list column).
+    pub turn_rewards: Option<String>,
+    /// A score per row the turn rewards must sum to, and the tolerance of that check.
+    pub check_score: Option<(String, f64)>,
+    /// Per-row truncation flags (a bool column); `None`: `truncated` if present.
+    pub truncated: Option<String>,
     pub group: String,
     /// What the estimators make of a token reward where the mask is 0.
     pub observation_rewards: ObservationRewards,
@@ -124,6 +155,9 @@ impl Default for ColumnSpec {
             values: default_column("values").into(),
             rewards: None,
             score: None,
+            turn_rewards: None,
+            check_score: None,
+            truncated: None,
             group: default_column("group").into(),
             observation_rewards: ObservationRewards::Error,
         }
@@ -135,18 +169,20 @@ impl Default for ColumnSpec {
 pub enum RewardColumn {
     Token(String),
     Score(String),
+    /// One reward per turn, placed on each turn's last policy token.
+    Turn(String),
 }
 
 impl RewardColumn {
     pub fn name(&self) -> &str {
         match self {
-            RewardColumn::Token(n) | RewardColumn::Score(n) => n,
+            RewardColumn::Token(n) | RewardColumn::Score(n) | RewardColumn::Turn(n) => n,
         }
     }
 }
 
 /// The columns one estimator reads, checked against a schema.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Columns {
     pub mask: String,
     /// Absent for the critic-free (group) estimators, which never read values.
@@ -155,6 +191,10 @@ pub struct Columns {
     /// Present only for the group estimators.
     pub group: Option<String>,
     pub observation_rewards: ObservationRewards,
+    /// Per-row truncation flags (critic estimators only).
+    pub truncated: Option<String>,
+    /// The score column the turn rewards must sum to, and the tolerance.
+    pub check: Option<(String, f64)>,
 }
 
 /// What an estimator needs beyond the mask and the reward signal.
@@ -165,30 +205,70 @@ pub struct Needs {
 }
 
 impl ColumnSpec {
-    /// Picks the reward source (a named `rewards` or `score` column, else `rewards` if the
-    /// schema has it, else `score`) and checks that every needed column exists with a
+    /// Picks the reward source (a named `rewards`, `score` or `turn_rewards` column, else
+    /// the first of `rewards`, `score`, `turn_rewards` the schema has), the truncation
+    /// flags (named, else `truncated` if present, critic estimators only) and checks that every needed column exists with a
     /// usable type and that no output column is already there.
     pub fn resolve(&self, schema: &Schema, needs: Needs) -> Result<Columns, LogError> {
-        let reward = match (&self.rewards, &self.score) {
-            (Some(_), Some(_)) => {
+        let reward = match (&self.rewards, &self.score, &self.turn_rewards) {
+            (Some(r), None, None) => RewardColumn::Token(r.clone()),
+            (None, Some(s), None) => RewardColumn::Score(s.clone()),
+            (None, None, Some(t)) => RewardColumn::Turn(t.clone()),
+            (None, None, None) if schema.column_with_name(DEFAULT_REWARDS).is_some() => {
+                RewardColumn::Token(DEFAULT_REWARDS.into())
+            }
+            (None, None, None) if schema.column_with_name(DEFAULT_SCORE).is_some() => {
+                RewardColumn::Score(DEFAULT_SCORE.into())
+            }
+            (None, None, None) if schema.column_with_name(DEFAULT_TURN_REWARDS).is_some() => {
+                RewardColumn::Turn(DEFAULT_TURN_REWARDS.into())
+            }
+            (None, None, None) => {
+                return Err(LogError::Batch(DataError::MissingColumn {
+                    column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}` or `{DEFAULT_TURN_REWARDS}"),
+                    available: available(schema),
+                }))
+            }
+            (Some(_), Some(_), None) => {
                 return Err(LogError::Usage(
                     "give a token-level rewards column or a per-trajectory score column, not both".into(),
                 ))
             }
-            (Some(r), None) => RewardColumn::Token(r.clone()),
-            (None, Some(s)) => RewardColumn::Score(s.clone()),
-            (None, None) if schema.column_with_name(DEFAULT_REWARDS).is_some() => {
-                RewardColumn::Token(DEFAULT_REWARDS.into())
+            _ => {
+                return Err(LogError::Usage(
+                    "give one of a token-level rewards column, a per-trajectory score column and a per-turn \
+                     rewards column, not two"
+                        .into(),
+                ))
             }
-            (None, None) if schema.column_with_name(DEFAULT_SCORE).is_some() => {
-                RewardColumn::Score(DEFAULT_SCORE.into())
+        };
+        if self.check_score.is_some() && !matches!(reward, RewardColumn::Turn(_)) {
+            return Err(LogError::Usage(format!(
+                "a check score column checks that per-turn rewards sum to it; the rewards here are `{}`, not \
+                 per-turn rewards",
+                reward.name()
+            )));
+        }
+        if let Some((_, tolerance)) = &self.check_score {
+            if !(tolerance.is_finite() && *tolerance >= 0.0) {
+                return Err(LogError::Usage(format!("`check_tolerance` = {tolerance} must be in [0, inf)")));
             }
-            (None, None) => {
-                return Err(LogError::Batch(DataError::MissingColumn {
-                    column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}"),
-                    available: available(schema),
-                }))
+        }
+        // Truncation bootstraps from the critic's values: the group estimators refuse a named
+        // column and ignore a `truncated` column that is merely present.
+        let truncated = match &self.truncated {
+            Some(_) if !needs.values => {
+                return Err(LogError::Usage(
+                    "a truncated column applies to the critic estimators (mae, gae); the group baselines do not \
+                     bootstrap"
+                        .into(),
+                ))
             }
+            Some(t) => Some(t.clone()),
+            None if needs.values && schema.column_with_name(DEFAULT_TRUNCATED).is_some() => {
+                Some(DEFAULT_TRUNCATED.into())
+            }
+            None => None,
         };
         let columns = Columns {
             mask: self.mask.clone(),
@@ -196,6 +276,8 @@ impl ColumnSpec {
             reward,
             group: needs.groups.then(|| self.group.clone()),
             observation_rewards: self.observation_rewards,
+            truncated,
+            check: self.check_score.clone(),
         };
         columns.check_schema(schema).map_err(LogError::Batch)?;
         Ok(columns)
@@ -216,8 +298,17 @@ impl Columns {
             check_list(values, ty(values)?, ElementKind::Number)?;
         }
         match &self.reward {
-            RewardColumn::Token(r) => check_list(r, ty(r)?, ElementKind::Number)?,
+            RewardColumn::Token(r) | RewardColumn::Turn(r) => check_list(r, ty(r)?, ElementKind::Number)?,
             RewardColumn::Score(s) => check_number(s, ty(s)?)?,
+        }
+        if let Some((s, _)) = &self.check {
+            check_number(s, ty(s)?)?;
+        }
+        if let Some(t) = &self.truncated {
+            let found = ty(t)?;
+            if found != &DataType::Boolean {
+                return Err(DataError::ColumnType { column: t.clone(), found: found.to_string(), expected: "bool" });
+            }
         }
         if let Some(group) = &self.group {
             check_group_type(group, ty(group)?)?;

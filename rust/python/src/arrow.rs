@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::PyTable;
 
-use crate::errors::{log_error, InvalidBatchError};
+use crate::errors::{log_error, InvalidBatchError, InvalidOptionError};
 use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -92,10 +92,32 @@ pub(crate) fn columns_of(
     }
 }
 
+/// Sets the per-turn rewards, truncation and sum-check columns of `spec`.
+pub(crate) fn with_turn_columns(
+    spec: &mut ColumnSpec,
+    turn_rewards_col: Option<String>,
+    truncated_col: Option<String>,
+    check_score_col: Option<String>,
+    check_tolerance: Option<f64>,
+) -> PyResult<()> {
+    spec.turn_rewards = turn_rewards_col;
+    spec.truncated = truncated_col;
+    spec.check_score = match (check_score_col, check_tolerance) {
+        (Some(c), Some(t)) => Some((c, t)),
+        (None, _) => None,
+        (Some(_), None) => return Err(InvalidOptionError::new_err("`check_score_col` needs its `check_tolerance`")),
+    };
+    Ok(())
+}
+
 /// The output columns (advantages, returns, turn_index, turn_advantages) of every batch
 /// of `data`, as a table with one batch per input batch.
 #[pyfunction]
-#[pyo3(signature = (data, estimator, mask_col, values_col, rewards_col, score_col, group_col, observation_rewards="error"))]
+#[pyo3(signature = (
+    data, estimator, mask_col, values_col, rewards_col, score_col, group_col,
+    turn_rewards_col=None, truncated_col=None, check_score_col=None, check_tolerance=None,
+    observation_rewards="error"
+))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `mpo_rs.arrow.with_advantages`
 fn arrow_advantages(
     py: Python<'_>,
@@ -106,11 +128,16 @@ fn arrow_advantages(
     rewards_col: Option<String>,
     score_col: Option<String>,
     group_col: String,
+    turn_rewards_col: Option<String>,
+    truncated_col: Option<String>,
+    check_score_col: Option<String>,
+    check_tolerance: Option<f64>,
     observation_rewards: &str,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
     let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    with_turn_columns(&mut spec, turn_rewards_col, truncated_col, check_score_col, check_tolerance)?;
     spec.observation_rewards = self::observation_rewards(observation_rewards)?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let (out, out_schema) =

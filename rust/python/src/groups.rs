@@ -69,6 +69,8 @@ impl GroupStatistics {
             reward,
             group: Some(group_col),
             observation_rewards: crate::arrow::observation_rewards(observation_rewards)?,
+            truncated: None,
+            check: None,
         };
         let (batches, _) = read_all(data)?;
         let stats = run(py, || partial_group_statistics(&batches, &columns))?;
@@ -146,6 +148,12 @@ fn resolve_log_columns(
     Ok(match columns.reward {
         RewardColumn::Token(r) => (Some(r), None, statistics),
         RewardColumn::Score(s) => (None, Some(s), statistics),
+        RewardColumn::Turn(t) => {
+            return Err(InvalidOptionError::new_err(format!(
+                "the Ray adapter reads token rewards or a score; the per-turn rewards `{t}` are read by \
+                 `mpo-rs advantages` and `mpo_rs.arrow` (name a rewards or score column with rewards_col= or score_col=)"
+            )))
+        }
     })
 }
 

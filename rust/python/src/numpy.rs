@@ -3,7 +3,7 @@
 //! arrays as slices without copying, releases the GIL while the core runs on the
 //! extension's pool, and hands the output `Vec`s to numpy without copying.
 
-use mpo_core::{Estimator as Core, MpoError, Rewards, Turns};
+use mpo_core::{Estimator as Core, MpoError, Rewards, SumCheck, TurnRewards, Turns};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -16,6 +16,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
     m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(bilevel_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_baselines, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
@@ -31,13 +32,66 @@ fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, MpoError> + Send) 
     pool::run(py, core_error, f)
 }
 
-fn rewards_of<'a>(rewards: Option<&'a [f32]>, scores: Option<&'a [f32]>) -> PyResult<Rewards<'a>> {
-    match (rewards, scores) {
-        (Some(r), None) => Ok(Rewards::Token(r)),
-        (None, Some(s)) => Ok(Rewards::Score(s)),
+/// The optional inputs of the critic estimators beside the token rewards and scores.
+struct Extras<'a> {
+    truncated: Option<&'a [bool]>,
+    turn_rewards: Option<TurnRewards<'a>>,
+    check: Option<SumCheck<'a>>,
+}
+
+fn extras<'a>(
+    truncated: &'a Option<PyReadonlyArray1<'_, bool>>,
+    turn_rewards: &'a Option<PyReadonlyArray1<'_, f32>>,
+    turn_offsets: &'a Option<PyReadonlyArray1<'_, i64>>,
+    check_scores: &'a Option<PyReadonlyArray1<'_, f32>>,
+    check_tolerance: Option<f64>,
+) -> PyResult<Extras<'a>> {
+    let turn_rewards = match turn_rewards {
+        Some(r) => Some(TurnRewards {
+            rewards: slice(r, "turn_rewards")?,
+            offsets: turn_offsets.as_ref().map(|o| slice(o, "turn_offsets")).transpose()?,
+        }),
+        None => None,
+    };
+    let check = match (check_scores, check_tolerance) {
+        (Some(s), Some(tolerance)) => Some(SumCheck { scores: slice(s, "check_scores")?, tolerance }),
+        (None, _) => None,
+        (Some(_), None) => return Err(InvalidOptionError::new_err("`check_scores` needs its `check_tolerance`")),
+    };
+    if check.is_some() && turn_rewards.is_none() {
+        return Err(InvalidBatchError::new_err("`check_scores` checks `turn_rewards`; give them too"));
+    }
+    Ok(Extras { truncated: truncated.as_ref().map(|t| slice(t, "truncated")).transpose()?, turn_rewards, check })
+}
+
+/// The batch's reward source: the token rewards, the scores, or the per-turn rewards
+/// (exactly one is given).
+fn source_of<'a>(
+    rewards: Option<&'a [f32]>,
+    scores: Option<&'a [f32]>,
+    extras: &Extras<'a>,
+) -> PyResult<Result<Rewards<'a>, TurnRewards<'a>>> {
+    match (rewards, scores, extras.turn_rewards) {
+        (Some(r), None, None) => Ok(Ok(Rewards::Token(r))),
+        (None, Some(s), None) => Ok(Ok(Rewards::Score(s))),
+        (None, None, Some(turn)) => Ok(Err(turn)),
         _ => Err(InvalidBatchError::new_err(
-            "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)",
+            "give exactly one of `rewards` (token-level), `scores` (one per trajectory) and `turn_rewards` (one per turn)",
         )),
+    }
+}
+
+/// Runs `f` on the reward source, per-turn rewards placed on each turn's last policy token.
+fn with_source<T>(
+    mask: &[u8],
+    offsets: &[i64],
+    source: Result<Rewards<'_>, TurnRewards<'_>>,
+    check: Option<SumCheck<'_>>,
+    f: impl FnOnce(Rewards<'_>) -> Result<T, MpoError>,
+) -> Result<T, MpoError> {
+    match source {
+        Ok(rewards) => f(rewards),
+        Err(turn) => f(Rewards::Token(&mpo_core::place_turn_rewards(mask, offsets, turn, check)?)),
     }
 }
 
@@ -78,6 +132,11 @@ fn segment_turns<'py>(
 
 /// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
 #[pyfunction]
+#[pyo3(signature = (
+    values, mask, offsets, rewards, scores, estimator,
+    truncated=None, turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
+))]
+#[allow(clippy::too_many_arguments)] // the optional inputs of `mpo_rs.estimators.mae_advantages`
 fn mae_advantages<'py>(
     py: Python<'py>,
     values: PyReadonlyArray1<'py, f32>,
@@ -86,14 +145,24 @@ fn mae_advantages<'py>(
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
     estimator: &Bound<'py, Estimator>,
+    truncated: Option<PyReadonlyArray1<'py, bool>>,
+    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
+    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
+    check_scores: Option<PyReadonlyArray1<'py, f32>>,
+    check_tolerance: Option<f64>,
 ) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
     let estimator = estimator.get();
     let Core::Mae(params) = estimator.core else { return Err(wrong_family("mae_advantages", "mae", estimator)) };
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let source = rewards_of(r, s)?;
-    let out = run(py, || mpo_core::mae_advantages(v, m, o, source, &params))?;
+    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance)?;
+    let source = source_of(r, s, &x)?;
+    let out = run(py, || {
+        with_source(m, o, source, x.check, |source| {
+            mpo_core::mae_advantages_with_truncation(v, m, o, source, x.truncated, &params)
+        })
+    })?;
     Ok((
         PyArray1::from_vec(py, out.advantages),
         PyArray1::from_vec(py, out.returns),
@@ -104,6 +173,11 @@ fn mae_advantages<'py>(
 
 /// (advantages, returns)
 #[pyfunction]
+#[pyo3(signature = (
+    values, mask, offsets, rewards, scores, estimator,
+    truncated=None, turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
+))]
+#[allow(clippy::too_many_arguments)] // the optional inputs of `mpo_rs.estimators.gae_advantages`
 fn gae_advantages<'py>(
     py: Python<'py>,
     values: PyReadonlyArray1<'py, f32>,
@@ -112,15 +186,61 @@ fn gae_advantages<'py>(
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
     estimator: &Bound<'py, Estimator>,
+    truncated: Option<PyReadonlyArray1<'py, bool>>,
+    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
+    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
+    check_scores: Option<PyReadonlyArray1<'py, f32>>,
+    check_tolerance: Option<f64>,
 ) -> PyResult<(Floats<'py>, Floats<'py>)> {
     let estimator = estimator.get();
     let Core::Gae(params) = estimator.core else { return Err(wrong_family("gae_advantages", "gae", estimator)) };
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let source = rewards_of(r, s)?;
-    let out = run(py, || mpo_core::gae_advantages(v, m, o, source, &params))?;
+    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance)?;
+    let source = source_of(r, s, &x)?;
+    let out = run(py, || {
+        with_source(m, o, source, x.check, |source| {
+            mpo_core::gae_advantages_with_truncation(v, m, o, source, x.truncated, &params)
+        })
+    })?;
     Ok((PyArray1::from_vec(py, out.advantages), PyArray1::from_vec(py, out.returns)))
+}
+
+/// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
+#[pyfunction]
+fn bilevel_advantages<'py>(
+    py: Python<'py>,
+    values: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    rewards: Option<PyReadonlyArray1<'py, f32>>,
+    scores: Option<PyReadonlyArray1<'py, f32>>,
+    estimator: &Bound<'py, Estimator>,
+) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
+    let estimator = estimator.get();
+    let Core::BiLevel(params) = estimator.core else {
+        return Err(wrong_family("bilevel_advantages", "bilevel", estimator));
+    };
+    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
+    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
+    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
+    let source = match (r, s) {
+        (Some(r), None) => Rewards::Token(r),
+        (None, Some(s)) => Rewards::Score(s),
+        _ => {
+            return Err(InvalidBatchError::new_err(
+                "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)",
+            ))
+        }
+    };
+    let out = run(py, || mpo_core::bilevel_advantages(v, m, o, source, &params))?;
+    Ok((
+        PyArray1::from_vec(py, out.advantages),
+        PyArray1::from_vec(py, out.returns),
+        PyArray1::from_vec(py, out.turn_advantages),
+        turn_arrays(py, out.turns),
+    ))
 }
 
 /// Group-baseline advantages from dense group codes in `0..n_groups`.

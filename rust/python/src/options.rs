@@ -166,7 +166,7 @@ impl Estimator {
         self.name
     }
 
-    /// ``"mae"``, ``"gae"`` or ``"group"`` (grpo, drgrpo, rloo).
+    /// ``"mae"``, ``"gae"``, ``"group"`` (grpo, drgrpo, rloo) or ``"bilevel"``.
     #[getter]
     fn family(&self) -> &'static str {
         self.core.family()

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes as dt;
 use mpo_core::MpoError;
-use mpo_logs::{relocate, RewardData, Rollouts};
+use mpo_logs::{read_row_scores, relocate, RewardData, Rollouts};
 use mpo_logs::{run, Columns, DataError, FileAt, Job, LogError, Phase, Progress, RewardColumn, Tuning};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::PyRecordBatch;
 
-use crate::arrow::columns_of;
+use crate::arrow::{columns_of, with_turn_columns};
 use crate::errors::{log_error as to_py, InvalidOptionError};
 use crate::options::Estimator;
 use crate::pool::{self, On};
@@ -51,7 +51,9 @@ fn phase_name(p: Phase) -> &'static str {
 #[pyo3(signature = (
     input, output, estimator,
     mask_col, values_col, rewards_col, score_col, group_col,
-    progress=None, batch_bytes=None, max_row_group_bytes=None, observation_rewards="error"
+    progress=None, batch_bytes=None, max_row_group_bytes=None,
+    turn_rewards_col=None, truncated_col=None, check_score_col=None, check_tolerance=None,
+    observation_rewards="error"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn advantages_parquet<'py>(
@@ -67,10 +69,15 @@ fn advantages_parquet<'py>(
     progress: Option<Py<PyAny>>,
     batch_bytes: Option<usize>,
     max_row_group_bytes: Option<usize>,
+    turn_rewards_col: Option<String>,
+    truncated_col: Option<String>,
+    check_score_col: Option<String>,
+    check_tolerance: Option<f64>,
     observation_rewards: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let defaults = Tuning::default();
     let mut columns = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    with_turn_columns(&mut columns, turn_rewards_col, truncated_col, check_score_col, check_tolerance)?;
     columns.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
     let job = Job {
         input,
@@ -154,11 +161,12 @@ type Diagnosed<'py> = (
 
 /// Reads one batch of a rollout log as `advantages_parquet` reads it (types, nulls, list
 /// lengths, mask values, finite numbers) and computes its value structure. `reward` is
-/// `("score", column)` or `("rewards", column)`: the outcome is the score, or the sum of
-/// the token rewards. Errors name `path`, `row_group` (None: a check of the schema on an
-/// empty batch) and the row in the file (`row_base` + the row in the batch), and raise
-/// `InvalidBatchError`. A reward on an observation token is refused or moved
-/// as `observation_rewards` says (as in `advantages_parquet`).
+/// `("score", column)`, `("rewards", column)` or `("turn_rewards", column)`: the outcome is
+/// the score, or the sum of the token (turn) rewards. Errors name `path`, `row_group`
+/// (None: a check of the schema on an empty batch) and the row in the file (`row_base` +
+/// the row in the batch), and raise `InvalidBatchError`. A token reward on an observation
+/// token is refused or moved as `observation_rewards` says (as in `advantages_parquet`);
+/// per-turn rewards sit on policy tokens, so they pass as given.
 ///
 /// Returns (values, mask, offsets, outcome, step, total, between, within, jumps, n_turns).
 #[pyfunction]
@@ -183,9 +191,18 @@ fn diagnose_batch<'py>(
     let reward = match reward.0.as_str() {
         "score" => RewardColumn::Score(reward.1),
         "rewards" => RewardColumn::Token(reward.1),
+        "turn_rewards" => RewardColumn::Turn(reward.1),
         other => return Err(InvalidOptionError::new_err(format!("unknown reward kind {other:?}"))),
     };
-    let columns = Columns { mask: mask_col, values: Some(values_col), reward, group: None, observation_rewards };
+    let columns = Columns {
+        mask: mask_col,
+        values: Some(values_col),
+        reward,
+        group: None,
+        observation_rewards,
+        truncated: None,
+        check: None,
+    };
     let to_py =
         |error: DataError| to_py(LogError::Data { at: FileAt { path, row_group }, error: error.shift_rows(row_base) });
     let d = pool::run(py, to_py, || diagnose(&batch, &columns, step_col.as_deref()))?;
@@ -220,6 +237,20 @@ fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> R
         // The sum of each row's rewards; NaN/Inf refused naming the token, and a reward on
         // an observation token refused or moved as `advantages` does.
         RewardData::Token(_) => relocate::group_scores(batch, columns, &r)?.iter().map(|&x| x as f64).collect(),
+        // The sum of each row's turn rewards, the counts checked as `advantages` checks them.
+        RewardData::Turn { rewards, offsets } => {
+            let turn = mpo_core::TurnRewards { rewards, offsets: Some(offsets) };
+            mpo_core::place_turn_rewards(&r.mask, &r.offsets, turn, None).map_err(|e| match e {
+                MpoError::TurnRewardCount { trajectory, got, expected } => DataError::TurnRewardCount {
+                    column: columns.reward.name().into(),
+                    row: trajectory as u64,
+                    got: got as u64,
+                    expected: expected as u64,
+                },
+                other => DataError::Estimator(other),
+            })?;
+            read_row_scores(batch, &columns.reward)?.iter().map(|&x| x as f64).collect()
+        }
     };
     if let Some(row) = outcome.iter().position(|x| !x.is_finite()) {
         // A sum of finite f32 rewards can overflow f32.

@@ -13,7 +13,8 @@ use crate::errors::log_error;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_output_dir, m)?)?;
     m.add_function(wrap_pyfunction!(claim_output_dir, m)?)?;
-    m.add_function(wrap_pyfunction!(output_dir_marker, m)?)
+    m.add_function(wrap_pyfunction!(output_dir_marker, m)?)?;
+    m.add_function(wrap_pyfunction!(check_dataset_output, m)?)
 }
 
 fn label_or_default(label: Option<String>) -> String {
@@ -54,4 +55,15 @@ fn claim_output_dir(
 #[pyfunction]
 fn output_dir_marker(path: PathBuf) -> PyResult<Option<(String, Option<String>)>> {
     Ok(safety::read_marker(&path).map_err(log_error)?.map(|m| (m.tool, m.config)))
+}
+
+/// Checks the local `inputs` and the output directory of a writer that adds files to a
+/// directory and never replaces it (Ray Data's `write_parquet`): `output` must be new or
+/// empty, and must not alias an input; no two inputs may be one file. Writes nothing.
+/// Refusals raise `InvalidOptionError`.
+/// With `output=None` (an output the caller cannot check, such as a URI), only the last.
+#[pyfunction]
+#[pyo3(signature = (inputs, output=None))]
+fn check_dataset_output(inputs: Vec<PathBuf>, output: Option<PathBuf>) -> PyResult<()> {
+    safety::check_dataset_output(&inputs, output.as_deref()).map_err(log_error)
 }

@@ -7,18 +7,20 @@ advantage estimators (``algorithm.adv_estimator=...``), all on verl's padded ``(
 tensors, one trajectory per row, ``response_mask`` 1 on LLM tokens and 0 on tool /
 observation tokens and padding:
 
-=================  =========  ============================================================
-name               critic     what
-=================  =========  ============================================================
-``mpo_gae``        yes        token GAE equal to verl's ``gae`` (whitened like it unless
-                              ``algorithm.mpo.whiten=false``), computed in Rust
-``mpo_mae``        yes        multiscale advantage estimation (the MPO estimator)
-``mpo_grpo``       no         GRPO / Dr. GRPO (``algorithm.norm_adv_by_std_in_grpo``)
-``mpo_rloo``       no         RLOO (leave-one-out mean)
-``mpo_mae_grpo``   no         MAE with the group mean as a constant value baseline, scaled
-                              by 1/(group std + eps) like GRPO
-``mpo_mae_rloo``   no         MAE with the leave-one-out mean as the value baseline
-=================  =========  ============================================================
+===================  =========  ==========================================================
+name                 critic     what
+===================  =========  ==========================================================
+``mpo_gae``          yes        token GAE equal to verl's ``gae`` (whitened like it unless
+                                ``algorithm.mpo.whiten=false``), computed in Rust
+``mpo_mae``          yes        multiscale advantage estimation (the MPO estimator)
+``mpo_grpo``         no         GRPO / Dr. GRPO (``algorithm.norm_adv_by_std_in_grpo``)
+``mpo_rloo``         no         RLOO (leave-one-out mean)
+``mpo_mae_grpo``     no         MAE with the group mean as a constant value baseline,
+                                scaled by 1/(group std + eps) like GRPO
+``mpo_mae_rloo``     no         MAE with the leave-one-out mean as the value baseline
+``mpo_bilevel_gae``  yes        RAGEN's bi-level GAE (``algorithm.high_level_gamma``),
+                                whitened like RAGEN unless ``algorithm.mpo.whiten=false``
+===================  =========  ==========================================================
 
 and policy-loss modes (``actor_rollout_ref.actor.policy_loss.loss_mode=...``) ``mpo``
 (turn ratio = product of the turn's token ratios) and ``mpo_geo_mean`` (its geometric
@@ -71,6 +73,7 @@ from .config import (
 )
 from .estimators import (
     compute_gae_advantage_return,
+    compute_mpo_bilevel_gae_advantage,
     compute_mpo_gae_advantage,
     compute_mpo_grpo_advantage,
     compute_mpo_mae_advantage,
@@ -95,6 +98,7 @@ __all__ = [
     "MPOOptions",
     "MissingCriticValuesError",
     "compute_gae_advantage_return",
+    "compute_mpo_bilevel_gae_advantage",
     "compute_mpo_gae_advantage",
     "compute_mpo_grpo_advantage",
     "compute_mpo_mae_advantage",
@@ -117,6 +121,7 @@ _ESTIMATOR_FUNCTIONS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "mpo_rloo": compute_mpo_rloo_advantage,
     "mpo_mae_grpo": compute_mpo_mae_grpo_advantage,
     "mpo_mae_rloo": compute_mpo_mae_rloo_advantage,
+    "mpo_bilevel_gae": compute_mpo_bilevel_gae_advantage,
 }
 _LOSS_FUNCTIONS: dict[str, Callable[..., tuple[Tensor, dict[str, Any]]]] = {
     "mpo": compute_policy_loss_mpo,

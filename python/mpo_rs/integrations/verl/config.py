@@ -30,7 +30,7 @@ __all__ = [
     "estimator_options",
 ]
 
-CRITIC_ESTIMATORS = ("mpo_gae", "mpo_mae")
+CRITIC_ESTIMATORS = ("mpo_gae", "mpo_mae", "mpo_bilevel_gae")
 CRITIC_FREE_ESTIMATORS = ("mpo_grpo", "mpo_rloo", "mpo_mae_grpo", "mpo_mae_rloo")
 ESTIMATORS = CRITIC_ESTIMATORS + CRITIC_FREE_ESTIMATORS
 LOSS_MODES = ("mpo", "mpo_geo_mean")
@@ -103,7 +103,7 @@ class EstimatorOptions:
     """What a plug-in estimator computes with, read from verl's ``algorithm`` config."""
 
     estimator: Estimator
-    """The table estimator (``gae``, ``mae`` or ``grpo``) with its options."""
+    """The table estimator (``gae``, ``mae``, ``bilevel`` or ``grpo``) with its options."""
     group: Estimator | None
     """The critic-free MAE estimators' group baseline (a ``grpo`` estimator), else None."""
     whiten: bool
@@ -198,6 +198,10 @@ def estimator_options(name: str, config: Any) -> EstimatorOptions:
     ``mpo_mae_grpo``          ``mae`` (``algorithm.gamma``, ``algorithm.mpo.lam``,
                               ``lam_intra``, ``beta``) over ``mpo_grpo``'s group baseline
     ``mpo_mae_rloo``          the same over ``mpo_rloo``'s
+    ``mpo_bilevel_gae``       ``bilevel`` with ``gamma``, ``lam`` from ``algorithm.gamma`` /
+                              ``algorithm.lam`` and ``high_level_gamma`` from
+                              ``algorithm.high_level_gamma`` (RAGEN's keys; absent or null:
+                              the table's 0.95)
     ========================  ==========================================================
 
     ``algorithm.mpo.whiten`` applies to all. Raises ``mpo_rs.InvalidOptionError`` naming the
@@ -208,13 +212,22 @@ def estimator_options(name: str, config: Any) -> EstimatorOptions:
     if name not in ESTIMATORS:
         raise InvalidConfigError(f"unknown plug-in estimator {name!r}; known: {', '.join(ESTIMATORS)}")
     read = _Reader(name, config)
-    whiten = read.whiten(default=name == "mpo_gae")
+    # verl's gae and RAGEN's bi-level GAE whiten their advantages.
+    whiten = read.whiten(default=name in ("mpo_gae", "mpo_bilevel_gae"))
     group: Estimator | None = None
     no_eps = "it does not divide by the group std"
     if name == "mpo_gae":
         key, lam = read.verl("lam")
         estimator = read.build("gae", gamma=read.verl("gamma"), lam=(key, lam), lam_critic=(key, lam))
         read.refuse_unused(dict.fromkeys(_OWNER, "it is token GAE: its lambda is algorithm.lam, as for verl's gae"))
+    elif name == "mpo_bilevel_gae":
+        high = ("algorithm.high_level_gamma", config_get(config, "high_level_gamma", None))
+        estimator = read.build("bilevel", gamma=read.verl("gamma"), lam=read.verl("lam"), high_level_gamma=high)
+        read.refuse_unused(
+            dict.fromkeys(
+                _OWNER, "it is RAGEN's bi-level GAE: algorithm.gamma, algorithm.lam, algorithm.high_level_gamma"
+            )
+        )
     elif name == "mpo_mae":
         mae = {o: read.mpo(o) for o in ("lam", "lam_intra", "beta", "lam_critic")}
         estimator = read.build("mae", gamma=read.verl("gamma"), **mae)

@@ -18,6 +18,7 @@ from .values_hook import critic_values
 
 __all__ = [
     "compute_gae_advantage_return",
+    "compute_mpo_bilevel_gae_advantage",
     "compute_mpo_gae_advantage",
     "compute_mpo_grpo_advantage",
     "compute_mpo_mae_advantage",
@@ -70,6 +71,32 @@ def compute_mpo_mae_advantage(
     values = critic_values(values, "mpo_mae")
     options = estimator_options("mpo_mae", config)
     return padded.mae_advantages(
+        values,
+        response_mask,
+        token_level_rewards,
+        observation_rewards="credit",
+        whiten=options.whiten,
+        estimator=options.estimator,
+    )
+
+
+def compute_mpo_bilevel_gae_advantage(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    config: Any = None,
+    index: Any = None,
+    values: Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor]:
+    """``mpo_bilevel_gae``: RAGEN's bi-level GAE with the critic's values, turns from the
+    mask (``algorithm.gamma``, ``algorithm.lam``, ``algorithm.high_level_gamma``;
+    advantages whitened unless ``algorithm.mpo.whiten=false``, as RAGEN whitens them;
+    returns = unwhitened advantages + values). A reward on an observation token is credited
+    to the LLM token before it (the end of the turn it answers).
+    """
+    values = critic_values(values, "mpo_bilevel_gae")
+    options = estimator_options("mpo_bilevel_gae", config)
+    return padded.bilevel_advantages(
         values,
         response_mask,
         token_level_rewards,

@@ -1,0 +1,55 @@
+"""A tiny multi-turn environment of your own, for ``mpo-rs reproduce --env examples.my_env:make``.
+
+The vault: a secret digit is hidden; each turn the policy writes two tokens, a command and
+an argument. ``ASK _`` returns a hint that is the secret with probability ``hint_accuracy``
+(else a random digit); ``ANSWER d`` ends the episode with reward 1 if d is the secret; any
+other command is a malformed turn and gets ``ERROR``. The information arrives in the
+observations (the hints), where MPO's premise says the value moves.
+
+It needs nothing from mpo_rs: any object with ``vocab_size``, ``action_tokens``,
+``max_turns``, ``reset(seed)`` and ``step(action)`` is a ``MultiTurnEnv`` (docs/envs.md).
+Run from the repository root::
+
+    mpo-rs reproduce --env examples.my_env:make --arms mpo,ppo,grpo --budget small --out my-run
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+ASK, ANSWER, ERROR, PROMPT = 0, 1, 2, 3
+DIGITS = 4
+"""Token ids: the commands, the error and the prompt, then the digits from DIGITS up."""
+
+
+class Vault:
+    action_tokens = 2
+
+    def __init__(self, num_values: int = 4, max_turns: int = 4, hint_accuracy: float = 0.75) -> None:
+        self.num_values, self.max_turns, self.hint_accuracy = num_values, max_turns, hint_accuracy
+        self.vocab_size = DIGITS + num_values
+        self._rng = random.Random(0)
+        self._secret, self._turn = 0, 0
+
+    def reset(self, seed: int) -> list[int]:
+        self._rng = random.Random(seed)  # the episode depends only on the seed and the actions
+        self._secret, self._turn = self._rng.randrange(self.num_values), 0
+        return [PROMPT]
+
+    def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
+        command, argument = (int(t) for t in action)
+        self._turn += 1
+        last = self._turn >= self.max_turns
+        if command == ANSWER and argument >= DIGITS:
+            return [], float(argument - DIGITS == self._secret), True
+        if command == ASK:
+            right = self._rng.random() < self.hint_accuracy
+            hint = self._secret if right else self._rng.randrange(self.num_values)
+            return [DIGITS + hint], 0.0, last
+        return [ERROR], 0.0, last
+
+
+def make(**params: object) -> Vault:
+    """The factory ``--env`` names; ``--env-param KEY=VALUE`` become its keyword arguments."""
+    return Vault(**params)  # type: ignore[arg-type]

@@ -1,0 +1,415 @@
+"""The reproduction as a tool for your own task: :func:`compare` (``mpo-rs reproduce`` calls it).
+
+``compare("examples.my_env:make", arms=("mpo", "ppo", "grpo"), seeds=3, budget="small")``
+runs the reproduction's protocol -- the same arms, equal budgets, seeds shared across arms,
+the paired analysis with Holm's correction -- on any environment that implements
+:class:`~mpo_rs.envs.MultiTurnEnv`, and writes the same report (``reproduction.md``,
+``results.json``, the tables and figures) in ``out``.
+
+- The environment is ``"module:factory"`` (a callable returning a fresh env; ``env_params``
+  are its keyword arguments), a module-level callable, or None for the built-in tasks.
+  It travels to the worker processes by that name, and the name with its parameters is part
+  of the configuration hash, so an output directory resumes only the runs of the same env.
+- ``arms`` is a subset of the arm keys (:func:`arm_keys`); ``budget`` one of :data:`BUDGETS`
+  (``quick``: a smoke test; ``small``: a quarter of the full run's updates, a first look;
+  ``full``: the reported run's) or a :class:`~mpo_rs.reproduce.config.Budget`.
+
+Numpy only at import; :func:`compare` needs torch, pyarrow and matplotlib.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import InvalidConfigError, InvalidOptionError
+from .config import FULL, GPU, QUICK, Budget, ReproduceConfig, TaskSpec
+
+__all__ = [
+    "BUDGETS",
+    "CompareResult",
+    "arm_keys",
+    "budget_name",
+    "build_config",
+    "command_line",
+    "compare",
+    "env_spec",
+    "is_committed",
+    "load_env_factory",
+    "make_env",
+    "task_chance",
+]
+
+
+def _small(budget: Budget) -> Budget:
+    """A quarter of ``budget``'s updates, evaluated as often relative to the run's length."""
+    updates = max(1, budget.updates // 4)
+    return dataclasses.replace(budget, updates=updates, eval_every=max(1, budget.eval_every // 4))
+
+
+BUDGETS = ("quick", "small", "full")
+"""The named budgets: ``quick`` (the smoke test's: a few updates, one seed), ``small`` (the
+full run's with a quarter of its updates) and ``full`` (the reported run's)."""
+
+ENV_MEMBERS = ("vocab_size", "action_tokens", "max_turns", "reset", "step")
+"""What a MultiTurnEnv has (docs/envs.md#the-protocol)."""
+
+
+def _base(budget: str | Budget, device: str) -> ReproduceConfig:
+    """The committed configuration a budget starts from (QUICK, FULL or GPU, as before)."""
+    if device not in ("cpu", "cuda"):
+        raise InvalidOptionError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    full = GPU if device == "cuda" else FULL
+    if isinstance(budget, Budget):
+        return dataclasses.replace(full, name="custom", budget=budget)
+    if budget == "quick":
+        return dataclasses.replace(GPU, budget=QUICK.budget, seeds=1) if device == "cuda" else QUICK
+    if budget == "small":
+        return dataclasses.replace(full, name=f"{full.name}-small", budget=_small(full.budget))
+    if budget == "full":
+        return full
+    raise InvalidOptionError(f"unknown budget {budget!r}; known: {', '.join(BUDGETS)} (or a Budget)")
+
+
+# --------------------------------------------------------------------------- the environment
+
+
+def _import(spec: str, module_name: str) -> Any:
+    # The current directory first on the path, as `python -m` has it, so `examples.my_env`
+    # is found from a checkout; spawned workers inherit the path.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise InvalidConfigError(
+                f"env {spec!r}: no module named {e.name!r} (run from the directory that holds it, or add it to "
+                "PYTHONPATH)"
+            ) from None
+        raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {e}") from None
+    except Exception as e:  # the user's module failed while importing: one line, typed
+        raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
+
+
+@functools.cache
+def load_env_factory(spec: str) -> Callable[..., Any]:
+    """The callable named by ``spec`` (``module:factory``, the factory may be dotted, e.g.
+    ``pkg.envs:MyEnv.create``). Raises InvalidConfigError with one line when the spec is not
+    of that form, the module does not import or has no such attribute, or it is not callable."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr or any(not part.isidentifier() for part in attr.split(".")):
+        raise InvalidConfigError(f"env {spec!r}: expected module:factory, e.g. examples.my_env:make")
+    obj = _import(spec, module_name)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InvalidConfigError(f"env {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise InvalidConfigError(
+            f"env {spec!r}: {attr} is a {type(obj).__name__}, not a callable that returns a MultiTurnEnv"
+        )
+    return obj  # type: ignore[no-any-return]
+
+
+def _checked_env(spec: str, params: Mapping[str, Any]) -> Any:
+    factory = load_env_factory(spec)
+    try:
+        env = factory(**params)
+    except Exception as e:  # a bad parameter, or the factory's own failure: one line, typed
+        raise InvalidConfigError(
+            f"env {spec!r}: calling it with {dict(params)} failed: {type(e).__name__}: {e}"
+        ) from None
+    missing = [m for m in ENV_MEMBERS if not hasattr(env, m)]
+    if missing:
+        raise InvalidConfigError(
+            f"env {spec!r} returned a {type(env).__name__}, not a MultiTurnEnv: it has no {', '.join(missing)} "
+            "(docs/envs.md, the protocol)"
+        )
+    for name in ENV_MEMBERS[:3]:
+        value = getattr(env, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidConfigError(f"env {spec!r}: {name} must be an int >= 1, got {value!r}")
+    for name in ENV_MEMBERS[3:]:
+        if not callable(getattr(env, name)):
+            raise InvalidConfigError(f"env {spec!r}: {name} must be a method, got {type(getattr(env, name)).__name__}")
+    return env
+
+
+def make_env(task: TaskSpec) -> Any:
+    """A fresh environment of ``task``: a registry name (``mpo_rs.envs.make``) or, when the
+    name holds a colon, the factory ``module:factory`` called with the task's parameters."""
+    if ":" in task.name:
+        return _checked_env(task.name, task.kwargs())
+    from ..envs import make
+
+    return make(task.name, **task.kwargs())
+
+
+def env_spec(env: str | Callable[..., Any]) -> str:
+    """``module:factory`` for a callable (it must be reachable by that name, which is how
+    worker processes find it and what the configuration hash records); a string as given."""
+    if isinstance(env, str):
+        return env
+    module, qualname = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
+    spec = f"{module}:{qualname}"
+    if not module or "<" in qualname:
+        raise InvalidConfigError(
+            f"env {env!r} cannot be named as module:factory (a lambda or a local function); "
+            "pass a function defined at the top of a module"
+        )
+    if load_env_factory(spec) is not env:
+        raise InvalidConfigError(f"env {env!r}: {spec} names another object")
+    return spec
+
+
+def task_chance(task: TaskSpec, episodes: int = 256) -> tuple[float, str]:
+    """(chance success, how it was obtained) for ``task``: the env's ``chance_success()``
+    when it has one (the built-in tasks' exact formulas), else the success rate of uniformly
+    random tokens over ``episodes`` held-out seeds (a Monte-Carlo estimate)."""
+    from .run import EVAL_SEED_BASE  # the held-out seeds, one definition
+
+    env = make_env(task)
+    if callable(getattr(env, "chance_success", None)):
+        return float(env.chance_success()), "exact"
+    rng = np.random.default_rng(0)
+    wins = 0
+    for i in range(episodes):
+        env.reset(EVAL_SEED_BASE + i)
+        score, done, turns = 0.0, False, 0
+        while not done and turns < env.max_turns:
+            _, reward, done = env.step(rng.integers(env.vocab_size, size=env.action_tokens).tolist())
+            score += float(reward)
+            turns += 1
+        wins += score > 0
+    return wins / episodes, f"uniformly random tokens, {episodes} episodes"
+
+
+# --------------------------------------------------------------------------- the configuration
+
+
+def _template_arms(base: ReproduceConfig) -> dict[str, Any]:
+    """The arms a user env can run: those of the base configuration's main task (the MPO
+    arm's), in its order; their keys stay, so the family of comparisons applies as is."""
+    main = base.arm("mpo").task
+    return {a.key: a for a in base.arms if a.task == main}
+
+
+def arm_keys(env: str | Callable[..., Any] | None = None, budget: str | Budget = "full") -> tuple[str, ...]:
+    """The arm keys ``arms=`` accepts: every arm of the configuration (``env`` None), or
+    the arms of the main task that a user env can run."""
+    base = _base(budget, "cpu")
+    return tuple(_template_arms(base) if env is not None else (a.key for a in base.arms))
+
+
+def build_config(
+    env: str | Callable[..., Any] | None = None,
+    *,
+    env_params: Mapping[str, Any] | None = None,
+    arms: Sequence[str] | None = None,
+    seeds: int | None = None,
+    first_seed: int | None = None,
+    budget: str | Budget = "full",
+    device: str = "cpu",
+    workers: int | None = None,
+) -> ReproduceConfig:
+    """The configuration :func:`compare` runs: the committed one of ``budget`` (with no
+    ``env`` and no other argument, exactly QUICK, FULL or GPU), with the user env as its
+    one task, the chosen arms, seeds and workers. A user env is built once here, so a bad
+    spec fails before anything is written. Raises InvalidOptionError or InvalidConfigError."""
+    for name, value, least in (("seeds", seeds, 1), ("workers", workers, 1), ("first_seed", first_seed, 0)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise InvalidOptionError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(arms, str):  # "mpo,ppo", as the command line writes it
+        arms = [key.strip() for key in arms.split(",") if key.strip()]
+    config = _base(budget, device)
+    if env is not None:
+        spec = env_spec(env)
+        params = dict(env_params or {})
+        task = TaskSpec(spec, tuple(sorted(params.items())))
+        _checked_env(spec, params)
+        template = _template_arms(config)
+        main_family = template["mpo"].family
+        chosen = [a for a in template.values() if a.family == main_family] if arms is None else template.values()
+        # A user env has no oracle to clone: its arms start from the random initialisation
+        # (base=None); the critic warm-up needs only the policy's rollouts, so it stays.
+        config = dataclasses.replace(
+            config, tasks=(task,), arms=tuple(dataclasses.replace(a, task=spec) for a in chosen), base=None
+        )
+    elif env_params:
+        raise InvalidOptionError("env_params (--env-param) needs an env (--env module:factory)")
+    if arms is not None:
+        config = config.with_arms(arms)
+    config = config.with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
+    if env is not None and env_spec(env).startswith("__main__:"):
+        config = dataclasses.replace(config, workers=1)  # __main__ may not import in a worker
+    return config
+
+
+def budget_name(config: ReproduceConfig) -> str | None:
+    """``quick``, ``small`` or ``full`` when ``config`` runs that named budget, else None
+    (a Budget of the caller's)."""
+    for full in (FULL, GPU):
+        for name, budget in (("quick", QUICK.budget), ("small", _small(full.budget)), ("full", full.budget)):
+            if config.budget == budget:
+                return name
+    return None
+
+
+def is_committed(config: ReproduceConfig) -> bool:
+    """Whether ``config`` is the committed full configuration (FULL, or GPU) unchanged:
+    the run ``make reproduce`` writes the page from."""
+    return config.config_hash() in (FULL.config_hash(), GPU.config_hash())
+
+
+def command_line(config: ReproduceConfig) -> str:
+    """The ``mpo-rs reproduce`` flags that run ``config`` (without ``--out``), or "" when
+    only the Python API can (a Budget of the caller's)."""
+    budget = budget_name(config)
+    if budget is None:
+        return ""
+    parts = ["mpo-rs reproduce"]
+    if budget != "full":
+        parts.append("--quick" if budget == "quick" else f"--budget {budget}")
+    if config.device == "cuda":
+        parts.append("--device cuda")
+    base = _base(budget, config.device)
+    user = [t for t in config.tasks if ":" in t.name]
+    if user:
+        parts.append(f"--env {user[0].name}")
+        parts += [f"--env-param {k}={json.dumps(v)}" for k, v in user[0].params]
+        template = _template_arms(base)
+        default = [a.key for a in template.values() if a.family == template["mpo"].family]
+    else:
+        default = [a.key for a in base.arms]
+    keys = [a.key for a in config.arms]
+    if keys != default:
+        parts.append(f"--arms {','.join(keys)}")
+    if config.seeds != base.seeds:
+        parts.append(f"--seeds {config.seeds}")
+    if config.first_seed != base.first_seed:
+        parts.append(f"--first-seed {config.first_seed}")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- running it
+
+
+@dataclass
+class CompareResult:
+    """What :func:`compare` returns: where the report is, the configuration run, the
+    results (``results.json``'s content) and the paired comparisons of the Holm-corrected
+    family (:class:`~mpo_rs.reproduce.report.Comparison`: ``diff``, ``low``, ``high``,
+    ``half_width``, ``n``, ``p_holm``, ``verdict``, Welch's interval beside them)."""
+
+    out: Path
+    config: ReproduceConfig
+    results: dict[str, Any]
+    family: list[Any]
+
+    @property
+    def page(self) -> Path:
+        return self.out / "reproduction.md"
+
+
+def default_out(config: ReproduceConfig) -> Path:
+    """A new temporary directory for a quick run, else ``reproduce-out``."""
+    if config.budget == QUICK.budget:
+        return Path(tempfile.mkdtemp(prefix="mpo-reproduce-quick-"))
+    return Path("reproduce-out")
+
+
+def run_config(
+    config: ReproduceConfig,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+    docs: str | os.PathLike[str] | None = None,
+    note: Callable[[str], None] = lambda _: None,
+) -> CompareResult:
+    """Claims ``out`` for ``config``, runs every (arm, seed) it has not finished, and writes
+    the report. Raises InvalidOptionError (usage), MissingDependencyError or OSError."""
+    from .._deps import require
+
+    require("torch", "mpo-rs reproduce", "torch")
+    require("pyarrow", "mpo-rs reproduce", "arrow")
+    require("matplotlib", "mpo-rs reproduce", "plot")
+    if config.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InvalidOptionError("--device cuda: torch sees no CUDA device")
+    from .command import claim_output_dir
+    from .report import write_report
+    from .run import run_all
+
+    target = Path(out) if out is not None else default_out(config)
+    claim_output_dir(target, config.config_hash(), overwrite=overwrite)
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    t0 = time.perf_counter()
+    note(
+        f"{config.name} configuration ({config.config_hash()}): {len(config.arms)} arms x {config.seeds} seed(s), "
+        f"{config.workers} worker(s), output in {target}"
+    )
+    runs = run_all(config, target, note=note)
+    meta: dict[str, Any] = {
+        "wall_s": time.perf_counter() - t0,
+        "workers": config.workers,
+        "started": started,
+        "cpus": os.cpu_count(),
+    }
+    results = write_report(runs, config, target, meta, docs_dir=docs, note=note)
+    note(f"done in {meta['wall_s'] / 60:.1f} min")
+    from .report import Comparison
+
+    return CompareResult(target, config, results, [Comparison(**c) for c in results["family_comparisons"]])
+
+
+def compare(
+    env: str | Callable[..., Any] | None,
+    *,
+    env_params: Mapping[str, Any] | None = None,
+    arms: Sequence[str] | None = None,
+    seeds: int | None = None,
+    first_seed: int | None = None,
+    budget: str | Budget = "small",
+    out: str | os.PathLike[str] | None = None,
+    device: str = "cpu",
+    workers: int | None = None,
+    overwrite: bool = False,
+    note: Callable[[str], None] = lambda _: None,
+) -> CompareResult:
+    """Does MPO help on my task? Trains ``arms`` on ``env`` from ``seeds`` seeds (the
+    budget's default: 1 for quick, 5 otherwise) with equal budgets and writes the report in
+    ``out`` (default: a temporary directory for quick, else ``reproduce-out``; an existing
+    one must be empty or an earlier output of the same configuration, whose finished runs
+    are resumed, unless ``overwrite``). Returns the paired results (:class:`CompareResult`).
+
+    ``arms=None`` runs Table 1's arms on a user env (every arm with ``env=None``). Raises InvalidConfigError (the env),
+    InvalidOptionError (an argument), MissingDependencyError or OSError."""
+    config = build_config(
+        env,
+        env_params=env_params,
+        arms=arms,
+        seeds=seeds,
+        first_seed=first_seed,
+        budget=budget,
+        device=device,
+        workers=workers,
+    )
+    return run_config(config, out, overwrite=overwrite, note=note)

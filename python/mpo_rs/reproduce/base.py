@@ -1,0 +1,443 @@
+"""Where every arm of a seed starts: its base policy and its warmed-up critic (needs torch).
+
+"Start where the paper starts": the paper's policies are base models that already succeed
+9-25% of the time, and its critic is pretrained (VAPO's value pretraining). Here, per (task,
+seed):
+
+- the **base policy** is the run's ``TinyCausalLM`` (same architecture, same initialisation
+  ``torch.manual_seed(seed)``) behaviour-cloned -- cross-entropy on the policy tokens -- on
+  rollouts of a noisy oracle (:class:`mpo_rs.envs.premise.NoisyOracle`), the noise set per
+  task in :class:`~mpo_rs.reproduce.config.BasePolicy` so its held-out success is in
+  :data:`~mpo_rs.reproduce.config.BASE_BAND`;
+- the **warmed-up critic** is :func:`~mpo_rs.torch.critic.value_head_critic` of the base
+  policy fitted to the Monte-Carlo returns of base-policy rollouts
+  (:class:`~mpo_rs.reproduce.config.CriticWarmup`), for the arms that train a critic.
+
+Both are made once and saved under the run directory, ``OUT/base/<task>-seed<seed>.pt``
+and ``OUT/base/<task>-seed<seed>-critic.pt``, with the hash of everything that decides them
+(:func:`base_key`, :func:`critic_key`); every arm of the seed loads the same weights, and a
+resumed run takes them as they are. A file of other settings is made again.
+
+Task seeds. Demonstrations use task seeds from :data:`DEMO_SEED_BASE`, the warm-up's
+rollouts from :data:`WARMUP_SEED_BASE` (each + run seed * 2**32): disjoint from training
+seeds (below 2**40) and from the held-out seeds (:data:`~mpo_rs.reproduce.run.EVAL_SEED_BASE`),
+on which the base success is measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._deps import missing
+
+try:
+    import torch
+    from torch import nn
+except ModuleNotFoundError as _e:
+    raise missing("mpo_rs.reproduce.base", "torch", _e) from None
+
+from ..envs.premise import NoisyOracle, belief_model
+from ..exceptions import InvalidConfigError
+from ..torch.batching import pad_rows
+from ..torch.critic import value_head_critic
+from ..torch.losses import value_loss
+from ..torch.metrics import explained_variance
+from ..torch.model_io import token_log_probs, token_values
+from ..torch.models import TinyCausalLM
+from ..torch.sampler import sample
+from .api import make_env
+from .config import ReproduceConfig
+
+__all__ = [
+    "BASE_DIR",
+    "DEMO_SEED_BASE",
+    "HELD_OUT_SEED_BASE",
+    "WARMUP_SEED_BASE",
+    "base_key",
+    "base_path",
+    "base_policy",
+    "behaviour_clone",
+    "calibrate",
+    "critic_key",
+    "critic_path",
+    "demonstrations",
+    "held_out_success",
+    "is_cached",
+    "new_policy",
+    "warm_critic",
+]
+
+BASE_DIR = "base"
+DEMO_SEED_BASE = 1 << 41
+WARMUP_SEED_BASE = 1 << 42
+HELD_OUT_SEED_BASE = 1 << 40
+"""The held-out task seeds (``run.EVAL_SEED_BASE``, repeated here to keep the import one-way)."""
+SEED_STRIDE = 1 << 32
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def new_policy(config: ReproduceConfig, task: str, seed: int) -> TinyCausalLM:
+    """The run's policy at its random initialisation (``torch.manual_seed(seed)``): the
+    architecture every arm of ``config`` on ``task`` trains."""
+    probe = make_env(config.task(task))
+    max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
+    torch.manual_seed(seed)
+    model = config.model
+    return TinyCausalLM(
+        probe.vocab_size, width=model.width, layers=model.layers, heads=model.heads, max_len=max(256, max_len)
+    ).to(torch.device(config.device))
+
+
+# --------------------------------------------------------------------------- demonstrations and cloning
+
+
+@dataclasses.dataclass
+class Demonstrations:
+    """Episodes flat token by token, in the sampler's layout (prompt, then per turn the K
+    action tokens and the observation; the observation that comes with ``done`` left out)."""
+
+    token_ids: np.ndarray
+    mask: np.ndarray
+    offsets: np.ndarray
+    scores: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+
+def demonstrations(env: Any, oracle: NoisyOracle, seeds: range, rng: np.random.Generator) -> Demonstrations:
+    """One noisy-oracle episode per task seed on the real environment."""
+    model = oracle.model
+    tokens: list[int] = []
+    mask: list[bool] = []
+    offsets = [0]
+    scores = []
+    for seed in seeds:
+        observation = env.reset(seed)
+        belief = model.initial(observation)
+        tokens += observation
+        mask += [False] * len(observation)
+        score = 0.0
+        for _ in range(model.T):
+            action = oracle.act(belief, rng)
+            tokens += action
+            mask += [True] * len(action)
+            observation, reward, done = env.step(list(action))
+            score += float(reward)
+            if done:
+                break
+            tokens += observation
+            mask += [False] * len(observation)
+            belief = model.update(belief, action, observation)
+        offsets.append(len(tokens))
+        scores.append(score)
+    return Demonstrations(
+        np.asarray(tokens, np.int64), np.asarray(mask, bool), np.asarray(offsets, np.int64), np.asarray(scores)
+    )
+
+
+def behaviour_clone(
+    policy: nn.Module, demos: Demonstrations, *, steps: int, batch_size: int, lr: float, rng: np.random.Generator
+) -> list[float]:
+    """``steps`` Adam steps of the mean cross-entropy of the policy tokens of ``batch_size``
+    demonstrations drawn at random (without replacement within a step); the losses."""
+    device = next(policy.parameters()).device
+    optimizer = torch.optim.Adam(policy.parameters(), lr)
+    flat = {"token_ids": demos.token_ids, "mask": demos.mask}
+    losses = []
+    for _ in range(steps):
+        rows = rng.choice(demos.n, size=min(batch_size, demos.n), replace=False)
+        padded = pad_rows(flat, demos.offsets, rows)
+        ids = torch.from_numpy(padded.arrays["token_ids"]).to(device)
+        attention = torch.from_numpy(padded.arrays["attention_mask"]).to(device)
+        on_policy = torch.from_numpy(padded.arrays["mask"]).to(device)
+        log_probs = token_log_probs(policy, ids, attention)
+        loss = -(log_probs * on_policy).sum() / on_policy.sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@torch.no_grad()
+def held_out_success(policy: nn.Module, config: ReproduceConfig, task: str, seed: int, episodes: int) -> float:
+    """The policy's success at temperature 1 on ``episodes`` held-out tasks (one rollout each)."""
+    spec = config.task(task)
+    device = torch.device(config.device)
+    gen = torch.Generator(device=device).manual_seed(seed * 7919 + 104729)
+    was_training = policy.training
+    policy.eval()
+    out = sample(
+        policy,
+        lambda: make_env(spec),
+        seeds=range(HELD_OUT_SEED_BASE, HELD_OUT_SEED_BASE + episodes),
+        generator=gen,
+        device=device,
+    )
+    policy.train(was_training)
+    return float(out.stats.success.mean())
+
+
+# --------------------------------------------------------------------------- caching
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def base_key(config: ReproduceConfig, task: str, seed: int) -> str:
+    """The hash of what decides a base policy: the task, the model, the device, the base
+    settings and the seed (not the arms or the RL budget). With ``base=None`` it names the
+    random initialisation the arms start from (what a warm-up without a base policy fits)."""
+    return _digest(
+        {
+            "task": dataclasses.asdict(config.task(task)),
+            "model": dataclasses.asdict(config.model),
+            "device": config.device,
+            "base": None if config.base is None else dataclasses.asdict(config.base),
+            "seed": seed,
+        }
+    )
+
+
+def critic_key(config: ReproduceConfig, task: str, seed: int) -> str:
+    """The hash of what decides a warmed-up critic: its base policy's, the warm-up, the
+    critic's learning rate, the gradient clip and the group size."""
+    if config.warmup is None:
+        raise InvalidConfigError(f"configuration {config.name!r} has no critic warm-up (warmup=None)")
+    b = config.budget
+    return _digest(
+        {
+            "base": base_key(config, task, seed),
+            "warmup": dataclasses.asdict(config.warmup),
+            "critic_lr": b.critic_learning_rate,
+            "max_grad_norm": b.max_grad_norm,
+            "group_size": b.group_size,
+        }
+    )
+
+
+def base_path(out_dir: str | Path, task: str, seed: int) -> Path:
+    return Path(out_dir) / BASE_DIR / f"{task}-seed{seed}.pt"
+
+
+def critic_path(out_dir: str | Path, task: str, seed: int) -> Path:
+    return Path(out_dir) / BASE_DIR / f"{task}-seed{seed}-critic.pt"
+
+
+def _load(path: Path | None, key: str) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
+        return None  # absent, torn or not ours: made again
+    return saved if isinstance(saved, dict) and saved.get("key") == key else None
+
+
+def _save(path: Path, saved: dict[str, Any]) -> None:
+    """Whole or not at all: a temporary beside it, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(saved, temp)
+    os.replace(temp, path)
+
+
+def is_cached(config: ReproduceConfig, task: str, seed: int, out_dir: str | Path, *, critic: bool) -> bool:
+    """Whether ``out_dir`` holds the base policy (and with ``critic`` the warmed-up critic) of
+    (``task``, ``seed``) for ``config``'s settings."""
+    if config.base is not None and _load(base_path(out_dir, task, seed), base_key(config, task, seed)) is None:
+        return False
+    if critic and config.warmup is not None:
+        return _load(critic_path(out_dir, task, seed), critic_key(config, task, seed)) is not None
+    return True
+
+
+# --------------------------------------------------------------------------- the two products
+
+
+def base_policy(
+    config: ReproduceConfig, task: str, seed: int, out_dir: str | Path | None = None
+) -> tuple[TinyCausalLM, dict[str, Any]]:
+    """The base policy of (``task``, ``seed``) and what was measured making it (``eps``,
+    ``demo_success``, ``held_out_success``, ``bc_loss_first``/``last``, ``bc_s``), from
+    ``out_dir``'s cache when it holds it for the same settings, else made (and saved there)."""
+    if config.base is None:
+        raise InvalidConfigError(f"configuration {config.name!r} has no base policies (base=None)")
+    key = base_key(config, task, seed)
+    path = None if out_dir is None else base_path(out_dir, task, seed)
+    policy = new_policy(config, task, seed)
+    saved = _load(path, key)
+    if saved is None:
+        saved = _make_base(policy, config, task, seed)
+        saved["key"] = key
+        if path is not None:
+            _save(path, saved)
+    policy.load_state_dict(saved["state"])
+    return policy, dict(saved["info"])
+
+
+def _make_base(policy: TinyCausalLM, config: ReproduceConfig, task: str, seed: int) -> dict[str, Any]:
+    assert config.base is not None
+    base = config.base
+    started, cpu = time.perf_counter(), time.process_time()
+    env = make_env(config.task(task))
+    eps = base.eps(task)
+    oracle = NoisyOracle(belief_model(env), eps, base.well_formed)
+    rng = np.random.default_rng([seed, 0x5EED])
+    first = DEMO_SEED_BASE + seed * SEED_STRIDE
+    demos = demonstrations(env, oracle, range(first, first + base.episodes), rng)
+    losses = behaviour_clone(policy, demos, steps=base.steps, batch_size=base.batch_size, lr=base.lr, rng=rng)
+    bc_s, bc_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    info = {
+        "task": task,
+        "seed": seed,
+        "eps": eps,
+        "demo_success": float(demos.scores.mean()),
+        "bc_loss_first": losses[0] if losses else float("nan"),
+        "bc_loss_last": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else float("nan"),
+        "bc_s": bc_s,
+        "bc_cpu_s": bc_cpu_s,
+        "held_out_episodes": config.budget.eval_tasks * config.budget.eval_samples,
+        "held_out_success": held_out_success(
+            policy, config, task, seed, config.budget.eval_tasks * config.budget.eval_samples
+        ),
+    }
+    return {"state": {k: v.detach().cpu() for k, v in policy.state_dict().items()}, "info": info}
+
+
+def warm_critic(
+    config: ReproduceConfig, task: str, seed: int, policy: nn.Module, out_dir: str | Path | None = None
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The critic every critic arm of (``task``, ``seed``) starts from:
+    ``value_head_critic(policy)`` (``policy`` is the base policy) fitted to the Monte-Carlo
+    returns of base-policy rollouts, with what was measured (``explained_variance`` on held-out
+    base rollouts after the warm-up, ``train_explained_variance``, ``warmup_s``); cached in
+    ``out_dir`` like the base policy."""
+    if config.warmup is None:
+        raise InvalidConfigError(f"configuration {config.name!r} has no critic warm-up (warmup=None)")
+    key = critic_key(config, task, seed)
+    path = None if out_dir is None else critic_path(out_dir, task, seed)
+    critic = value_head_critic(policy)
+    saved = _load(path, key)
+    if saved is None:
+        saved = _make_critic(critic, policy, config, task, seed)
+        saved["key"] = key
+        if path is not None:
+            _save(path, saved)
+    critic.load_state_dict(saved["state"])
+    return critic, dict(saved["info"])
+
+
+def _rollouts(policy: nn.Module, config: ReproduceConfig, task: str, first: int, episodes: int, seed: int) -> Any:
+    spec = config.task(task)
+    device = torch.device(config.device)
+    group = config.budget.group_size
+    gen = torch.Generator(device=device).manual_seed(seed * 31 + first % 1000003)
+    was_training = policy.training
+    policy.eval()
+    with torch.no_grad():
+        out = sample(
+            policy,
+            lambda: make_env(spec),
+            seeds=range(first, first + max(1, episodes // group)),
+            group_size=group,
+            generator=gen,
+            device=device,
+        )
+    policy.train(was_training)
+    return out.batch
+
+
+def _returns(batch: Any) -> np.ndarray:
+    """Monte-Carlo returns with gamma = 1: every token's is its trajectory's score (the
+    tasks' one reward is terminal)."""
+    return np.repeat(batch.trajectory_scores(), np.diff(batch.offsets)).astype(np.float32)
+
+
+@torch.no_grad()
+def _explained_variance(critic: nn.Module, batch: Any, device: torch.device, rows: int) -> float:
+    values = np.zeros(batch.token_ids.shape[0], np.float32)
+    for lo in range(0, batch.n_trajectories, rows):
+        padded = pad_rows(
+            {"token_ids": batch.token_ids}, batch.offsets, np.arange(lo, min(lo + rows, batch.n_trajectories))
+        )
+        ids = torch.from_numpy(padded.arrays["token_ids"]).to(device)
+        v = token_values(critic, ids, torch.from_numpy(padded.arrays["attention_mask"]).to(device)).cpu().numpy()
+        values[padded.positions] = v[padded.valid]
+    return explained_variance(values[batch.mask], _returns(batch)[batch.mask])
+
+
+def _make_critic(critic: nn.Module, policy: nn.Module, config: ReproduceConfig, task: str, seed: int) -> dict[str, Any]:
+    assert config.warmup is not None
+    warmup, budget = config.warmup, config.budget
+    started, cpu = time.perf_counter(), time.process_time()
+    device = torch.device(config.device)
+    batch = _rollouts(policy, config, task, WARMUP_SEED_BASE + seed * SEED_STRIDE, warmup.episodes, seed)
+    flat = {"token_ids": batch.token_ids, "mask": batch.mask, "returns": _returns(batch)}
+    optimizer = torch.optim.Adam(critic.parameters(), budget.critic_learning_rate)
+    rng = np.random.default_rng([seed, 0xC41])
+    losses = []
+    for _ in range(warmup.steps):
+        rows = rng.choice(batch.n_trajectories, size=min(warmup.batch_size, batch.n_trajectories), replace=False)
+        padded = pad_rows(flat, batch.offsets, rows)
+        dev = {k: torch.from_numpy(v).to(device) for k, v in padded.arrays.items()}
+        v = token_values(critic, dev["token_ids"], dev["attention_mask"])
+        loss, _ = value_loss(v, v.detach(), dev["returns"], dev["mask"], clip=None)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        if budget.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(critic.parameters(), budget.max_grad_norm)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    warmup_s, warmup_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    held_out = _rollouts(policy, config, task, HELD_OUT_SEED_BASE, warmup.episodes, seed + 1)
+    info = {
+        "task": task,
+        "seed": seed,
+        "episodes": batch.n_trajectories,
+        "steps": warmup.steps,
+        "critic_lr": budget.critic_learning_rate,
+        "rollout_success": float(batch.trajectory_scores().mean()),
+        "loss_first": losses[0] if losses else float("nan"),
+        "loss_last": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else float("nan"),
+        "train_explained_variance": _explained_variance(critic, batch, device, budget.minibatch_size),
+        "explained_variance": _explained_variance(critic, held_out, device, budget.minibatch_size),
+        "warmup_s": warmup_s,
+        "warmup_cpu_s": warmup_cpu_s,
+    }
+    return {"state": {k: v.detach().cpu() for k, v in critic.state_dict().items()}, "info": info}
+
+
+# --------------------------------------------------------------------------- choosing the noise
+
+
+def calibrate(
+    config: ReproduceConfig, task: str, eps_values: list[float], seeds: tuple[int, ...], episodes: int = 256
+) -> list[dict[str, Any]]:
+    """The measurement behind ``BasePolicy.noise``: for each eps, the base policies of
+    ``seeds`` made with ``config``'s settings (nothing cached) and their held-out success on
+    ``episodes`` tasks. Pick the eps whose success sits inside ``BASE_BAND`` for every seed."""
+    if config.base is None:
+        raise InvalidConfigError(f"configuration {config.name!r} has no base policies (base=None)")
+    out = []
+    for eps in eps_values:
+        noise = tuple((name, eps if name == task else e) for name, e in config.base.noise)
+        trial = dataclasses.replace(config, base=dataclasses.replace(config.base, noise=noise))
+        for seed in seeds:
+            policy, info = base_policy(trial, task, seed)
+            out.append({**info, "held_out_success": held_out_success(policy, trial, task, seed, episodes)})
+    return out

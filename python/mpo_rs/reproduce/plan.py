@@ -1,0 +1,268 @@
+"""The analysis plan of the reproduction, fixed before the final runs (numpy only).
+
+What is decided here, before any final run, and hashed (:meth:`AnalysisPlan.plan_hash`, the
+sha256 of its canonical JSON, like ``ReproduceConfig.config_hash``) so the page can show which
+plan it followed:
+
+- the **metrics**: the primary one, the mean held-out success over training (the mean of every
+  evaluation's success, ``auc_success`` in the report's rows: the less noisy one), and the
+  final held-out success (``final_success``) on at least :data:`FINAL_EPISODES` episodes;
+- the **family**: every comparison of :data:`COMPARISONS` (Table 1's claims on every task,
+  MPO against its public relatives, the β and (λ, λ_intra) claims on the main task) on both
+  metrics; each is paired by seed (``stats.paired_diff_ci``) and the family's p-values are
+  Holm-adjusted together (``stats.holm``) at ``alpha`` = 0.05;
+- the **seed count**: from a pilot (:data:`~mpo_rs.reproduce.config.PILOT`, whose seeds FULL
+  never uses), the per-seed paired standard deviation of each Table-1 comparison on the
+  primary metric; the seeds the final runs need are the smallest n with
+  ``t_{0.975, n-1} * sd / sqrt(n) <= target_half_width`` (n = ceil((t sd / 0.05)^2) with t
+  at n - 1 degrees of freedom), the largest over those comparisons, capped by what the time
+  budget allows (:func:`sizing`).
+
+The report (``report.py``) keeps its own tables; wiring this plan into it is the lead's step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..exceptions import InvalidConfigError
+from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TASK_PREFIX, ReproduceConfig
+from .stats import t_quantile
+
+__all__ = [
+    "COMPARISONS",
+    "FINAL_EPISODES",
+    "PLAN",
+    "AnalysisPlan",
+    "Contrast",
+    "Sizing",
+    "seeds_for_half_width",
+    "sizing",
+]
+
+PRIMARY_METRIC = "auc_success"
+"""The mean held-out success over training (every evaluation, the first before any update)."""
+FINAL_METRIC = "final_success"
+"""The held-out success after the last update."""
+FINAL_EPISODES = 256
+"""The least number of held-out episodes of the final evaluation (eval_tasks x eval_samples)."""
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One planned comparison, "A beats B", between two arms of the same task."""
+
+    claim: str
+    """``table1``, ``relatives``, ``beta`` or ``lambda``."""
+    task: str
+    a: str
+    """Arm key of A."""
+    b: str
+    """Arm key of B."""
+    what: str
+    """How the page names it."""
+
+
+def _table1(task: str) -> list[Contrast]:
+    p = TASK_PREFIX[task]
+    return [
+        Contrast("table1", task, f"{p}mpo", f"{p}{b}", f"{task}: MPO - {name}")
+        for b, name in (("grpo", "GRPO"), ("gspo", "GSPO"), ("ppo", "PPO"), ("mpo_token_is", "MPO w/ token IS"))
+    ]
+
+
+def _comparisons() -> tuple[Contrast, ...]:
+    out: list[Contrast] = []
+    for task in TASK_PREFIX:
+        out += _table1(task)
+    relatives = [("areal_turn_gae", "turn-level GAE (AReaL)"), ("ragen_bilevel", "bi-level GAE (RAGEN)")]
+    out += [Contrast("relatives", MAIN_TASK, "mpo", key, f"{MAIN_TASK}: MPO - {name}") for key, name in relatives]
+    out += [
+        Contrast("beta", MAIN_TASK, BETA_SWEEP[1.0], key, f"{MAIN_TASK}: β=1 - β={b:g}")
+        for b, key in sorted(BETA_SWEEP.items())
+        if b != 1.0
+    ]
+    out.append(Contrast("beta", MAIN_TASK, BETA_SWEEP[0.0], "ppo", f"{MAIN_TASK}: β=0 - PPO"))
+    out += [
+        Contrast(
+            "lambda", MAIN_TASK, LAMBDA_GRID[(0.80, 0.95)], key, f"{MAIN_TASK}: (0.80, 0.95) - ({lam:.2f}, {i:.2f})"
+        )
+        for (lam, i), key in LAMBDA_GRID.items()
+        if (lam, i) != (0.80, 0.95)
+    ]
+    return tuple(out)
+
+
+COMPARISONS: tuple[Contrast, ...] = _comparisons()
+"""The family, in the page's order."""
+
+# The time budget behind the cap on seeds: the full run may take 120 minutes on the 2-core
+# machine. Measured on today's harness (before the speed-up of issue 19 item 7), CPU seconds
+# of one process (torch at one thread; the machine was shared, wall times were 2-4x these):
+# a 100-update FULL run takes 10.3 s on search (MPO), 5.6 on multi_hop, 25.7 on frozen_lake,
+# 30.6 on key_door and ~6 on guess_number, so FULL's 36 arms take ~505 s per seed; the base
+# policies (BC: 13.6 + 13.4 + 47 + 34 + 4.4 s) and warm-ups (~4-14 s each at 100 steps) add ~150 s. Two
+# worker processes give ~1.35x one's throughput, so a seed costs ~520 s of wall time on a quiet
+# machine: 600 s with a margin, a cap of 12 seeds. Re-measure after the speed-up lands.
+TIME_BUDGET_S = 120 * 60
+SECONDS_PER_SEED = 600.0
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """Everything the analysis decides before the final runs; see the module doc."""
+
+    metrics: tuple[str, ...]
+    """The primary metric first, then the final success."""
+    final_episodes: int
+    alpha: float
+    correction: str
+    confidence: float
+    target_half_width: float
+    sizing_metric: str
+    sizing_claims: tuple[str, ...]
+    """The claims whose comparisons size the seeds (Table 1's, on every task)."""
+    pilot: str
+    pilot_seeds: tuple[int, ...]
+    min_seeds: int
+    max_seeds: int
+    """The cap: the seeds the time budget allows (TIME_BUDGET_S / SECONDS_PER_SEED)."""
+    comparisons: tuple[Contrast, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+
+    def plan_hash(self) -> str:
+        """sha256 (12 hex digits) of the plan's canonical JSON."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+
+    def family(self) -> list[tuple[str, str, str]]:
+        """(metric, A, B) of every comparison Holm's correction runs over, metric by metric."""
+        return [(m, c.a, c.b) for m in self.metrics for c in self.comparisons]
+
+    def check(self, config: ReproduceConfig) -> None:
+        """Raises InvalidConfigError if ``config`` cannot carry out the plan: an arm missing,
+        a final evaluation smaller than ``final_episodes``, or a seed of the pilot reused."""
+        keys = {arm.key for arm in config.arms}
+        missing = sorted({k for c in self.comparisons for k in (c.a, c.b)} - keys)
+        if missing:
+            raise InvalidConfigError(f"plan: configuration {config.name!r} has no arm {', '.join(missing)}")
+        episodes = config.budget.eval_tasks * config.budget.eval_samples
+        if episodes < self.final_episodes:
+            raise InvalidConfigError(
+                f"plan: configuration {config.name!r} evaluates {episodes} held-out episodes, "
+                f"the plan needs at least {self.final_episodes}"
+            )
+        if config.name != self.pilot and set(config.seed_list) & set(self.pilot_seeds):
+            raise InvalidConfigError(f"plan: configuration {config.name!r} reuses the pilot's seeds")
+
+
+PLAN = AnalysisPlan(
+    metrics=(PRIMARY_METRIC, FINAL_METRIC),
+    final_episodes=FINAL_EPISODES,
+    alpha=0.05,
+    correction="holm",
+    confidence=0.95,
+    target_half_width=0.05,
+    sizing_metric=PRIMARY_METRIC,
+    sizing_claims=("table1",),
+    pilot=PILOT.name,
+    pilot_seeds=PILOT.seed_list,
+    min_seeds=PILOT.seeds,
+    max_seeds=int(TIME_BUDGET_S // SECONDS_PER_SEED),
+    comparisons=COMPARISONS,
+)
+"""The committed plan."""
+
+
+# --------------------------------------------------------------------------- sizing
+
+
+def seeds_for_half_width(sd: float, half_width: float, cap: int | None = None) -> int:
+    """The smallest n >= 2 with ``t_{0.975, n-1} * sd / sqrt(n) <= half_width`` (a paired
+    95% interval over n seeds); ``cap`` bounds it (and is returned when nothing below it is
+    enough). NaN sd (fewer than 2 pilot seeds) gives the cap, or raises without one."""
+    if not math.isfinite(sd):
+        if cap is None:
+            raise InvalidConfigError("sizing: the paired standard deviation is not finite (fewer than 2 pilot seeds?)")
+        return cap
+    n = max(2, math.ceil((1.96 * sd / half_width) ** 2))  # the normal quantile's answer: a lower bound
+    while t_quantile(n - 1) * sd / math.sqrt(n) > half_width:
+        if cap is not None and n >= cap:
+            return cap
+        n += 1
+    return n if cap is None else min(n, cap)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What :func:`sizing` found: ``seeds`` the final runs use (``needed`` before the cap),
+    per sizing comparison its paired sd, pilot seeds and the seeds it alone needs, and the
+    half-width each would reach with ``seeds``."""
+
+    seeds: int
+    needed: int
+    capped: bool
+    plan_hash: str
+    per_comparison: tuple[dict[str, Any], ...]
+
+
+def _rows(pilot_results: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Rows with the metrics: the report's rows as they are, runs (with ``evals``) through
+    ``report.summarize_run``."""
+    rows: list[Mapping[str, Any]] = []
+    for item in pilot_results:
+        if "evals" in item and "curve" in item:
+            from .report import summarize_run
+
+            rows.append(summarize_run(dict(item)))
+        else:
+            rows.append(item)
+    return rows
+
+
+def sizing(pilot_results: Iterable[Mapping[str, Any]], plan: AnalysisPlan = PLAN) -> Sizing:
+    """The seed count of the final runs from the pilot's results: runs as ``run_all`` returns
+    them, or rows as ``report.summarize_run`` makes them (``arm``, ``seed`` and the metric).
+    For each comparison of ``plan.sizing_claims`` on ``plan.sizing_metric``: the sd of the
+    per-seed differences A - B over the seeds run on both (ddof 1), and the seeds it needs
+    for ``plan.target_half_width`` (:func:`seeds_for_half_width`); the result is the largest
+    of those, between ``plan.min_seeds`` and ``plan.max_seeds``."""
+    rows = _rows(pilot_results)
+    metric = plan.sizing_metric
+    by_arm: dict[str, dict[int, float]] = {}
+    for row in rows:
+        value = float(row.get(metric, math.nan))
+        if math.isfinite(value):
+            by_arm.setdefault(str(row["arm"]), {})[int(row["seed"])] = value
+    per: list[dict[str, Any]] = []
+    for c in plan.comparisons:
+        if c.claim not in plan.sizing_claims:
+            continue
+        a, b = by_arm.get(c.a, {}), by_arm.get(c.b, {})
+        d = np.asarray([a[s] - b[s] for s in sorted(set(a) & set(b))], dtype=np.float64)
+        sd = float(d.std(ddof=1)) if d.size >= 2 else math.nan
+        need = seeds_for_half_width(sd, plan.target_half_width, plan.max_seeds) if math.isfinite(sd) else math.nan
+        per.append({"what": c.what, "a": c.a, "b": c.b, "pilot_seeds": int(d.size), "sd": sd, "needed": need})
+    if not any(math.isfinite(p["sd"]) for p in per):
+        raise InvalidConfigError(
+            f"sizing: no {metric!r} pairs of 2 or more pilot seeds for the comparisons of {plan.sizing_claims}"
+        )
+    uncapped = [seeds_for_half_width(p["sd"], plan.target_half_width) for p in per if math.isfinite(p["sd"])]
+    needed = max(max(uncapped), plan.min_seeds)
+    seeds = min(needed, plan.max_seeds)
+    for p in per:
+        sd = p["sd"]
+        p["half_width_at_seeds"] = t_quantile(seeds - 1) * sd / math.sqrt(seeds) if math.isfinite(sd) else math.nan
+    return Sizing(seeds, needed, needed > plan.max_seeds, plan.plan_hash(), tuple(per))
