@@ -162,8 +162,14 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
         "mpo-seed1.json",
     ]
     results = json.loads((out / "results.json").read_text())
-    assert results["family"]["comparisons"] == [{"metric": "final_success", "a": "mpo", "b": "grpo"}]
-    assert [c["what"] for c in results["family_comparisons"]] == ["MPO - GRPO"]
+    assert results["family"]["comparisons"] == [
+        {"metric": "auc_success", "a": "mpo", "b": "grpo"},
+        {"metric": "final_success", "a": "mpo", "b": "grpo"},
+    ]
+    assert [c["what"] for c in results["family_comparisons"]] == [
+        "mean held-out success over training, MPO - GRPO",
+        "MPO - GRPO",
+    ]
     assert results["chance"][ENV]["how"].startswith("uniformly random tokens")
     page = (out / "reproduction.md").read_text()
     assert page.startswith("# Does MPO help on `examples.my_env:make`? The reproduction's protocol on a user")
@@ -191,7 +197,8 @@ def test_compare_returns_the_paired_results(tmp_path: Path) -> None:
 
     result = compare(ENV, arms=("mpo", "ppo"), seeds=2, budget="quick", out=tmp_path / "api", workers=1)
     assert result.page.is_file() and result.config.arms[0].task == ENV
-    (comp,) = result.family
-    assert (comp.what, comp.metric, comp.n) == ("MPO - PPO", "final_success", 2)
-    assert comp.verdict in ("reproduced", "not reproduced", "inconclusive")
+    primary, final = result.family  # the plan's two metrics, the primary first
+    assert (primary.metric, final.metric) == ("auc_success", "final_success")
+    assert (final.what, final.n) == ("MPO - PPO", 2)
+    assert {primary.verdict, final.verdict} <= {"reproduced", "not reproduced", "inconclusive"}
     assert result.results["config_hash"] == result.config.config_hash()
