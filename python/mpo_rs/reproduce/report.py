@@ -92,7 +92,8 @@ def verdict_rule(config: ReproduceConfig) -> str:
     )
     if fam:
         text += (
-            f"The comparisons {members} ({metrics}) form one family, fixed in advance, with Holm-Bonferroni "
+            f"The comparisons {members} ({metrics}) form one family, fixed in advance by the analysis plan "
+            f"`{PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
             "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
             f"adjusted p-value is below {FAMILY_ALPHA:g} and the difference is positive, **not reproduced** when "
             f"it is below {FAMILY_ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "
@@ -1181,6 +1182,7 @@ def write_report(
     fam = family(config)
     family_comps = family_comparisons(rows, found, config)
     results["family"] = {
+        "plan_hash": PLAN.plan_hash(),
         "alpha": FAMILY_ALPHA,
         "correction": "holm",
         "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in fam],
