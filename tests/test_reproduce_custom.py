@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mpo_rs.exceptions import InvalidConfigError, InvalidOptionError
-from mpo_rs.reproduce import FULL, QUICK
+from mpo_rs.reproduce import FULL, PILOT, QUICK
 from mpo_rs.reproduce.api import arm_keys, build_config, command_line, load_env_factory, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,8 @@ def test_the_committed_configurations_stay_as_they_were() -> None:
     small = build_config(None, budget="small")
     assert small.budget.updates == FULL.budget.updates // 4 and small.model == FULL.model
     assert small.config_hash() not in (FULL.config_hash(), QUICK.config_hash())
-    with pytest.raises(InvalidOptionError, match="unknown budget 'huge'; known: quick, small, full"):
+    assert build_config(None, budget="pilot") == PILOT and command_line(PILOT) == "mpo-rs reproduce --budget pilot"
+    with pytest.raises(InvalidOptionError, match="unknown budget 'huge'; known: quick, small, pilot, full"):
         build_config(None, budget="huge")
 
 

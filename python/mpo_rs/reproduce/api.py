@@ -270,8 +270,10 @@ def build_config(
 
 
 def budget_name(config: ReproduceConfig) -> str | None:
-    """``quick``, ``small`` or ``full`` when ``config`` runs that named budget, else None
-    (a Budget of the caller's)."""
+    """``quick``, ``small``, ``pilot`` or ``full`` when ``config`` runs that named budget, else
+    None (a Budget of the caller's)."""
+    if config.name == PILOT.name and config.budget == PILOT.budget:
+        return "pilot"
     for full in (FULL, GPU):
         for name, budget in (("quick", QUICK.budget), ("small", _small(full.budget)), ("full", full.budget)):
             if config.budget == budget:
