@@ -152,10 +152,13 @@ def test_holm_verdict_rule_on_synthetic_numbers():
 
 
 def test_table1_family_is_holm_corrected():
-    from mpo_rs.reproduce.report import FAMILY, claims
+    from mpo_rs.reproduce.plan import PLAN
+    from mpo_rs.reproduce.report import FAMILY, _family_holm, claims
 
+    assert FAMILY == tuple(PLAN.family())  # the committed plan's family, both metrics
     # MPO beats GRPO by 0.1 +- noise on 5 shared seeds: the paired interval alone excludes 0
-    # (p ~ 0.04), but Holm over the 4 comparisons of Table 1 does not reject (GSPO ties GRPO), so inconclusive.
+    # (p ~ 0.04), but Holm over the plan's family does not reject, so inconclusive; MPO - PPO
+    # (p ~ 2e-4) survives the correction.
     shared = [0.1, 0.5, 0.3, 0.2, 0.4]
     noise = [0.04, -0.06, 0.08, -0.10, 0.04]
     rows = []
@@ -169,16 +172,61 @@ def test_table1_family_is_holm_corrected():
             rows.append({"arm": arm.key, "seed": seed, "final_success": value})
     found = {c.number: c for c in claims(rows, FULL)}
     comps = {x.what: x for c in found.values() for x in c.comparisons}
-    grpo = comps["MPO - GRPO"]
+    grpo = comps["MPO - GRPO (final held-out success)"]
     assert grpo.low > 0 and grpo.p < 0.05  # uncorrected, paired: it would be reproduced
     assert grpo.p_holm > 0.05 and grpo.verdict == INCONCLUSIVE
     assert grpo.welch_low < 0 < grpo.welch_high and grpo.n == 5
     assert grpo.half_width == pytest.approx((grpo.high - grpo.low) / 2)
-    assert comps["MPO - PPO"].verdict == REPRODUCED and comps["MPO - PPO"].p_holm < 0.05
-    assert comps["MPO - MPO w/ token IS"].verdict == REPRODUCED
+    ppo = comps["MPO - PPO (final held-out success)"]
+    assert ppo.verdict == REPRODUCED and ppo.p_holm < 0.05
+    assert comps["MPO - MPO w/ token IS (final held-out success)"].verdict == REPRODUCED
+    # Not measured (no auc_success in these rows): p = 1 in the correction, never a verdict.
+    assert comps["MPO - GRPO (mean held-out success over training)"].verdict == INCONCLUSIVE
     # Outside the family: decided by the paired interval, no Holm p-value.
-    assert math.isnan(comps["MPO w/ token IS - PPO"].p_holm)
-    assert {(x.metric, x.a, x.b) for x in comps.values() if math.isfinite(x.p_holm)} == set(FAMILY)
+    assert math.isnan(comps["MPO w/ token IS - PPO (final held-out success)"].p_holm)
+    corrected = {(x.metric, x.a, x.b): x.p_holm for x in comps.values() if math.isfinite(x.p_holm)}
+    assert corrected and set(corrected) <= set(FAMILY)
+    adjusted = _family_holm(rows, FAMILY)
+    assert all(corrected[k] == adjusted[k] for k in corrected)
+
+
+def test_difference_of_group_means_by_hand():
+    from mpo_rs.reproduce.stats import Paired, difference_of_group_means, t_quantile
+
+    hi = [Paired(0.3, 0.1, 0.5, 5, 0.01), Paired(0.2, 0.0, 0.4, 5, 0.05)]
+    lo = [Paired(-0.1, -0.4, 0.2, 9, 0.5)]
+    se2 = lambda g: ((g.high - g.low) / 2 / t_quantile(g.n - 1)) ** 2  # noqa: E731
+    var = (se2(hi[0]) + se2(hi[1])) / 4 + se2(lo[0])
+    diff, low, high = difference_of_group_means(hi, lo)
+    assert diff == pytest.approx(0.25 + 0.1)
+    assert high - diff == pytest.approx(t_quantile(4) * math.sqrt(var))
+    assert diff - low == pytest.approx(high - diff)
+    assert all(math.isnan(x) for x in difference_of_group_means(hi, []))
+    assert all(math.isnan(x) for x in difference_of_group_means(hi, [Paired(0.1, math.nan, math.nan, 1, math.nan)]))
+
+
+def test_diagnose_predicts_benefit_claim():
+    from mpo_rs.reproduce.report import claims
+
+    # MPO gains 0.2 over PPO and GRPO where the PPO critic's share reads "on turns" and
+    # nothing on KeyDoor, whose critic's value moves within turns: the contrast is positive.
+    rows = []
+    for seed in range(6):
+        for arm in ARMS:
+            prefix = next(p for t, p in TASK_PREFIX.items() if t == arm.task)
+            level = 0.3 + 0.02 * seed + 0.01 * (seed % 2) * (arm.key == f"{prefix}mpo")
+            if arm.key == f"{prefix}mpo" and arm.task != "key_door":
+                level += 0.2
+            share = 0.06 if arm.task == "key_door" else 0.9
+            rows.append({"arm": arm.key, "seed": seed, "auc_success": level, "between_share": share})
+    claim = {c.number: c for c in claims(rows, FULL)}[9]
+    contrasts = [c for c in claim.comparisons if "gain where" in c.what]
+    assert len(contrasts) == 2 and all(c.verdict == REPRODUCED for c in contrasts)
+    assert all(c.diff == pytest.approx(0.2, abs=0.01) for c in contrasts)
+    assert "(4 task(s))" in contrasts[0].what and "(1 task(s))" in contrasts[0].what
+    assert claim.verdict == REPRODUCED
+    per_task = [c for c in claim.comparisons if "gain where" not in c.what]
+    assert len(per_task) == 2 * len(TASK_PREFIX) and any("share 0.06" in c.what for c in per_task)
 
 
 def test_claims_use_the_rule():
@@ -193,7 +241,7 @@ def test_claims_use_the_rule():
                     "arm": arm.key,
                     "seed": seed,
                     "final_success": level.get(arm.key, 0.1) + 0.01 * seed,
-                    "auc_success": 0.5,
+                    "auc_success": level.get(arm.key, 0.1) + 0.01 * seed,
                     "final_explained_variance": math.nan,
                     "entropy_drop": 0.1 * seed,
                     "final_turns": 3.0 + seed,
@@ -202,12 +250,13 @@ def test_claims_use_the_rule():
                 }
             )
     by_number = {c.number: c for c in claims(rows, FULL)}
-    assert set(by_number) == set(range(1, 9))
+    assert set(by_number) == set(range(1, 10))
     assert by_number[1].verdict == REPRODUCED  # shares 0.90..0.94 > 0.5
     assert by_number[2].verdict == REPRODUCED
     assert by_number[3].verdict == REPRODUCED  # 0.9 > 0.5 > 0.1
     parts = {c.what: c.verdict for c in by_number[4].comparisons}
-    assert parts["β=1 - β=0"] == REPRODUCED and parts["β=0 - PPO"] == NOT_REPRODUCED
+    for metric in ("final held-out success", "mean held-out success over training"):
+        assert parts[f"β=1 - β=0 ({metric})"] == REPRODUCED and parts[f"β=0 - PPO ({metric})"] == NOT_REPRODUCED
     assert by_number[4].verdict == NOT_REPRODUCED
     parts = {c.what: c.verdict for c in by_number[8].comparisons}  # not a paper claim: the advantage scale
     assert parts == {"PPO - PPO, whitened": NOT_REPRODUCED, "MPO - MPO, whitened": REPRODUCED}
@@ -217,6 +266,8 @@ def test_claims_use_the_rule():
     # EV is NaN for every run: not measured, so inconclusive, never a verdict on NaN.
     ev = [c for c in by_number[6].comparisons if c.metric == "final_explained_variance"]
     assert ev and ev[0].verdict == INCONCLUSIVE
+    # Every task's critic reads "on turns": no task to contrast with, so no verdict.
+    assert by_number[9].verdict == INCONCLUSIVE and "(0 task(s))" in by_number[9].comparisons[-1].what
 
 
 # --------------------------------------------------------------------------- pass@k, EV
@@ -391,7 +442,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
 
     results = json.loads((out / "results.json").read_text())
     assert results["config_hash"] == QUICK.config_hash()
-    assert [c["number"] for c in results["claims"]] == list(range(1, 9))
+    assert [c["number"] for c in results["claims"]] == list(range(1, 10))
     assert {c["verdict"] for c in results["claims"]} <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
     page = (out / "reproduction.md").read_text()
     assert "| # | the paper |" in page and "img/final_success.png" in page
@@ -413,7 +464,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     assert search.startswith("**Search** (chance ")
     for what in ("MPO - GRPO", "MPO - GSPO", "MPO - PPO", "MPO - MPO w/ token IS"):
         assert what in search  # Table 1's family: the main task
-    assert "GuessNumber turns per episode, MPO - GRPO" in guess
+    assert "MPO - GRPO" in guess and "other comparison(s) on this task" in guess
     assert "one seed per arm" in key_door  # the caveat
     assert results["summary"] == summary.strip()
 
@@ -559,28 +610,34 @@ def _page(rows: list[dict], config=FULL):
 
 
 def test_summary_names_each_tasks_verdicts_power_and_caveats():
+    from mpo_rs.reproduce.report import FAMILY
+
     page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
     paragraphs = page.summary().split("\n\n")
     assert [p.split("**")[1] for p in paragraphs] == ["KeyDoor", "Search", "FrozenLake", "MultiHop", "GuessNumber"]
     key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
-    assert key_door.startswith("**KeyDoor** (chance 0.004; 5 seed(s) per arm): final held-out success")
+    assert key_door.startswith("**KeyDoor** (chance 0.004; 5 seed(s) per arm): mean held-out success over training")
     key_door, control = search, key_door  # Table 1's family is on the main task, search
     # The point estimates of the family's arms, the family's paired Holm verdicts, the power.
-    assert "GRPO 0.33, GSPO 0.65, PPO 0.13, MPO w/ token IS 0.33, MPO 0.66." in key_door
+    assert (
+        "final held-out success (mean over seeds) GRPO 0.33, GSPO 0.65, PPO 0.13, MPO w/ token IS 0.33, MPO 0.66,"
+        in key_door
+    )
     assert "MPO - GRPO +0.33 ± 0.02 → **reproduced**" in key_door
     assert "MPO - GSPO +0.01 ± 0.02 → **inconclusive**" in key_door
-    assert "Holm-corrected over the family of 4" in key_door
-    assert "Power achieved: 95% half-widths 0.02 on 5 paired seed(s)" in key_door
+    assert f"Holm-corrected over the family of {len(FAMILY)}:" in key_door  # the plan's, both metrics
+    assert re.search(r"Power achieved: 95% half-widths [0-9.-]+ on 5 paired seed\(s\)", key_door)
     assert "other comparison(s) on this task" in key_door
     # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, on both tasks.
     assert "the critics never learned" in key_door and "the critics never learned" in guess
     assert "the critics never learned" in control
     assert guess.startswith("**GuessNumber** (chance 0.265;")
-    assert "GuessNumber turns per episode, MPO - GRPO" in guess
+    assert "MPO - GRPO" in guess and "other comparison(s) on this task" in guess
     # An arm subset: only its tasks, its family.
     sub = _page(_synthetic_rows({"mpo": 0.6}), FULL.with_arms(["mpo", "ppo"]))
     (only,) = sub.summary().split("\n\n")
-    assert "family of 1: MPO - PPO" in only and "critics never learned" not in only
+    assert "family of 2: mean held-out success over training, MPO - PPO" in only
+    assert "critics never learned" not in only
     assert "**Not the committed configuration**: this page is `mpo-rs reproduce --arms ppo,mpo`'s" in sub.kind()[0]
     assert _page(_synthetic_rows({})).kind() == []  # the committed run says nothing about itself
 
@@ -588,17 +645,19 @@ def test_summary_names_each_tasks_verdicts_power_and_caveats():
 def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):
     from mpo_rs.reproduce import report
 
-    extra = ("auc_success", "guess_mpo", "guess_ppo")
+    extra = ("auc_success", "guess_mpo_token_is", "guess_ppo")
+    assert extra not in report.FAMILY
     monkeypatch.setattr(report, "FAMILY", (*report.FAMILY, extra))
-    rows = _synthetic_rows({"guess_mpo": 0.9, "guess_ppo": 0.1})
+    rows = _synthetic_rows({"guess_mpo_token_is": 0.9, "guess_ppo": 0.1})
     comps = {(c.metric, c.a, c.b): c for c in _page(rows).family_comps}
     assert list(comps) == list(report.FAMILY)
     mine = comps[extra]
-    assert mine.what == "mean held-out success over training, MPO - PPO" and mine.verdict == REPRODUCED
+    assert mine.what == "mean held-out success over training, MPO w/ token IS - PPO" and mine.verdict == REPRODUCED
     ps = [c.p for c in comps.values()]
     assert mine.p_holm == pytest.approx(holm(ps)[-1])
     guess = _page(rows).summary().split("\n\n")[-1]
-    assert "Holm-corrected over the family of 5: mean held-out success over training, MPO - PPO" in guess
+    assert f"Holm-corrected over the family of {len(report.FAMILY)}:" in guess
+    assert "mean held-out success over training, MPO w/ token IS - PPO +0.40 ± 0.00 → **reproduced**" in guess
 
 
 def test_at_chance_caveat():

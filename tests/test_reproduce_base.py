@@ -242,3 +242,15 @@ def test_full_base_policy_is_in_the_band(task):
     success = held_out_success(policy, FULL, task, FULL.first_seed, 256)
     assert BASE_BAND[0] <= success <= BASE_BAND[1], success
     assert info["held_out_success"] == success  # FULL's own measurement is this one (256 episodes)
+
+
+def test_the_committed_plan_record_is_the_plan():
+    # The plan is fixed before the final runs: docs/analysis-plan.md, in the history, records
+    # it; changing the plan without regenerating the record fails here.
+    from pathlib import Path
+
+    from mpo_rs.reproduce.plan import render_markdown
+
+    record = Path(__file__).resolve().parents[1] / "docs" / "analysis-plan.md"
+    assert record.read_text() == render_markdown(), "run: python -m mpo_rs.reproduce.plan > docs/analysis-plan.md"
+    assert f"`{PLAN.plan_hash()}`" in record.read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mpo_rs.exceptions import InvalidConfigError, InvalidOptionError
-from mpo_rs.reproduce import FULL, QUICK
+from mpo_rs.reproduce import FULL, PILOT, QUICK
 from mpo_rs.reproduce.api import arm_keys, build_config, command_line, load_env_factory, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,8 @@ def test_the_committed_configurations_stay_as_they_were() -> None:
     small = build_config(None, budget="small")
     assert small.budget.updates == FULL.budget.updates // 4 and small.model == FULL.model
     assert small.config_hash() not in (FULL.config_hash(), QUICK.config_hash())
-    with pytest.raises(InvalidOptionError, match="unknown budget 'huge'; known: quick, small, full"):
+    assert build_config(None, budget="pilot") == PILOT and command_line(PILOT) == "mpo-rs reproduce --budget pilot"
+    with pytest.raises(InvalidOptionError, match="unknown budget 'huge'; known: quick, small, pilot, full"):
         build_config(None, budget="huge")
 
 
@@ -162,8 +163,14 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
         "mpo-seed1.json",
     ]
     results = json.loads((out / "results.json").read_text())
-    assert results["family"]["comparisons"] == [{"metric": "final_success", "a": "mpo", "b": "grpo"}]
-    assert [c["what"] for c in results["family_comparisons"]] == ["MPO - GRPO"]
+    assert results["family"]["comparisons"] == [
+        {"metric": "auc_success", "a": "mpo", "b": "grpo"},
+        {"metric": "final_success", "a": "mpo", "b": "grpo"},
+    ]
+    assert [c["what"] for c in results["family_comparisons"]] == [
+        "mean held-out success over training, MPO - GRPO",
+        "MPO - GRPO",
+    ]
     assert results["chance"][ENV]["how"].startswith("uniformly random tokens")
     page = (out / "reproduction.md").read_text()
     assert page.startswith("# Does MPO help on `examples.my_env:make`? The reproduction's protocol on a user")
@@ -191,7 +198,8 @@ def test_compare_returns_the_paired_results(tmp_path: Path) -> None:
 
     result = compare(ENV, arms=("mpo", "ppo"), seeds=2, budget="quick", out=tmp_path / "api", workers=1)
     assert result.page.is_file() and result.config.arms[0].task == ENV
-    (comp,) = result.family
-    assert (comp.what, comp.metric, comp.n) == ("MPO - PPO", "final_success", 2)
-    assert comp.verdict in ("reproduced", "not reproduced", "inconclusive")
+    primary, final = result.family  # the plan's two metrics, the primary first
+    assert (primary.metric, final.metric) == ("auc_success", "final_success")
+    assert (final.what, final.n) == ("MPO - PPO", 2)
+    assert {primary.verdict, final.verdict} <= {"reproduced", "not reproduced", "inconclusive"}
     assert result.results["config_hash"] == result.config.config_hash()

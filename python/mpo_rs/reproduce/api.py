@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import InvalidConfigError, InvalidOptionError
-from .config import FULL, GPU, QUICK, Budget, ReproduceConfig, TaskSpec
+from .config import FULL, GPU, PILOT, QUICK, Budget, ReproduceConfig, TaskSpec
 
 __all__ = [
     "BUDGETS",
@@ -60,9 +60,11 @@ def _small(budget: Budget) -> Budget:
     return dataclasses.replace(budget, updates=updates, eval_every=max(1, budget.eval_every // 4))
 
 
-BUDGETS = ("quick", "small", "full")
+BUDGETS = ("quick", "small", "pilot", "full")
 """The named budgets: ``quick`` (the smoke test's: a few updates, one seed), ``small`` (the
-full run's with a quarter of its updates) and ``full`` (the reported run's)."""
+full run's with a quarter of its updates), ``pilot`` (the full run's budget on the pilot's
+own seeds, :data:`~mpo_rs.reproduce.config.PILOT`, which sizes the final run's seeds through
+the analysis plan) and ``full`` (the reported run's)."""
 
 ENV_MEMBERS = ("vocab_size", "action_tokens", "max_turns", "reset", "step")
 """What a MultiTurnEnv has (docs/envs.md#the-protocol)."""
@@ -79,6 +81,12 @@ def _base(budget: str | Budget, device: str) -> ReproduceConfig:
         return dataclasses.replace(GPU, budget=QUICK.budget, seeds=1) if device == "cuda" else QUICK
     if budget == "small":
         return dataclasses.replace(full, name=f"{full.name}-small", budget=_small(full.budget))
+    if budget == "pilot":
+        if device == "cuda":
+            raise InvalidOptionError(
+                "the pilot is the CPU run's (--budget pilot sizes FULL's seeds); it has no cuda form"
+            )
+        return PILOT
     if budget == "full":
         return full
     raise InvalidOptionError(f"unknown budget {budget!r}; known: {', '.join(BUDGETS)} (or a Budget)")
@@ -262,8 +270,10 @@ def build_config(
 
 
 def budget_name(config: ReproduceConfig) -> str | None:
-    """``quick``, ``small`` or ``full`` when ``config`` runs that named budget, else None
-    (a Budget of the caller's)."""
+    """``quick``, ``small``, ``pilot`` or ``full`` when ``config`` runs that named budget, else
+    None (a Budget of the caller's)."""
+    if config.name == PILOT.name and config.budget == PILOT.budget:
+        return "pilot"
     for full in (FULL, GPU):
         for name, budget in (("quick", QUICK.budget), ("small", _small(full.budget)), ("full", full.budget)):
             if config.budget == budget:

@@ -21,8 +21,10 @@ def add_parser(commands: Any) -> None:
         "reproduce",
         help="train the paper's arms on toy multi-turn tasks (or your own) and report its claims",
         description=(
-            "Trains GRPO, GSPO, PPO, MPO w/ token IS and MPO, the β sweep and the (λ, λ_intra) grid "
-            "on KeyDoor, and GRPO/PPO/MPO on GuessNumber, with equal budgets; writes results tables, "
+            "Trains Table 1's arms (GRPO, GSPO, PPO, MPO w/ token IS, MPO) on five tasks (search, multi_hop and "
+            "frozen_lake, where MPO's premise holds; key_door and guess_number, the controls), MPO's public "
+            "relatives (AReaL's turn-level GAE, RAGEN's bi-level GAE), the β sweep and the (λ, λ_intra) grid "
+            "on search, each from a behaviour-cloned base policy, with equal budgets; writes results tables, "
             "learning curves, final-success bars, the critics' value-structure diagnosis and "
             "reproduction.md with a verdict per claim. With --env, the same protocol on your own "
             "MultiTurnEnv (docs/reproduction.md, 'Does MPO help on my task?'). Needs the torch, "
@@ -33,7 +35,10 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--budget",
         choices=BUDGETS,
-        help="quick (smoke test), small (a quarter of the full run's updates: a first look) or full (default)",
+        help=(
+            "quick (smoke test), small (a quarter of the full run's updates: a first look), pilot (the full "
+            "budget on the pilot's own seeds, which size the final run's: docs/analysis-plan.md) or full (default)"
+        ),
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda runs the larger GPU configuration")
     p.add_argument(

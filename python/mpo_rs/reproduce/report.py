@@ -18,13 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from .config import ADVANTAGE_SCALE_RULE, ARMS, BETA_SWEEP, LAMBDA_GRID, Arm, ReproduceConfig
+from ..diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE
+from .config import ADVANTAGE_SCALE_RULE, ARMS, BETA_SWEEP, LAMBDA_GRID, TASK_PREFIX, Arm, ReproduceConfig
+from .plan import PLAN
 from .stats import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
     REPRODUCED,
+    Paired,
     combine,
     diff_ci,
+    difference_of_group_means,
     holm,
     holm_verdict,
     mean_ci,
@@ -50,17 +54,14 @@ __all__ = [
     "write_report",
 ]
 
-FAMILY: tuple[tuple[str, str, str], ...] = (
-    ("final_success", "mpo", "grpo"),
-    ("final_success", "mpo", "gspo"),
-    ("final_success", "mpo", "ppo"),
-    ("final_success", "mpo", "mpo_token_is"),
-)
-"""The family of comparisons corrected for multiplicity, fixed in advance: Table 1's, as
+FAMILY: tuple[tuple[str, str, str], ...] = tuple(PLAN.family())
+"""The family of comparisons corrected for multiplicity, fixed in advance by the committed
+analysis plan (:data:`mpo_rs.reproduce.plan.PLAN`: Table 1 on every task, MPO against its
+public relatives, the β and (λ, λ_intra) claims on the main task, each on both metrics), as
 (metric, A, B) for the claim "A beats B"; Holm's correction runs over all of them (a
 comparison that cannot be made counts as p = 1)."""
 
-FAMILY_ALPHA = 0.05
+FAMILY_ALPHA = PLAN.alpha
 """The family-wise error rate of the Holm-corrected comparisons."""
 
 
@@ -91,7 +92,8 @@ def verdict_rule(config: ReproduceConfig) -> str:
     )
     if fam:
         text += (
-            f"The comparisons {members} ({metrics}) form one family, fixed in advance, with Holm-Bonferroni "
+            f"The comparisons {members} ({metrics}) form one family, fixed in advance by the analysis plan "
+            f"`{PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
             "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
             f"adjusted p-value is below {FAMILY_ALPHA:g} and the difference is positive, **not reproduced** when "
             f"it is below {FAMILY_ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "
@@ -301,14 +303,14 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
     claim(
         2,
         "MPO beats GRPO, GSPO and PPO (Table 1).",
-        [_compare(rows, "final_success", "mpo", b, f"MPO - {label[b]}") for b in ("grpo", "gspo", "ppo")],
+        [c for b in ("grpo", "gspo", "ppo") for c in _on_plan_metrics(rows, "mpo", b, f"MPO - {label[b]}")],
     )
     claim(
         3,
         "Turn-level IS matters: MPO w/ token IS loses to MPO, yet still beats PPO (Table 1).",
         [
-            _compare(rows, "final_success", "mpo", "mpo_token_is", "MPO - MPO w/ token IS"),
-            _compare(rows, "final_success", "mpo_token_is", "ppo", "MPO w/ token IS - PPO"),
+            *_on_plan_metrics(rows, "mpo", "mpo_token_is", "MPO - MPO w/ token IS"),
+            *_on_plan_metrics(rows, "mpo_token_is", "ppo", "MPO w/ token IS - PPO"),
         ],
     )
     beta_keys = {b: k for b, k in BETA_SWEEP.items()}
@@ -316,19 +318,21 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
         4,
         "β has an inverted U with its best at 1.0; β = 0 already beats PPO (Table 3).",
         [
-            _compare(rows, "final_success", beta_keys[1.0], beta_keys[b], f"β=1 - β={b:g}")
+            c
             for b in sorted(beta_keys)
             if b != 1.0
+            for c in _on_plan_metrics(rows, beta_keys[1.0], beta_keys[b], f"β=1 - β={b:g}")
         ]
-        + [_compare(rows, "final_success", beta_keys[0.0], "ppo", "β=0 - PPO")],
+        + _on_plan_metrics(rows, beta_keys[0.0], "ppo", "β=0 - PPO"),
     )
     claim(
         5,
         "(λ, λ_intra) = (0.80, 0.95) is best (Table 2).",
         [
-            _compare(rows, "final_success", LAMBDA_GRID[(0.80, 0.95)], key, f"(0.80, 0.95) - ({lam:.2f}, {intra:.2f})")
+            c
             for (lam, intra), key in LAMBDA_GRID.items()
             if (lam, intra) != (0.80, 0.95)
+            for c in _on_plan_metrics(rows, LAMBDA_GRID[(0.80, 0.95)], key, f"(0.80, 0.95) - ({lam:.2f}, {intra:.2f})")
         ],
     )
     claim(
@@ -381,7 +385,87 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
             else "these runs do not reuse its seed."
         ),
     )
+    out.append(_prediction_claim(rows, config, adjusted))
     return out
+
+
+def _on_plan_metrics(rows: list[dict[str, Any]], a: str, b: str, what: str) -> list[Comparison]:
+    """A - B on each of the plan's metrics, the primary first."""
+    return [_compare(rows, m, a, b, f"{what} ({METRIC_NAMES.get(m, m)})") for m in PLAN.metrics]
+
+
+PREDICTION_BASELINES = ("ppo", "grpo")
+"""The arms MPO's gain is measured against in the diagnose-predicts-benefit question."""
+
+
+def _prediction_claim(
+    rows: list[dict[str, Any]], config: ReproduceConfig, adjusted: dict[tuple[str, str, str], float]
+) -> Claim:
+    """Claim 9, the question no anchor answers: does ``mpo-rs diagnose`` predict where MPO
+    helps? Per task, MPO's paired gain over PPO and over GRPO on the primary metric beside
+    the median between-turn share of that task's trained PPO critic (its diagnosis; PPO's
+    critic is not shaped by MAE); then, per baseline, the mean gain on the tasks whose share
+    reads "on turns" (>= ON_TURNS_SHARE) minus that on the tasks whose share reads "within
+    turns" (< WITHIN_TURNS_SHARE), with its interval (:func:`difference_of_group_means`).
+    Reproduced ("it predicts") when that difference is positive with 95% confidence."""
+    label = _labels(config)
+    present = {r["arm"] for r in rows}
+    metric = PLAN.metrics[0]
+    comps: list[Comparison] = []
+    groups: dict[str, dict[str, list[Paired]]] = {b: {"on": [], "off": []} for b in PREDICTION_BASELINES}
+    for spec in config.tasks:
+        prefix = TASK_PREFIX.get(spec.name, "")
+        mpo, ppo = f"{prefix}mpo", f"{prefix}ppo"
+        shares = [r.get("between_share", math.nan) for r in rows if r["arm"] == ppo]
+        shares = [x for x in shares if math.isfinite(x)]
+        if mpo not in present or not shares:
+            continue
+        share = float(np.median(shares))
+        side = "on" if share >= ON_TURNS_SHARE else "off" if share < WITHIN_TURNS_SHARE else None
+        for b in PREDICTION_BASELINES:
+            other = f"{prefix}{b}"
+            if other not in present:
+                continue
+            what = f"{task_title(spec.name)} (PPO critic's median share {share:.2f}): MPO - {label.get(other, other)}"
+            c = _compare(rows, metric, mpo, other, what)
+            if (metric, mpo, other) in adjusted:  # a Table 1 comparison: the family's correction
+                c.p_holm = adjusted[(metric, mpo, other)]
+                c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+            comps.append(c)
+            if side is not None:
+                groups[b][side].append(Paired(c.diff, c.low, c.high, c.n, c.p))
+    contrasts = []
+    for b in PREDICTION_BASELINES:
+        on, off = groups[b]["on"], groups[b]["off"]
+        diff, low, high = difference_of_group_means(on, off)
+        contrasts.append(
+            Comparison(
+                f"MPO - {b.upper()} gain where the share is >= {ON_TURNS_SHARE:g} ({len(on)} task(s)) "
+                f"minus where it is < {WITHIN_TURNS_SHARE:g} ({len(off)} task(s))",
+                metric,
+                "",
+                "",
+                diff,
+                low,
+                high,
+                verdict(low, high),
+                n=len(on) + len(off),
+                half_width=(high - low) / 2,
+            )
+        )
+    return Claim(
+        9,
+        "Not a claim of the paper; the advice a user needs before switching estimators: does "
+        "`mpo-rs diagnose` predict where MPO helps? MPO's paired gain over PPO and over GRPO "
+        f"({METRIC_NAMES.get(metric, metric)}) is larger on tasks whose critic's value lives on turns "
+        f"(median between-turn share >= {ON_TURNS_SHARE:g}, diagnose's reading) than on tasks where it "
+        f"moves within turns (< {WITHIN_TURNS_SHARE:g}).",
+        comps + contrasts,
+        combine([c.verdict for c in contrasts]),
+        "The share is the trained PPO critic's, measured by `mpo-rs diagnose` on held-out rollouts "
+        "(median over seeds). The tasks are few, so this contrast is a coarse check: read the per-task "
+        "gains beside it.",
+    )
 
 
 # --------------------------------------------------------------------------- tables and figures
@@ -624,22 +708,20 @@ def _ci_text(values: list[float], digits: int = 3) -> str:
 
 
 def family_comparisons(rows: list[dict[str, Any]], found: list[Claim], config: ReproduceConfig) -> list[Comparison]:
-    """The comparisons of the family, in its order, Holm-adjusted: a claim's own where a
-    claim makes it, else measured here (a family may compare arms no claim of the paper
-    names, e.g. on a task of its own)."""
+    """The comparisons of the family, in its order, Holm-adjusted (the same numbers a claim
+    that shows one of them has; a family may compare arms no claim of the paper names, e.g.
+    on a task of its own). ``found`` is accepted for the callers' symmetry and not read."""
     fam = family(config)
-    seen = {(x.metric, x.a, x.b): x for c in found for x in c.comparisons}
     adjusted = _family_holm(rows, fam)
     label = _labels(config)
     out = []
     for key in fam:
-        comp = seen.get(key)
-        if comp is None:
-            metric, a, b = key
-            prefix = "" if metric == "final_success" else f"{METRIC_NAMES.get(metric, metric)}, "
-            comp = _compare(rows, metric, a, b, f"{prefix}{label.get(a, a)} - {label.get(b, b)}")
-            comp.p_holm = adjusted[key]
-            comp.verdict = holm_verdict(comp.diff, comp.p_holm, FAMILY_ALPHA)
+        # Named here, the same way whichever claim (if any) also shows it.
+        metric, a, b = key
+        prefix = "" if metric == "final_success" else f"{METRIC_NAMES.get(metric, metric)}, "
+        comp = _compare(rows, metric, a, b, f"{prefix}{label.get(a, a)} - {label.get(b, b)}")
+        comp.p_holm = adjusted[key]
+        comp.verdict = holm_verdict(comp.diff, comp.p_holm, FAMILY_ALPHA)
         out.append(comp)
     return out
 
@@ -1100,6 +1182,7 @@ def write_report(
     fam = family(config)
     family_comps = family_comparisons(rows, found, config)
     results["family"] = {
+        "plan_hash": PLAN.plan_hash(),
         "alpha": FAMILY_ALPHA,
         "correction": "holm",
         "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in fam],

@@ -32,6 +32,7 @@ __all__ = [
     "Paired",
     "combine",
     "diff_ci",
+    "difference_of_group_means",
     "holm",
     "holm_verdict",
     "mean_ci",
@@ -179,6 +180,29 @@ def paired_diff_ci(a_by_seed: Mapping[int, float], b_by_seed: Mapping[int, float
         return Paired(diff, diff, diff, n, 1.0 if diff == 0 else 0.0)
     half = t_quantile(n - 1) * se
     return Paired(diff, diff - half, diff + half, n, t_two_sided_p(diff / se, n - 1))
+
+
+def difference_of_group_means(high: Sequence[Paired], low: Sequence[Paired]) -> tuple[float, float, float]:
+    """(difference, low, high) of the mean of the paired differences in ``high`` minus the
+    mean of those in ``low`` -- the paired gains of an arm on two groups of tasks, which share
+    no runs, so their errors are independent. Each gain's standard error is its interval's
+    half-width over t_{0.975, n-1}; the interval is the difference +- t_{0.975, df} times the
+    combined standard error, with df the smallest n - 1 of all the gains (conservative). NaN
+    when a group is empty or a gain has no interval."""
+    if not high or not low:
+        return math.nan, math.nan, math.nan
+    gains = [*high, *low]
+    if any(g.n < 2 or not (math.isfinite(g.low) and math.isfinite(g.high)) for g in gains):
+        return math.nan, math.nan, math.nan
+
+    def mean_and_var(group: Sequence[Paired]) -> tuple[float, float]:
+        ses = [(g.high - g.low) / 2 / t_quantile(g.n - 1) for g in group]
+        return float(np.mean([g.diff for g in group])), sum(se * se for se in ses) / len(group) ** 2
+
+    (m_hi, v_hi), (m_lo, v_lo) = mean_and_var(high), mean_and_var(low)
+    diff = m_hi - m_lo
+    half = t_quantile(min(g.n for g in gains) - 1) * math.sqrt(v_hi + v_lo)
+    return diff, diff - half, diff + half
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
