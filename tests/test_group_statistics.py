@@ -99,9 +99,9 @@ def test_resolve_log_columns_picks_the_reward_column_and_checks_types():
     table = log_table(4)
     names = {"mask_col": "loss_mask", "values_col": "values", "group_col": "group_id"}
     got = _native.resolve_log_columns(table.schema, Estimator("grpo"), rewards_col=None, score_col=None, **names)
-    assert got == ("rewards", None, ["rewards", "group_id", "loss_mask"])
+    assert got == ("rewards", None, None, ["rewards", "group_id", "loss_mask"])
     got = _native.resolve_log_columns(table.schema, Estimator("mae"), rewards_col=None, score_col="score", **names)
-    assert got == (None, "score", [])
+    assert got == (None, "score", None, [])
     with pytest.raises(InvalidBatchError, match="missing column `critic`"):
         _native.resolve_log_columns(
             table.schema, Estimator("gae"), rewards_col=None, score_col=None, **{**names, "values_col": "critic"}

@@ -207,6 +207,7 @@ class GroupStatistics:
         mask_col: str,
         rewards_col: str | None = None,
         score_col: str | None = None,
+        turn_rewards_col: str | None = None,
         observation_rewards: str = "error",
     ) -> GroupStatistics: ...
     @staticmethod
@@ -223,7 +224,9 @@ def resolve_log_columns(
     rewards_col: str | None,
     score_col: str | None,
     group_col: str,
-) -> tuple[str | None, str | None, list[str]]: ...
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
+) -> tuple[str | None, str | None, str | None, list[str]]: ...
 def annotate_batch(
     data: object,
     estimator: Estimator,
@@ -235,6 +238,8 @@ def annotate_batch(
     score_col: str | None,
     group_col: str,
     observation_rewards: str = "error",
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
 ) -> _ArrowStream: ...
 
 # Report directories under the output-safety rule (rust/python/src/safety.rs).

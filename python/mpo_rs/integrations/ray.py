@@ -48,12 +48,15 @@ __all__ = ["add_advantages", "advantages_parquet", "group_statistics"]
 
 @dataclass(frozen=True)
 class _Columns:
-    """The columns as resolved on the driver (exactly one of rewards and score is set)."""
+    """The columns as resolved on the driver (exactly one of rewards, score and turn_rewards
+    is set)."""
 
     mask: str
     values: str
     rewards: str | None
     score: str | None
+    turn_rewards: str | None
+    truncated: str | None  # None: a `truncated` column if present (mae, gae)
     group: str
     statistics: tuple[str, ...]  # what the statistics pass reads
     observation_rewards: str
@@ -65,9 +68,19 @@ class _Columns:
         # Checks the columns' presence and types here, so a bad call fails on the driver
         # rather than inside a remote task.
         mode = _observation.check(observation_rewards)
-        rewards, score, read = resolve_log_columns(_arrow_schema(dataset), estimator, **names)
+        rewards, score, turn, read = resolve_log_columns(_arrow_schema(dataset), estimator, **names)
         statistics = tuple(dict.fromkeys(read))
-        return cls(names["mask_col"], names["values_col"], rewards, score, names["group_col"], statistics, mode)
+        return cls(
+            names["mask_col"],
+            names["values_col"],
+            rewards,
+            score,
+            turn,
+            names.get("truncated_col"),
+            names["group_col"],
+            statistics,
+            mode,
+        )
 
     def keywords(self) -> dict[str, Any]:
         return {
@@ -77,6 +90,8 @@ class _Columns:
             "score_col": self.score,
             "group_col": self.group,
             "observation_rewards": self.observation_rewards,
+            "turn_rewards_col": self.turn_rewards,
+            "truncated_col": self.truncated,
         }
 
 
@@ -90,6 +105,8 @@ def add_advantages(
     score_col: str | None = None,
     group_col: str = GROUP,
     observation_rewards: str = _observation.DEFAULT,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
     batch_size: int | None = None,
     **options: Any,
 ) -> ray.data.Dataset:
@@ -111,7 +128,15 @@ def add_advantages(
     """
     est = resolve(estimator, options, "mae")
     names = {"mask_col": mask_col, "values_col": values_col, "rewards_col": rewards_col, "score_col": score_col}
-    columns = _Columns.resolve(dataset, est, observation_rewards, group_col=group_col, **names)
+    columns = _Columns.resolve(
+        dataset,
+        est,
+        observation_rewards,
+        group_col=group_col,
+        turn_rewards_col=turn_rewards_col,
+        truncated_col=truncated_col,
+        **names,
+    )
     # Put once: every task reads the same copy from the object store (see _statistics).
     stats_ref = ray.put(_group_statistics(dataset, columns)) if est.family == "group" else None
     return dataset.map_batches(
@@ -130,15 +155,23 @@ def group_statistics(
     group_col: str = GROUP,
     mask_col: str = MASK,
     observation_rewards: str = _observation.DEFAULT,
+    turn_rewards_col: str | None = None,
 ) -> pa.Table:
     """Per-group ``count``, ``sum``, ``mean`` and ``m2`` (sum of squared deviations from the
     mean) of the row scores, one row per distinct ``group`` (sorted; int64, uint64, float64
     or large_string: the one type that holds every id exactly). A row's score is its
-    ``score_col`` value, or the sum of its token rewards (then rewards on observation tokens
+    ``score_col`` value, the sum of its token rewards or of its per-turn rewards (``turn_rewards_col``) (then rewards on observation tokens
     are refused, dropped or credited as ``observation_rewards`` says, as in ``mpo-rs
     advantages``). Runs one Ray job."""
     names = {"mask_col": mask_col, "values_col": VALUES, "rewards_col": rewards_col, "score_col": score_col}
-    columns = _Columns.resolve(dataset, Estimator("drgrpo"), observation_rewards, group_col=group_col, **names)
+    columns = _Columns.resolve(
+        dataset,
+        Estimator("drgrpo"),
+        observation_rewards,
+        group_col=group_col,
+        turn_rewards_col=turn_rewards_col,
+        **names,
+    )
     return _group_statistics(dataset, columns)
 
 
@@ -153,6 +186,8 @@ def advantages_parquet(
     score_col: str | None = None,
     group_col: str = GROUP,
     observation_rewards: str = _observation.DEFAULT,
+    turn_rewards_col: str | None = None,
+    truncated_col: str | None = None,
     batch_size: int | None = None,
     read_parquet_args: Mapping[str, Any] | None = None,
     **options: Any,
@@ -199,6 +234,8 @@ def advantages_parquet(
         score_col=score_col,
         group_col=group_col,
         observation_rewards=observation_rewards,
+        turn_rewards_col=turn_rewards_col,
+        truncated_col=truncated_col,
         batch_size=batch_size,
     )
     annotated.write_parquet(out)
@@ -256,6 +293,7 @@ def _partial_statistics(batch: pa.Table, columns: _Columns) -> pa.Table:
         mask_col=columns.mask,
         rewards_col=columns.rewards,
         score_col=columns.score,
+        turn_rewards_col=columns.turn_rewards,
         observation_rewards=columns.observation_rewards,
     )
     return pa.table(stats.to_arrow())

@@ -331,11 +331,13 @@ impl Columns {
     }
 
     /// Names of the columns [`crate::partial_group_statistics`] reads: the score or
-    /// rewards, the group, and with token rewards the mask (rewards on observation tokens
-    /// are refused).
+    /// rewards, the group, and with token or per-turn rewards the mask (rewards on
+    /// observation tokens are refused; per-turn rewards are counted against the turns).
     pub fn partial_statistics_columns(&self) -> Vec<&str> {
         let mut cols = self.score_pass_columns();
-        if matches!(self.reward, RewardColumn::Token(_)) && !cols.contains(&self.mask.as_str()) {
+        // Token rewards are checked against the mask, per-turn rewards counted against its turns.
+        if matches!(self.reward, RewardColumn::Token(_) | RewardColumn::Turn(_)) && !cols.contains(&self.mask.as_str())
+        {
             cols.push(&self.mask);
         }
         cols

@@ -29,11 +29,16 @@ fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, DataError> + Send)
     crate::pool::run(py, |e| log_error(LogError::Batch(e)), f)
 }
 
-fn reward_column(rewards_col: Option<String>, score_col: Option<String>) -> PyResult<RewardColumn> {
-    match (rewards_col, score_col) {
-        (Some(r), None) => Ok(RewardColumn::Token(r)),
-        (None, Some(s)) => Ok(RewardColumn::Score(s)),
-        _ => Err(InvalidOptionError::new_err("give exactly one of `rewards_col` and `score_col`")),
+fn reward_column(
+    rewards_col: Option<String>,
+    score_col: Option<String>,
+    turn_rewards_col: Option<String>,
+) -> PyResult<RewardColumn> {
+    match (rewards_col, score_col, turn_rewards_col) {
+        (Some(r), None, None) => Ok(RewardColumn::Token(r)),
+        (None, Some(s), None) => Ok(RewardColumn::Score(s)),
+        (None, None, Some(t)) => Ok(RewardColumn::Turn(t)),
+        _ => Err(InvalidOptionError::new_err("give exactly one of `rewards_col`, `score_col` and `turn_rewards_col`")),
     }
 }
 
@@ -52,7 +57,10 @@ impl GroupStatistics {
     /// too; a token reward where the mask is 0 refused or moved as ``observation_rewards``
     /// says). Errors name the row within ``data``.
     #[staticmethod]
-    #[pyo3(signature = (data, *, group_col, mask_col, rewards_col=None, score_col=None, observation_rewards="error"))]
+    #[pyo3(signature = (
+        data, *, group_col, mask_col, rewards_col=None, score_col=None, turn_rewards_col=None, observation_rewards="error"
+    ))]
+    #[allow(clippy::too_many_arguments)] // one per keyword of the Python call
     fn scan(
         py: Python<'_>,
         data: AnyRecordBatch,
@@ -60,9 +68,10 @@ impl GroupStatistics {
         mask_col: String,
         rewards_col: Option<String>,
         score_col: Option<String>,
+        turn_rewards_col: Option<String>,
         observation_rewards: &str,
     ) -> PyResult<Self> {
-        let reward = reward_column(rewards_col, score_col)?;
+        let reward = reward_column(rewards_col, score_col, turn_rewards_col)?;
         let columns = Columns {
             mask: mask_col,
             values: None,
@@ -124,11 +133,16 @@ impl GroupStatistics {
 
 /// Checks an estimator's columns against ``schema`` (names, types, no output column yet)
 /// and picks the reward column by the default rule (a ``rewards`` column if present, else
-/// ``score``). Returns ``(rewards_col, score_col, statistics_columns)``: exactly one of the
-/// first two set, and the columns ``GroupStatistics.scan`` reads (empty for estimators
-/// without groups).
+/// ``score``, else ``turn_rewards``). Returns ``(rewards_col, score_col, turn_rewards_col,
+/// statistics_columns)``: exactly one of the first three set, and the columns
+/// ``GroupStatistics.scan`` reads (empty for estimators without groups). ``truncated_col``
+/// names the truncation flags (None: ``truncated`` if present), checked here.
 #[pyfunction]
-#[pyo3(signature = (schema, estimator, *, mask_col, values_col, rewards_col, score_col, group_col))]
+#[pyo3(signature = (
+    schema, estimator, *, mask_col, values_col, rewards_col, score_col, group_col,
+    turn_rewards_col=None, truncated_col=None
+))]
+#[allow(clippy::too_many_arguments)] // one per keyword of the Python call
 fn resolve_log_columns(
     schema: PySchema,
     estimator: &Bound<'_, Estimator>,
@@ -137,25 +151,25 @@ fn resolve_log_columns(
     rewards_col: Option<String>,
     score_col: Option<String>,
     group_col: String,
-) -> PyResult<(Option<String>, Option<String>, Vec<String>)> {
+    turn_rewards_col: Option<String>,
+    truncated_col: Option<String>,
+) -> PyResult<ResolvedColumns> {
     let estimator = estimator.get().core;
-    let spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    crate::arrow::with_turn_columns(&mut spec, turn_rewards_col, truncated_col, None, None)?;
     let columns = spec.resolve(&schema.into_inner(), estimator.needs()).map_err(log_error)?;
     let statistics = match columns.group {
         Some(_) => columns.partial_statistics_columns().into_iter().map(String::from).collect(),
         None => Vec::new(),
     };
     Ok(match columns.reward {
-        RewardColumn::Token(r) => (Some(r), None, statistics),
-        RewardColumn::Score(s) => (None, Some(s), statistics),
-        RewardColumn::Turn(t) => {
-            return Err(InvalidOptionError::new_err(format!(
-                "the Ray adapter reads token rewards or a score; the per-turn rewards `{t}` are read by \
-                 `mpo-rs advantages` and `mpo_rs.arrow` (name a rewards or score column with rewards_col= or score_col=)"
-            )))
-        }
+        RewardColumn::Token(r) => (Some(r), None, None, statistics),
+        RewardColumn::Score(s) => (None, Some(s), None, statistics),
+        RewardColumn::Turn(t) => (None, None, Some(t), statistics),
     })
 }
+
+type ResolvedColumns = (Option<String>, Option<String>, Option<String>, Vec<String>);
 
 /// ``data`` with the advantage columns appended, one batch per input batch. The group
 /// estimators take their baselines from ``statistics`` (merged over the whole log); the
@@ -163,7 +177,8 @@ fn resolve_log_columns(
 /// row within ``data``.
 #[pyfunction]
 #[pyo3(signature = (
-    data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col, observation_rewards="error"
+    data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col, observation_rewards="error",
+    turn_rewards_col=None, truncated_col=None
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of the Python call
 fn annotate_batch(
@@ -177,11 +192,14 @@ fn annotate_batch(
     score_col: Option<String>,
     group_col: String,
     observation_rewards: &str,
+    turn_rewards_col: Option<String>,
+    truncated_col: Option<String>,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
     let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
     spec.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
+    crate::arrow::with_turn_columns(&mut spec, turn_rewards_col, truncated_col, None, None)?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let groups = statistics.map(|s| &s.get().stats);
     if columns.group.is_some() && groups.is_none() {
