@@ -443,9 +443,12 @@ QUICK = ReproduceConfig(
 
 FULL = ReproduceConfig(
     name="full",
-    # The pilot's seed count until the pilot has run: then plan.sizing(pilot runs) gives the
-    # seeds (capped by the time budget) and the lead commits them here, before the final runs.
-    seeds=4,
+    # From the pilot (docs/pilot/: 148 runs, seeds 1001-1004, 2026-12-01) by the plan's rule
+    # (plan.sizing, docs/pilot/sizing.txt): 42 seeds needed (GuessNumber's MPO - GRPO, paired sd
+    # 0.165 on the primary metric), capped at the plan's 12. At 12 seeds the Table-1 half-widths
+    # are <= 0.045 on every premise task but MultiHop's MPO - GSPO (0.055), 0.004-0.015 on KeyDoor,
+    # and 0.06-0.105 on GuessNumber (the control): the page states them.
+    seeds=12,
     # The old FULL's budget per run (100 updates of 24 episodes), with 256 held-out episodes
     # per evaluation (the plan's final metric). Measured on today's harness (CPU seconds of one
     # process, see plan.py): ~650 s per seed for the 36 arms, the base policies and warm-ups
