@@ -450,8 +450,11 @@ def run_all(
         else:
             _run_in_pool(workers, jobs, order, finished)
     except (KeyboardInterrupt, Terminated) as stop:
+        # Counted on disk: a stop that lands between a run's save and its count must not
+        # undercount what the resume will find.
+        kept = len(finished_runs(config, out_dir))
         raise RunsStopped(
-            f"stopped: {len(results)} of {len(jobs)} runs finished and are kept in {Path(out_dir) / RUNS_DIR}; "
+            f"stopped: {kept} of {len(jobs)} runs finished and are kept in {Path(out_dir) / RUNS_DIR}; "
             "the same command resumes from them",
             _stop_code(stop),
         ) from None
