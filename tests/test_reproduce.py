@@ -454,18 +454,19 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     for full_only in ("these are the final seeds", "(this configuration)", "`make reproduce` rewrites"):
         assert full_only not in page, full_only
     assert "Rerun: `mpo-rs reproduce --quick --out DIR`" in page
-    # A summary at the top, one paragraph per task, each naming its verdicts.
+    # A summary at the top: the bottom line, the estimates per task, the family's verdicts, caveats.
     summary = page.split("## Summary\n\n", 1)[1].split("\nConfiguration **quick**", 1)[0]
     assert page.index("## Summary") < page.index("## Claims")
-    paragraphs = summary.strip().split("\n\n")
-    assert len(paragraphs) == len(QUICK.tasks)  # one per task
-    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
-    assert key_door.startswith("**KeyDoor** (chance ") and guess.startswith("**GuessNumber** (chance ")
-    assert search.startswith("**Search** (chance ")
+    assert summary.startswith("**Bottom line.** ")
+    assert [r[0] for r in _table(summary, "| task | chance | seeds |")] == [
+        "Search", "MultiHop", "FrozenLake", "KeyDoor", "GuessNumber"
+    ]  # fmt: skip
+    verdicts = _table(summary, "| task | comparison |")
     for what in ("MPO - GRPO", "MPO - GSPO", "MPO - PPO", "MPO - MPO w/ token IS"):
-        assert what in search  # Table 1's family: the main task
-    assert "MPO - GRPO" in guess and "other comparison(s) on this task" in guess
-    assert "one seed per arm" in key_door  # the caveat
+        assert ["Search", what] in [r[:2] for r in verdicts]  # Table 1's family: on every task
+        assert ["GuessNumber", what] in [r[:2] for r in verdicts]
+    caveats = [line for line in summary.splitlines() if line.startswith("- **")]
+    assert len(caveats) == len(QUICK.tasks) and all("one seed per arm" in c for c in caveats)
     assert results["summary"] == summary.strip()
 
 
@@ -609,35 +610,68 @@ def _page(rows: list[dict], config=FULL):
     return Page(config, rows, found, family_comparisons(rows, found, config), chance, {}, {})
 
 
-def test_summary_names_each_tasks_verdicts_power_and_caveats():
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table in ``text`` whose header row starts with ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
     from mpo_rs.reproduce.report import FAMILY
 
     page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
-    paragraphs = page.summary().split("\n\n")
-    assert [p.split("**")[1] for p in paragraphs] == ["KeyDoor", "Search", "FrozenLake", "MultiHop", "GuessNumber"]
-    key_door, search, guess = paragraphs[0], paragraphs[1], paragraphs[-1]
-    assert key_door.startswith("**KeyDoor** (chance 0.004; 5 seed(s) per arm): mean held-out success over training")
-    key_door, control = search, key_door  # Table 1's family is on the main task, search
-    # The point estimates of the family's arms, the family's paired Holm verdicts, the power.
-    assert (
-        "final held-out success (mean over seeds) GRPO 0.33, GSPO 0.65, PPO 0.13, MPO w/ token IS 0.33, MPO 0.66,"
-        in key_door
-    )
-    assert "MPO - GRPO +0.33 ± 0.02 → **reproduced**" in key_door
-    assert "MPO - GSPO +0.01 ± 0.02 → **inconclusive**" in key_door
-    assert f"Holm-corrected over the family of {len(FAMILY)}:" in key_door  # the plan's, both metrics
-    assert re.search(r"Power achieved: 95% half-widths [0-9.-]+ on 5 paired seed\(s\)", key_door)
-    assert "other comparison(s) on this task" in key_door
-    # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, on both tasks.
-    assert "the critics never learned" in key_door and "the critics never learned" in guess
-    assert "the critics never learned" in control
-    assert guess.startswith("**GuessNumber** (chance 0.265;")
-    assert "MPO - GRPO" in guess and "other comparison(s) on this task" in guess
+    summary = page.summary()
+    bottom = summary.split("\n\n")[0]
+    # The bottom line: the plan's family, its tally, the power, what it decided (with its task).
+    assert bottom.startswith(f"**Bottom line.** {len(FAMILY)} comparisons were fixed in advance by the analysis plan")
+    assert "paired by seed over 5 seed(s) and Holm-corrected at alpha = 0.05" in bottom
+    assert re.search(r"Power achieved: 95% half-widths [0-9.-]+ on 5 paired seed\(s\)", bottom)
+    # Many decided: a count per task (the table has them in bold); few: each one named.
+    assert "Decided (in bold in the family's table below): Search 28 reproduced." in bottom
+    assert "The other comparisons of the claims (uncorrected, exploratory; see Claims):" in bottom
+    # Point estimates: tasks x Table 1's arms, the family's order (main task first, controls last).
+    estimates = _table(summary, "| task | chance | seeds |")
+    assert [r[0] for r in estimates] == ["Search", "MultiHop", "FrozenLake", "KeyDoor", "GuessNumber"]
+    header = summary.splitlines()[
+        summary.splitlines().index(
+            "| task | chance | seeds | PPO critic's between-turn share | GRPO | GSPO | PPO | MPO w/ token IS | MPO |"
+        )
+    ]
+    assert header  # the columns are Table 1's arms, which every task runs
+    search = estimates[0]
+    assert search[1:4] == ["—", "5", "0.20"]  # chance not given for search here; the PPO critic's share
+    finals = [0.3 + 0.03, 0.62 + 0.03, 0.1 + 0.03, 0.3 + 0.03, 0.6 + 0.06]  # level + mean of the seed drift
+    assert search[4:] == [f"{x / 2:.2f} / {x:.2f}" for x in finals]  # auc is half the final in these rows
+    assert estimates[3][1] == "0.004" and estimates[4][1] == "0.265"
+    # The family's verdicts: one row per task and pair, one column per metric; decided ones in bold.
+    verdicts = _table(summary, "| task | comparison |")
+    assert len(verdicts) == len({(a, b) for _, a, b in FAMILY})
+    first = verdicts[0]
+    assert first[:2] == ["Search", "MPO - GRPO"]
+    assert re.fullmatch(r"\+0\.165 ± 0\.\d{3}, p=0\.\d{3}, \*\*reproduced\*\*", first[2])
+    assert re.fullmatch(r"\+0\.330 ± 0\.\d{3}, p=0\.\d{3}, \*\*reproduced\*\*", first[3])
+    gspo = next(r for r in verdicts if r[:2] == ["Search", "MPO - GSPO"])
+    assert gspo[3].endswith(", inconclusive")
+    # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, per task.
+    caveats = [line for line in summary.splitlines() if line.startswith("- **")]
+    assert [c.split("**")[1] for c in caveats] == ["Search", "MultiHop", "FrozenLake", "KeyDoor", "GuessNumber"]
+    assert all("the critics never learned" in c for c in caveats)
     # An arm subset: only its tasks, its family.
     sub = _page(_synthetic_rows({"mpo": 0.6}), FULL.with_arms(["mpo", "ppo"]))
-    (only,) = sub.summary().split("\n\n")
-    assert "family of 2: mean held-out success over training, MPO - PPO" in only
-    assert "critics never learned" not in only
+    summary = sub.summary()
+    assert summary.startswith("**Bottom line.** 2 comparisons were fixed in advance")
+    assert [r[:2] for r in _table(summary, "| task | comparison |")] == [["Search", "MPO - PPO"]]
+    assert [r[0] for r in _table(summary, "| task | chance | seeds |")] == ["Search"]
+    assert (
+        "Decided: Search, MPO - PPO (mean held-out success over training) +0.165 ± 0.010 → **reproduced**;" in summary
+    )
+    assert "critics never learned" not in summary
     assert "**Not the committed configuration**: this page is `mpo-rs reproduce --arms ppo,mpo`'s" in sub.kind()[0]
     assert _page(_synthetic_rows({})).kind() == []  # the committed run says nothing about itself
 
@@ -652,17 +686,20 @@ def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatc
     comps = {(c.metric, c.a, c.b): c for c in _page(rows).family_comps}
     assert list(comps) == list(report.FAMILY)
     mine = comps[extra]
-    assert mine.what == "mean held-out success over training, MPO w/ token IS - PPO" and mine.verdict == REPRODUCED
+    assert mine.what == "MPO w/ token IS - PPO" and mine.verdict == REPRODUCED
     ps = [c.p for c in comps.values()]
     assert mine.p_holm == pytest.approx(holm(ps)[-1])
-    guess = _page(rows).summary().split("\n\n")[-1]
-    assert f"Holm-corrected over the family of {len(report.FAMILY)}:" in guess
-    assert "mean held-out success over training, MPO w/ token IS - PPO +0.40 ± 0.00 → **reproduced**" in guess
+    summary = _page(rows).summary()
+    assert f"**Bottom line.** {len(report.FAMILY)} comparisons" in summary
+    row = next(r for r in _table(summary, "| task | comparison |") if r[:2] == ["GuessNumber", "MPO w/ token IS - PPO"])
+    assert re.fullmatch(r"\+0\.400 ± 0\.000, p=0\.\d{3}, \*\*reproduced\*\*", row[2])
+    assert row[3] == "—"  # the extra comparison is on one metric only
 
 
 def test_at_chance_caveat():
     rows = [r | {"final_success": 0.0} for r in _synthetic_rows({})]
-    assert "distinguishable from chance (0.004)" in _page(rows).summary().split("\n\n")[0]
+    caveats = [line for line in _page(rows).summary().splitlines() if line.startswith("- **KeyDoor**")]
+    assert len(caveats) == 1 and "distinguishable from chance (0.004)" in caveats[0]
 
 
 def test_curve_panels_leave_out_what_is_constant_by_construction():

@@ -167,9 +167,9 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
         {"metric": "auc_success", "a": "mpo", "b": "grpo"},
         {"metric": "final_success", "a": "mpo", "b": "grpo"},
     ]
-    assert [c["what"] for c in results["family_comparisons"]] == [
-        "mean held-out success over training, MPO - GRPO",
-        "MPO - GRPO",
+    assert [(c["what"], c["metric"]) for c in results["family_comparisons"]] == [
+        ("MPO - GRPO", "auc_success"),
+        ("MPO - GRPO", "final_success"),
     ]
     assert results["chance"][ENV]["how"].startswith("uniformly random tokens")
     page = (out / "reproduction.md").read_text()
@@ -178,8 +178,10 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
     assert "**A run on a user environment**, `examples.my_env:make`" in page
     assert "**This is a smoke test**" in page
     assert "`make reproduce` rewrites" not in page and "(this configuration)" not in page
-    summary = page.split("## Summary", 1)[1].split("\n\n")[1]
-    assert summary.startswith("**`examples.my_env:make`**") and "MPO - GRPO" in summary
+    summary = page.split("## Summary\n\n", 1)[1].split("\n## ", 1)[0]
+    assert summary.startswith("**Bottom line.** 2 comparisons were fixed in advance")
+    assert "| `examples.my_env:make` | MPO - GRPO |" in summary  # the family's table names the task
+    assert "| `examples.my_env:make` |" in summary.split("| task | chance | seeds |", 1)[1]
     assert "## Does MPO help on my task?" in page
     assert "mpo-rs reproduce --env examples.my_env:make --arms mpo,ppo,grpo --budget small" in page
     assert "Rerun: `mpo-rs reproduce --quick --env examples.my_env:make --arms grpo,mpo --seeds 2 --out DIR`" in page

@@ -80,10 +80,9 @@ this has not learned; the summary says so (GAE and MAE then run on near-constant
 
 def verdict_rule(config: ReproduceConfig) -> str:
     """The verdict rule as the page states it (the code is :func:`claims`)."""
-    label = _labels(config)
     fam = family(config)
-    members = ", ".join(f"{label.get(a, a)} - {label.get(b, b)}" for _, a, b in fam)
-    metrics = ", ".join(sorted({m for m, _, _ in fam}))
+    pairs = len({(a, b) for _, a, b in fam})
+    metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(m for m, _, _ in fam))
     text = (
         "Runs share their seeds across arms (same initialisation, tasks and sampler draws), so the "
         'primary analysis is paired by seed: for a claim "A beats B", the per-seed differences A - B '
@@ -92,7 +91,8 @@ def verdict_rule(config: ReproduceConfig) -> str:
     )
     if fam:
         text += (
-            f"The comparisons {members} ({metrics}) form one family, fixed in advance by the analysis plan "
+            f'The {len(fam)} comparisons listed under "Power achieved" ({pairs} pair(s) of arms, each on {metrics}) '
+            f"form one family, fixed in advance by the analysis plan "
             f"`{PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
             "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
             f"adjusted p-value is below {FAMILY_ALPHA:g} and the difference is positive, **not reproduced** when "
@@ -718,8 +718,7 @@ def family_comparisons(rows: list[dict[str, Any]], found: list[Claim], config: R
     for key in fam:
         # Named here, the same way whichever claim (if any) also shows it.
         metric, a, b = key
-        prefix = "" if metric == "final_success" else f"{METRIC_NAMES.get(metric, metric)}, "
-        comp = _compare(rows, metric, a, b, f"{prefix}{label.get(a, a)} - {label.get(b, b)}")
+        comp = _compare(rows, metric, a, b, f"{label.get(a, a)} - {label.get(b, b)}")
         comp.p_holm = adjusted[key]
         comp.verdict = holm_verdict(comp.diff, comp.p_holm, FAMILY_ALPHA)
         out.append(comp)
@@ -777,59 +776,131 @@ class Page:
         return out
 
     def summary(self) -> str:
-        """The bottom line, per task: point estimates, the family's paired verdicts, the
-        half-widths achieved, the caveats."""
+        """The bottom line: the family's tally and decided comparisons, a table of the arms'
+        point estimates per task, a table of the family's paired verdicts per task, the caveats."""
+        ran = [spec.name for spec in self.config.tasks if self._task_arms(spec.name)]
+        if not ran:
+            return ""
+        # The family's order (the main task first, the controls last), then the rest.
+        tasks = list(dict.fromkeys([*(self._task_of(c) for c in self.family_comps), *ran]))
+        tasks = [t for t in tasks if t in ran]
+        lines = [self._bottom_line(), "", *self._estimates_table(tasks), ""]
+        if self.family_comps:
+            lines += [*self._family_table(), ""]
+        caveats = []
+        for task in tasks:
+            found = self._caveats(self._task_arms(task), self.chance.get(task, (math.nan, ""))[0])
+            if found:
+                caveats.append(f"- **{task_title(task)}**: " + "; ".join(found) + ".")
+        if caveats:
+            lines += ["Caveats:", "", *caveats, ""]
+        return "\n".join(lines).rstrip()
+
+    def _task_arms(self, task: str) -> list[Arm]:
         present = {r["arm"] for r in self.rows}
-        paragraphs = [
-            self._task_summary(spec.name)
-            for spec in self.config.tasks
-            if any(a.task == spec.name and a.key in present for a in self.config.arms)
-        ]
-        return "\n\n".join(paragraphs)
+        return [a for a in self.config.arms if a.task == task and a.key in present]
 
     def _values(self, key: str, metric: str) -> list[float]:
         return [float(r.get(metric, math.nan)) for r in self.rows if r["arm"] == key]
 
-    def _task_summary(self, task: str) -> str:
-        present = {r["arm"] for r in self.rows}
-        arms = [a for a in self.config.arms if a.task == task and a.key in present]
-        on_task = {a.key for a in arms}
-        listed = [c for c in self.family_comps if c.a in on_task]
-        seeds = sorted({int(r["seed"]) for r in self.rows if r["arm"] in on_task})
-        value, how = self.chance.get(task, (math.nan, ""))
-        head = f"**{task_title(task)}** (chance {_fmt(value)}" + (f", {how}" if how and how != "exact" else "")
-        head += f"; {len(seeds)} seed(s) per arm):"
-        parts = [head]
-        # The point estimates of the arms the family compares (every arm when it compares none).
-        named = {k for c in listed for k in (c.a, c.b)}
-        shown = [a for a in arms if a.key in named] or arms
-        for metric in dict.fromkeys([c.metric for c in listed] or ["final_success"]):
-            means = ", ".join(f"{a.label} {_fmt(_nanmean(self._values(a.key, metric)), 2)}" for a in shown)
-            parts.append(f"{METRIC_NAMES.get(metric, metric)} (mean over seeds) {means}.")
-        family_keys = {(c.metric, c.a, c.b) for c in self.family_comps}
-        others = [
-            c
-            for claim in self.found
-            for c in claim.comparisons
-            if c.a in on_task and (c.metric, c.a, c.b) not in family_keys
-        ]
-        if listed:
-            parts.append(
-                f"Paired by seed, Holm-corrected over the family of {len(self.family_comps)}: "
-                + "; ".join(_short(c) for c in listed)
+    def _bottom_line(self) -> str:
+        comps = self.family_comps
+        others = self._other_comparisons()
+        if not comps:
+            return "**Bottom line.** No comparison of the analysis plan's family is among these arms. " + _tally(
+                others, "The comparisons of the claims (uncorrected, exploratory)"
+            )
+        pairs = len({(c.a, c.b) for c in comps})
+        metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(c.metric for c in comps))
+        seeds = sorted({c.n for c in comps if c.n})
+        n = "no" if not seeds else f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+        text = (
+            f"**Bottom line.** {len(comps)} comparisons were fixed in advance by the analysis plan "
+            f"`{PLAN.plan_hash()}` ({pairs} pair(s) of arms, each on {metrics}), paired by seed over {n} seed(s) and "
+            f"Holm-corrected at alpha = {FAMILY_ALPHA:g}: " + _counts(comps) + ". " + _power(comps)
+        )
+        decided = [c for c in comps if c.verdict != INCONCLUSIVE]
+        if len(decided) > 6:  # too many for a sentence: per task, the table has them in bold
+            tasks = dict.fromkeys(self._task_of(c) for c in decided)
+            text += (
+                " Decided (in bold in the family's table below): "
+                + "; ".join(
+                    f"{task_title(t)} {_counts([c for c in decided if self._task_of(c) == t], decided_only=True)}"
+                    for t in tasks
+                )
                 + "."
             )
-            parts.append(_power(listed))
-            parts.append(_tally(others))
-        elif others:
-            parts.append("Paired 95% intervals (uncorrected): " + "; ".join(_short(c) for c in others[:4]) + ".")
-            parts.append(_power(others[:4]))
-            if others[4:]:
-                parts.append(_tally(others[4:]))
-        caveats = self._caveats(arms, value)
-        if caveats:
-            parts.append("Caveats: " + "; ".join(caveats) + ".")
-        return " ".join(p for p in parts if p)
+        elif decided:
+            text += (
+                " Decided: "
+                + "; ".join(
+                    f"{task_title(self._task_of(c))}, {c.what} ({METRIC_NAMES.get(c.metric, c.metric)}) "
+                    f"{c.diff:+.3f} ± {c.half_width:.3f} → **{c.verdict}**"
+                    for c in decided
+                )
+                + "."
+            )
+        else:
+            text += " None is decided."
+        if others:
+            text += " " + _tally(others, "The other comparisons of the claims (uncorrected, exploratory; see Claims)")
+        return text
+
+    def _other_comparisons(self) -> list[Comparison]:
+        family_keys = {(c.metric, c.a, c.b) for c in self.family_comps}
+        return [c for claim in self.found for c in claim.comparisons if c.b and (c.metric, c.a, c.b) not in family_keys]
+
+    def _task_of(self, comp: Comparison) -> str:
+        arms = {a.key: a for a in self.config.arms}
+        arm = arms.get(comp.a)
+        return arm.task if arm is not None else ""
+
+    def _estimates_table(self, tasks: list[str]) -> list[str]:
+        """Tasks x arms: each arm's mean over seeds on the plan's metrics. The columns are the
+        arms every task runs (Table 1's); a task's other arms are in the family's table and in
+        "Results per arm"."""
+        by_task = {t: self._task_arms(t) for t in tasks}
+        labels = list(dict.fromkeys(a.label for a in by_task[tasks[0]]))
+        if len(tasks) > 1:
+            labels = [x for x in labels if all(any(a.label == x for a in arms) for arms in by_task.values())]
+        metrics = PLAN.metrics
+        names = " / ".join(METRIC_NAMES.get(m, m) for m in metrics)
+        lines = [
+            f"Mean over seeds of each arm's {names}:",
+            "",
+            "| task | chance | seeds | PPO critic's between-turn share | " + " | ".join(labels) + " |",
+            "|---|---:|---:|---:|" + "---:|" * len(labels),
+        ]
+        for task in tasks:
+            arms = {a.label: a for a in by_task[task]}
+            seeds = len({int(r["seed"]) for r in self.rows if r["arm"] in {a.key for a in by_task[task]}})
+            share = _nanmedian(self._values(f"{TASK_PREFIX.get(task, '')}ppo", "between_share"))
+            cells = [task_title(task), _fmt(self.chance.get(task, (math.nan, ""))[0]), str(seeds), _fmt(share, 2)]
+            for label in labels:
+                arm = arms.get(label)
+                cells.append(
+                    "—" if arm is None else " / ".join(_fmt(_nanmean(self._values(arm.key, m)), 2) for m in metrics)
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
+    def _family_table(self) -> list[str]:
+        """The family's comparisons, one row per task and pair of arms, one column per metric:
+        paired difference ± half-width, Holm-adjusted p, verdict (bold when decided)."""
+        metrics = list(dict.fromkeys(c.metric for c in self.family_comps))
+        rows: dict[tuple[str, str], dict[str, Comparison]] = {}
+        for c in self.family_comps:
+            rows.setdefault((self._task_of(c), c.what), {})[c.metric] = c
+        lines = [
+            "The family, paired by seed (difference of means ± 95% half-width, Holm-adjusted p, verdict):",
+            "",
+            "| task | comparison | " + " | ".join(METRIC_NAMES.get(m, m) for m in metrics) + " |",
+            "|---|---|" + "---|" * len(metrics),
+        ]
+        for (task, what), by_metric in rows.items():
+            cells = [task_title(task), what] + [_cell(by_metric.get(m)) for m in metrics]
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
 
     def _caveats(self, arms: list[Arm], chance: float) -> list[str]:
         out = []
@@ -927,12 +998,13 @@ class Page:
             f"The Holm-corrected family (alpha = {FAMILY_ALPHA:g}): the paired 95% half-width each comparison "
             "achieved.",
             "",
-            "| comparison | metric | paired seeds | half-width | paired p | Holm p | verdict |",
-            "|---|---|---|---|---|---|---|",
+            "| task | comparison | metric | paired seeds | half-width | paired p | Holm p | verdict |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for comp in self.family_comps:
             lines.append(
-                f"| {comp.what} | {comp.metric} | {comp.n} | {_fmt(comp.half_width)} | {_fmt(comp.p)} | "
+                f"| {task_title(self._task_of(comp))} | {comp.what} | {METRIC_NAMES.get(comp.metric, comp.metric)} | "
+                f"{comp.n} | {_fmt(comp.half_width)} | {_fmt(comp.p)} | "
                 f"{_fmt(comp.p_holm)} | {comp.verdict} |"
             )
         return lines
@@ -1018,13 +1090,21 @@ class Page:
         return lines
 
 
-def _short(c: Comparison) -> str:
-    """A comparison in a sentence: difference, half-width, verdict."""
+def _nanmedian(xs: Sequence[float]) -> float:
+    finite = [x for x in xs if math.isfinite(x)]
+    return float(np.median(finite)) if finite else math.nan
+
+
+def _cell(c: Comparison | None) -> str:
+    """A family comparison in a table cell: difference ± half-width, Holm p, verdict."""
+    if c is None:
+        return "—"
     if not math.isfinite(c.diff):
-        return f"{c.what} not measured"
+        return "not measured"
     if not math.isfinite(c.half_width):
-        return f"{c.what} {c.diff:+.2f} (no interval) → {c.verdict}"
-    return f"{c.what} {c.diff:+.2f} ± {c.half_width:.2f} → **{c.verdict}**"
+        return f"{c.diff:+.3f} (no interval), {c.verdict}"
+    text = f"{c.diff:+.3f} ± {c.half_width:.3f}, p={_fmt(c.p_holm)}, "
+    return text + (f"**{c.verdict}**" if c.verdict != INCONCLUSIVE else c.verdict)
 
 
 def _power(comps: list[Comparison]) -> str:
@@ -1033,19 +1113,21 @@ def _power(comps: list[Comparison]) -> str:
         return ""
     n = sorted({c.n for c in comps if math.isfinite(c.half_width)})
     seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
-    low, high = _fmt(min(widths), 2), _fmt(max(widths), 2)
+    low, high = _fmt(min(widths), 3), _fmt(max(widths), 3)
     spread = low if low == high else f"{low}-{high}"
     return f"Power achieved: 95% half-widths {spread} on {seeds} paired seed(s)."
 
 
-def _tally(comps: list[Comparison]) -> str:
+def _counts(comps: list[Comparison], decided_only: bool = False) -> str:
+    names = (REPRODUCED, NOT_REPRODUCED) if decided_only else (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+    count = {v: sum(c.verdict == v for c in comps) for v in names}
+    return ", ".join(f"{n} {v}" for v, n in count.items() if n or not decided_only)
+
+
+def _tally(comps: list[Comparison], lead: str) -> str:
     if not comps:
         return ""
-    count = {v: sum(c.verdict == v for c in comps) for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)}
-    return (
-        f"The {len(comps)} other comparison(s) on this task (uncorrected, exploratory; see Claims): "
-        f"{count[REPRODUCED]} reproduced, {count[NOT_REPRODUCED]} not reproduced, {count[INCONCLUSIVE]} inconclusive."
-    )
+    return f"{lead}: {len(comps)}, of which {_counts(comps)}."
 
 
 def my_task_section(config: ReproduceConfig) -> list[str]:
