@@ -69,3 +69,17 @@ def test_a_reward_on_a_trailing_observation_token_lands_on_the_last_policy_token
         want = SLOW[name](_flat_values(), FLAT_MASK, OFFSETS, rewards=landed, truncated=truncated, **PARAMS[name])
         np.testing.assert_allclose(adv.reshape(-1).numpy(), want[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(ret.reshape(-1).numpy(), want[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("source", ["turn_rewards", "scores"])
+def test_a_bad_observation_rewards_setting_is_refused_whichever_reward_source_is_given(source):
+    from mpo_rs import InvalidOptionError
+    from mpo_rs.torch import mae_group_advantages
+
+    given = {"turn_rewards": [[0.5, 1.0], [-1.0]]} if source == "turn_rewards" else {"scores": [1.0, 0.0]}
+    for estimate in FAST.values():
+        with pytest.raises(InvalidOptionError, match="unknown observation_rewards='credt'"):
+            estimate(VALUES, MASK, observation_rewards="credt", **given)
+    if source == "scores":  # the critic-free form reads no values
+        with pytest.raises(InvalidOptionError, match="unknown observation_rewards='credt'"):
+            mae_group_advantages(MASK, [0, 0], observation_rewards="credt", **given)

@@ -24,6 +24,7 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch", "torch", _e) from None
 
 from .. import _native, estimators
+from .. import observation_rewards as _observation
 from ..exceptions import InvalidBatchError
 from ..options import Estimator, resolve_family
 from .padded import PaddedBatch, _host_scores
@@ -66,7 +67,7 @@ def mae_group_advantages(
     scores: Any = None,
     baseline: str | Estimator = "grpo",
     estimator: str | Estimator = "mae",
-    observation_rewards: str = "error",
+    observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
 ) -> Tensor:
     """Critic-free MAE over ``(B, L)`` rows: every token of row j is valued at its group's
@@ -82,6 +83,7 @@ def mae_group_advantages(
     """
     group = resolve_family(baseline, "group", "`baseline`")
     mae = resolve_family(estimator, "mae", "`estimator`")
+    _observation.check(observation_rewards)  # refused with `scores` too, where it has no effect
     if (token_level_rewards is None) == (scores is None):
         raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
     if group_ids is None:

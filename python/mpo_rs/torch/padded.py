@@ -208,6 +208,7 @@ def _reward_source(
     observation_rewards: str,
     turn_rewards: Any = None,
 ) -> dict[str, Any]:
+    _observation.check(observation_rewards)  # a bad setting is refused whichever reward source is given
     if sum(x is not None for x in (token_level_rewards, scores, turn_rewards)) != 1:
         raise InvalidBatchError(
             "give exactly one of `token_level_rewards` ((B, L)), `scores` (one per row) and `turn_rewards` "
@@ -268,7 +269,7 @@ def mae_advantages(
     scores: Any = None,
     turn_rewards: Any = None,
     truncated: Any = None,
-    observation_rewards: str = "error",
+    observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
@@ -311,7 +312,7 @@ def gae_advantages(
     scores: Any = None,
     turn_rewards: Any = None,
     truncated: Any = None,
-    observation_rewards: str = "error",
+    observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
@@ -340,7 +341,7 @@ def bilevel_advantages(
     token_level_rewards: Tensor | None = None,
     *,
     scores: Any = None,
-    observation_rewards: str = "error",
+    observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
