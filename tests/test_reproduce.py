@@ -409,6 +409,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         "img/curves_key_door_table1.png",
         "img/curves_guess_number_table1.png",
         "img/final_success.png",
+        "img/family.png",
         "diagnosis/mpo/summary.json",
         "diagnosis/ppo/summary.json",
     ):
@@ -674,6 +675,19 @@ def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
     assert "critics never learned" not in summary
     assert "**Not the committed configuration**: this page is `mpo-rs reproduce --arms ppo,mpo`'s" in sub.kind()[0]
     assert _page(_synthetic_rows({})).kind() == []  # the committed run says nothing about itself
+
+
+def test_the_committed_page_points_to_the_control_run_it_replaced():
+    meta = {"workers": 2, "wall_s": 60.0, "started": "now"}
+    page = _page(_synthetic_rows({}))
+    page.meta = meta
+    text = page.markdown({})
+    assert "## Controls: the earlier run" in text
+    link = re.search(r"\]\((control/reproduction\.md)\)", text)
+    assert link and (Path(__file__).resolve().parents[1] / "docs" / link.group(1)).is_file()
+    sub = _page(_synthetic_rows({}), FULL.with_arms(["mpo", "ppo"]))
+    sub.meta = meta
+    assert "## Controls" not in sub.markdown({})  # only the committed run replaced it
 
 
 def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):

@@ -670,6 +670,43 @@ def _plot_bars(
     return path
 
 
+VERDICT_COLORS = {REPRODUCED: "#2e7d32", NOT_REPRODUCED: "#c62828", INCONCLUSIVE: "#757575"}
+
+
+def _plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], path: Path) -> Path:
+    """The family at a glance: one panel per metric, one row per task and pair of arms, the
+    paired difference and its 95% interval, coloured by the Holm verdict, 0 marked."""
+    plt = _pyplot()
+    metrics = list(dict.fromkeys(c.metric for c in comps))
+    names = list(dict.fromkeys(f"{task_title(task_of(c)).strip('`')}: {c.what}" for c in comps))
+    fig, axes = plt.subplots(
+        1, len(metrics), figsize=(4.6 * len(metrics) + 2.6, 0.26 * len(names) + 1.4), squeeze=False, sharey=True
+    )
+    for ax, metric in zip(axes.flat, metrics, strict=True):
+        for c in comps:
+            if c.metric != metric or not math.isfinite(c.diff):
+                continue
+            y = names.index(f"{task_title(task_of(c)).strip('`')}: {c.what}")
+            color = VERDICT_COLORS.get(c.verdict, "black")
+            if math.isfinite(c.low) and math.isfinite(c.high):
+                ax.plot([c.low, c.high], [y, y], color=color, linewidth=1.6)
+            ax.plot([c.diff], [y], "o", color=color, markersize=4)
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        ax.set_title(METRIC_NAMES.get(metric, metric), fontsize=10)
+        ax.set_xlabel("paired difference A - B (95% CI)")
+        ax.grid(axis="x", alpha=0.3)
+    first = axes.flat[0]
+    first.set_yticks(range(len(names)), names, fontsize=7)
+    first.set_ylim(len(names) - 0.5, -0.5)
+    handles = [plt.Line2D([], [], color=col, marker="o", linewidth=1.6, label=v) for v, col in VERDICT_COLORS.items()]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle("The pre-registered family: paired differences by seed, coloured by the Holm verdict", fontsize=11)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _write_tables(
     runs: list[dict[str, Any]], rows: list[dict[str, Any]], config: ReproduceConfig, out: Path
 ) -> list[Path]:
@@ -971,6 +1008,8 @@ class Page:
         lines += self._claims_section()
         lines += self._tables(figures)
         lines += my_task_section(config)
+        if is_committed(config):
+            lines += CONTROLS_SECTION
         lines += self._configuration()
         return "\n".join(lines)
 
@@ -1088,6 +1127,22 @@ class Page:
             "",
         ]
         return lines
+
+
+CONTROLS_SECTION = [
+    "## Controls: the earlier run",
+    "",
+    "[docs/control/reproduction.md](control/reproduction.md) is the committed run this page replaced "
+    "(configuration 796ef3ad680c, commit a59c8d2, 90 runs, kept unchanged): KeyDoor and GuessNumber only, "
+    "policies and critics from a random initialisation (no base policy, no critic warm-up), 5 seeds, each claim "
+    "decided by Welch's unpaired interval without a multiplicity correction, 64 evaluation episodes. Every "
+    "Table-1 claim was inconclusive there, and claim 1 was not reproduced (the trained critics' median "
+    "between-turn share was 0.09-0.13, the paper's 0.895), which KeyDoor dictates: its decisive tokens are the "
+    "policy's own and its observations are noise, so the premise fails by construction (docs/envs.md). It "
+    "stays as the negative control of the premise; its runs are not pooled with this page's.",
+    "",
+]
+"""The committed page's pointer to the run it replaced (docs/control/), which no command rewrites."""
 
 
 def _nanmedian(xs: Sequence[float]) -> float:
@@ -1229,6 +1284,16 @@ def write_report(
     groups = figure_groups(config, present)
     figures: dict[str, Path] = {}
     captions: dict[str, str] = {}
+    family_comps = family_comparisons(rows, found, config)
+    if family_comps:
+        arm_task = {a.key: a.task for a in config.arms}
+        title = "The family's paired differences"
+        figures[title] = _plot_family(family_comps, lambda c: arm_task.get(c.a, ""), img / "family.png")
+        captions[title] = (
+            "Each row is one comparison A - B of the analysis plan's family on one task: the mean per-seed "
+            "difference and its uncorrected paired 95% interval; the colour is the Holm-corrected verdict "
+            "(so an interval may exclude 0 in grey)."
+        )
     for group in groups:
         if group.family in SWEEPS:
             continue
@@ -1262,7 +1327,6 @@ def write_report(
         ],
     }
     fam = family(config)
-    family_comps = family_comparisons(rows, found, config)
     results["family"] = {
         "plan_hash": PLAN.plan_hash(),
         "alpha": FAMILY_ALPHA,
