@@ -42,6 +42,26 @@ def test_bilevel_matches_reference(b, p, by_score):
     assert res.turns.token_turn.tolist() == t.token_turn and res.turns.starts.tolist() == t.starts
 
 
+@given(batches(), bilevel_params)
+def test_per_turn_rewards_are_token_rewards_on_each_turns_last_policy_token(b, p):
+    t = ref.segment(b.mask.tolist(), b.offsets.tolist())
+    rng = np.random.default_rng(len(t.starts))
+    turn_rewards = rng.normal(size=len(t.starts)).astype(np.float32)
+    tokens = np.zeros(len(b.mask), np.float32)
+    tokens[np.asarray(t.ends, dtype=np.int64) - 1] = turn_rewards  # a turn's end is exclusive
+    per_turn = [turn_rewards[t.traj_offsets[j] : t.traj_offsets[j + 1]] for j in range(len(b.offsets) - 1)]
+    res = mpo_rs.bilevel_advantages(b.values, b.mask, b.offsets, turn_rewards=per_turn, **p)
+    want = mpo_rs.bilevel_advantages(b.values, b.mask, b.offsets, rewards=tokens, **p)
+    for name in ("advantages", "returns", "turn_advantages"):
+        np.testing.assert_array_equal(getattr(res, name), getattr(want, name))
+    scores = [float(np.sum(r, dtype=np.float64)) for r in per_turn]
+    mpo_rs.bilevel_advantages(b.values, b.mask, b.offsets, turn_rewards=per_turn, check_scores=scores, **p)
+    if len(t.starts):
+        with pytest.raises(InvalidBatchError, match="turn_rewards"):
+            bad = [np.append(r, 1.0) for r in per_turn]
+            mpo_rs.bilevel_advantages(b.values, b.mask, b.offsets, turn_rewards=bad, **p)
+
+
 def test_defaults_are_ragens():
     assert Estimator("bilevel").options == {"lam": 1.0, "gamma": 1.0, "high_level_gamma": 0.95}
     assert Estimator("bilevel").family == "bilevel"

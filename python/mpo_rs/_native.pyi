@@ -92,6 +92,10 @@ def bilevel_advantages(
     rewards: npt.NDArray[np.float32] | None,
     scores: npt.NDArray[np.float32] | None,
     estimator: Estimator,
+    turn_rewards: npt.NDArray[np.float32] | None = None,
+    turn_offsets: npt.NDArray[np.int64] | None = None,
+    check_scores: npt.NDArray[np.float32] | None = None,
+    check_tolerance: float | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def group_advantages(
     scores: npt.NDArray[np.float32],

@@ -94,12 +94,6 @@ class BiLevelResult:
     turns: Turns
 
 
-def _reward_source(rewards: Any, scores: Any) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
-    if (rewards is None) == (scores is None):
-        raise InvalidBatchError("give exactly one of `rewards` (token-level) and `scores` (one per trajectory)")
-    return optional_float32(rewards, "rewards"), optional_float32(scores, "scores")
-
-
 CHECK_TOLERANCE = 1e-4
 """Tolerance of the check that per-turn rewards sum to the trajectory's score
 (``check_scores``): ``|sum_t r_t - score| <= tol * max(1, |score|)``."""
@@ -232,6 +226,9 @@ def bilevel_advantages(
     *,
     rewards: Any = None,
     scores: Any = None,
+    turn_rewards: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = CHECK_TOLERANCE,
     estimator: str | Estimator | None = None,
     **options: Any,
 ) -> BiLevelResult:
@@ -243,14 +240,18 @@ def bilevel_advantages(
     whose last token is rewarded with G_t and bootstraps from nothing. ``returns`` are
     advantages + values. Token rewards are summed per turn; a score sits on the last policy
     token. No whitening (RAGEN whitens afterwards: an advantage-scale choice).
+    ``rewards`` / ``scores`` / ``turn_rewards`` and ``check_scores`` as in
+    :func:`mae_advantages`; there is no ``truncated`` (RAGEN's estimator defines none).
 
     ``estimator`` is ``"bilevel"`` (default) or an ``Estimator("bilevel", ...)``; ``options``
     override its options (defaults, RAGEN's: lam=1, gamma=1, high_level_gamma=0.95).
     """
     est = resolve(estimator, options, "bilevel")
-    r, s = _reward_source(rewards, scores)
+    o = int64(offsets, "offsets")
+    inputs = _critic_inputs(o, rewards, scores, turn_rewards, None, check_scores, check_tolerance)
+    del inputs["truncated"]
     adv, ret, turn_adv, turns = _native.bilevel_advantages(
-        float32(values, "values"), mask_u8(mask), int64(offsets, "offsets"), r, s, est
+        float32(values, "values"), mask_u8(mask), o, estimator=est, **inputs
     )
     return BiLevelResult(adv, ret, turn_adv, Turns(*turns))
 

@@ -4,26 +4,16 @@
 
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
-
-use crate::compact::{with_scratch, Compact};
+use crate::compact::Compact;
 use crate::error::Result;
-use crate::layout::{first_problem, score_ok, Layout, RewardAt, Rewards, RewardsVisitor};
-use crate::output::OutBuf;
-use crate::parallel::try_for_each_trajectory;
+use crate::layout::Rewards;
 use crate::params::BiLevelParams;
-use crate::turns::{fill_turns, TurnBufs, Turns};
+use crate::turn_output::{turn_estimates, TurnKernel, TurnOutput};
 
 /// Per-token advantages and value targets (0 off-policy), the turn-level advantages
-/// A_t^hi, and the segmentation they were computed on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BiLevelOutput {
-    pub advantages: Vec<f32>,
-    pub returns: Vec<f32>,
-    /// A_t^hi per turn; it is also the advantage of the turn's last token.
-    pub turn_advantages: Vec<f32>,
-    pub turns: Turns,
-}
+/// A_t^hi (each is also the advantage of its turn's last token), and the segmentation
+/// they were computed on.
+pub type BiLevelOutput = TurnOutput;
 
 pub fn bilevel_advantages(
     values: &[f32],
@@ -33,95 +23,15 @@ pub fn bilevel_advantages(
     params: &BiLevelParams,
 ) -> Result<BiLevelOutput> {
     params.validate()?;
-    let layout = Layout::new(offsets, mask.len())?;
-    layout.expect_tokens("values", values.len())?;
-    rewards.check_shape(&layout)?;
-    let mut turn_bufs = TurnBufs::count(&layout, mask)?;
-    let (traj_offsets, starts, ends, token_turn) = turn_bufs.split(&layout);
-
-    let n_tokens = layout.n_tokens();
-    let mut advantages = OutBuf::<f32>::new(n_tokens);
-    let mut returns = OutBuf::<f32>::new(n_tokens);
-    let mut turn_advantages = OutBuf::<f32>::new(*traj_offsets.last().unwrap_or(&0) as usize);
-    let parts = advantages
-        .parts(offsets)
-        .into_par_iter()
-        .zip(returns.parts(offsets))
-        .zip(turn_advantages.parts(traj_offsets))
-        .zip(starts.into_par_iter().zip(ends).zip(token_turn));
-    try_for_each_trajectory(parts, |j, (((adv, ret), turn_adv), ((starts, ends), token_turn))| {
-        let range = layout.range(j);
-        let traj_mask = &mask[range.clone()];
-        let traj = Trajectory {
-            j,
-            base: range.start,
-            mask: traj_mask,
-            values,
-            source: rewards,
-            params,
-            first_turn: traj_offsets[j],
-            out: Outputs { adv, ret, turn_adv, starts, ends, token_turn },
-        };
-        if !rewards.with_trajectory(j, traj_mask, range.start, traj)? {
-            first_problem(&layout, mask, values, rewards, j)?;
-        }
-        Ok(())
-    })?;
-    // SAFETY: `Trajectory::visit` succeeded on every trajectory, and then wrote every token
-    // of it, every one of its turns and its segmentation.
-    let (advantages, returns, turn_advantages, turns) = unsafe {
-        (advantages.assume_written(), returns.assume_written(), turn_advantages.assume_written(), turn_bufs.finish())
-    };
-    Ok(BiLevelOutput { advantages, returns, turn_advantages, turns })
+    turn_estimates(values, mask, offsets, rewards, None, params)
 }
 
-/// One trajectory's output slices (local indices).
-struct Outputs<'o> {
-    adv: &'o mut [MaybeUninit<f32>],
-    ret: &'o mut [MaybeUninit<f32>],
-    turn_adv: &'o mut [MaybeUninit<f32>],
-    starts: &'o mut [MaybeUninit<i64>],
-    ends: &'o mut [MaybeUninit<i64>],
-    token_turn: &'o mut [MaybeUninit<i32>],
-}
-
-/// One trajectory: its index, where it starts, its mask, the inputs and where to write.
-struct Trajectory<'a, 'o> {
-    j: usize,
-    base: usize,
-    mask: &'a [u8],
-    values: &'a [f32],
-    source: Rewards<'a>,
-    params: &'a BiLevelParams,
-    /// Global index of the trajectory's first turn.
-    first_turn: i64,
-    out: Outputs<'o>,
-}
-
-impl RewardsVisitor<Result<bool>> for Trajectory<'_, '_> {
-    /// Gathers the policy tokens (see [`crate::compact`]), writes the segmentation, runs
-    /// both levels backwards over the gathered turns and scatters the results. Returns
-    /// `Ok(false)` if the fast input checks failed (nothing is then written), the error of
-    /// a non-finite score or of a result that overflows float32.
-    fn visit<R: RewardAt>(self, rewards: R) -> Result<bool> {
-        let Trajectory { j, base, mask, values, source, params, first_turn, out } = self;
-        let Outputs { adv, ret, turn_adv, starts, ends, token_turn } = out;
-        with_scratch(|cs| {
-            if !cs.gather(mask, base, values, source, rewards) {
-                return Ok(false);
-            }
-            score_ok(source, j)?;
-            let turns = cs.runs.iter().map(|r| (r.tokens.clone(), r.policy as u8));
-            fill_turns(turns, base, first_turn as i32, starts, ends, token_turn);
-            cs.prepare_results();
-            estimate(cs, params, turn_adv);
-            // A turn advantage is its last token's advantage (same f32), so the scatter's
-            // check covers it.
-            if !cs.scatter(adv, ret) {
-                return Err(cs.overflow(j, base));
-            }
-            Ok(true)
-        })
+impl TurnKernel for BiLevelParams {
+    /// No trajectory is truncated here (the driver is given none). A turn advantage is its
+    /// last token's advantage (same f32), so the scatter's check covers it: never a bad turn.
+    fn estimate(&self, cs: &mut Compact, _truncated: bool, turn_adv: &mut [MaybeUninit<f32>]) -> Option<(usize, f32)> {
+        estimate(cs, self, turn_adv);
+        None
     }
 }
 

@@ -21,6 +21,7 @@ mod output;
 mod parallel;
 mod params;
 mod runs;
+mod turn_output;
 mod turn_rewards;
 mod turns;
 
@@ -35,5 +36,6 @@ pub use group::{
 pub use layout::{Layout, Rewards};
 pub use mae::{mae_advantages, mae_advantages_with_truncation, MaeOutput};
 pub use params::{BiLevelParams, GaeParams, GroupParams, MaeParams};
+pub use turn_output::TurnOutput;
 pub use turn_rewards::{place_turn_rewards, SumCheck, TurnRewards};
 pub use turns::{segment_turns, Turns};

@@ -209,6 +209,11 @@ fn gae_advantages<'py>(
 
 /// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
 #[pyfunction]
+#[pyo3(signature = (
+    values, mask, offsets, rewards, scores, estimator,
+    turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
+))]
+#[allow(clippy::too_many_arguments)] // the optional inputs of `mpo_rs.estimators.bilevel_advantages`
 fn bilevel_advantages<'py>(
     py: Python<'py>,
     values: PyReadonlyArray1<'py, f32>,
@@ -217,6 +222,10 @@ fn bilevel_advantages<'py>(
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
     estimator: &Bound<'py, Estimator>,
+    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
+    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
+    check_scores: Option<PyReadonlyArray1<'py, f32>>,
+    check_tolerance: Option<f64>,
 ) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
     let estimator = estimator.get();
     let Core::BiLevel(params) = estimator.core else {
@@ -225,16 +234,12 @@ fn bilevel_advantages<'py>(
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let source = match (r, s) {
-        (Some(r), None) => Rewards::Token(r),
-        (None, Some(s)) => Rewards::Score(s),
-        _ => {
-            return Err(InvalidBatchError::new_err(
-                "give exactly one of `rewards` (token-level) and `scores` (one per trajectory)",
-            ))
-        }
-    };
-    let out = run(py, || mpo_core::bilevel_advantages(v, m, o, source, &params))?;
+    // No truncation: RAGEN's estimator defines none.
+    let x = extras(&None, &turn_rewards, &turn_offsets, &check_scores, check_tolerance)?;
+    let source = source_of(r, s, &x)?;
+    let out = run(py, || {
+        with_source(m, o, source, x.check, |source| mpo_core::bilevel_advantages(v, m, o, source, &params))
+    })?;
     Ok((
         PyArray1::from_vec(py, out.advantages),
         PyArray1::from_vec(py, out.returns),
