@@ -189,6 +189,10 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
     # The same command resumes every run; another parameter is another configuration, refused there.
     assert main(argv) == 0
     assert "resuming: 4 of 4 runs already finished" in capsys.readouterr().err
+    # The page's wall time is this start's, and says that it leaves the resumed runs out.
+    page = (out / "reproduction.md").read_text()
+    assert "for 4 runs (" in page and "of which 4 were finished by an earlier start and resumed" in page
+    assert json.loads((out / "results.json").read_text())["meta"]["resumed"] == 4
     assert main([*argv, "--env-param", "num_values=5"]) == 2
     assert "another configuration" in capsys.readouterr().err
 

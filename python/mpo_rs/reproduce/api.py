@@ -366,10 +366,11 @@ def run_config(
             raise InvalidOptionError("--device cuda: torch sees no CUDA device")
     from .command import claim_output_dir
     from .report import write_report
-    from .run import run_all
+    from .run import finished_runs, run_all
 
     target = Path(out) if out is not None else default_out(config)
     claim_output_dir(target, config.config_hash(), overwrite=overwrite)
+    resumed = len(finished_runs(config, target))  # their time is not in this start's wall time
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.perf_counter()
     note(
@@ -382,6 +383,7 @@ def run_config(
         "workers": config.workers,
         "started": started,
         "cpus": os.cpu_count(),
+        "resumed": resumed,
     }
     results = write_report(runs, config, target, meta, docs_dir=docs, note=note)
     note(f"done in {meta['wall_s'] / 60:.1f} min")

@@ -997,7 +997,7 @@ class Page:
             f"Configuration **{config.name}** (hash `{config.config_hash()}`), {config.seeds} seed(s) per arm "
             f"(seeds {config.seed_list[0]}-{config.seed_list[-1]}), "
             f"device `{config.device}`, {meta['workers']} worker process(es); wall time "
-            f"**{meta['wall_s'] / 60:.1f} min** for {len(self.rows)} runs ({meta['started']}).",
+            f"**{meta['wall_s'] / 60:.1f} min** for {len(self.rows)} runs ({meta['started']})" + self._resumed() + ".",
             "",
             "The toy runs compare *orderings*, not the paper's values. Each claim is decided by a rule in "
             "`mpo_rs/reproduce/report.py` and `stats.py`. " + verdict_rule(config) + " Unless said otherwise the "
@@ -1012,6 +1012,17 @@ class Page:
             lines += CONTROLS_SECTION
         lines += self._configuration()
         return "\n".join(lines)
+
+    def _resumed(self) -> str:
+        """What the wall time leaves out: the runs an earlier start finished (a resume)."""
+        resumed = int(self.meta.get("resumed", 0))
+        if not resumed:
+            return ""
+        own = sum(float(r.get("wall_s", math.nan)) for r in self.rows) / 60
+        return (
+            f", of which {resumed} were finished by an earlier start and resumed, so their time is not in it "
+            f"(the runs' own wall times sum to {own:.1f} min over {self.meta['workers']} worker(s))"
+        )
 
     def _claims_section(self) -> list[str]:
         lines = [
