@@ -348,3 +348,21 @@ def test_vector_env_runs_the_new_envs():
             for i, o in enumerate(observations):
                 history[i].append(o)
         assert vec.turns.max() <= vec.max_turns
+
+
+def test_docs_premise_json_is_the_table_of_docs_envs_md():
+    """docs/premise.json (`python -m mpo_rs.envs.premise --json docs/premise.json`, read by the
+    reproduction page's design section) renders as the table of docs/envs.md, row for row."""
+    import json
+    from pathlib import Path
+
+    from mpo_rs.envs.premise import PREMISE_SHARE, premise_verdict, table
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    results = json.loads((docs / "premise.json").read_text())
+    rendered = table(results).splitlines()
+    envs = (docs / "envs.md").read_text().splitlines()
+    start = envs.index(rendered[0])
+    assert envs[start : start + len(rendered)] == rendered
+    assert premise_verdict(PREMISE_SHARE) == "holds" and premise_verdict(PREMISE_SHARE - 1e-9) == "fails"
+    assert premise_verdict(None) == "fails"

@@ -658,7 +658,10 @@ def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
     assert re.fullmatch(r"\+0\.165 ± 0\.\d{3}, p=0\.\d{3}, \*\*reproduced\*\*", first[2])
     assert re.fullmatch(r"\+0\.330 ± 0\.\d{3}, p=0\.\d{3}, \*\*reproduced\*\*", first[3])
     gspo = next(r for r in verdicts if r[:2] == ["Search", "MPO - GSPO"])
-    assert gspo[3].endswith(", inconclusive")
+    assert gspo[3].endswith(", inconclusive, within ±0.05")  # [-0.01, +0.03]: a bound, though undecided
+    assert re.search(
+        r"Of the \d+ undecided, \d+ \(\d+ on mean held-out success over training\) have their whole 95%", bottom
+    )
     # EV 0.05 < CRITIC_EV_FLOOR on every critic arm: the caveat, per task.
     caveats = [line for line in summary.splitlines() if line.startswith("- **")]
     assert [c.split("**")[1] for c in caveats] == ["Search", "MultiHop", "FrozenLake", "KeyDoor", "GuessNumber"]
@@ -688,6 +691,41 @@ def test_the_committed_page_points_to_the_control_run_it_replaced():
     sub = _page(_synthetic_rows({}), FULL.with_arms(["mpo", "ppo"]))
     sub.meta = meta
     assert "## Controls" not in sub.markdown({})  # only the committed run replaced it
+
+
+def test_the_page_states_where_the_arms_started():
+    rows = _synthetic_rows({})
+    for r in rows:  # one base policy per (task, seed); a critic warm-up where the arm trains a critic
+        r["base_success"] = 0.05 * r["seed"]
+        r["warmup_explained_variance"] = 0.1 if not r["arm"].endswith(("grpo", "gspo")) else math.nan
+    page = _page(rows)
+    page.meta = {"workers": 2, "wall_s": 60.0, "started": "now"}
+    text = page.markdown({})
+    assert "## Starting point: base policies and critic warm-up" in text
+    table = {r[0]: r for r in _table(text, "| task | eps | base held-out success")}
+    # Seeds 1-5: base success 0.05 ... 0.25, of which 0.10, 0.15, 0.20, 0.25 lie in the band.
+    assert table["Search"][1:] == ["0.00", "0.150 [0.050, 0.250]", "4 of 5", "0.10 [0.10, 0.10]"]
+    assert table["GuessNumber"][1] == "1.00"
+    assert "no base policy" not in text.split("## Starting point", 1)[1].split("##", 1)[0]
+
+
+def test_the_committed_page_states_its_design_from_the_committed_records():
+    from mpo_rs.reproduce.report import _design_inputs
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    design = _design_inputs(FULL, docs)
+    # The committed pilot record sizes the committed seeds (the plan's rule, capped).
+    assert design["sizing"].seeds == FULL.seeds and design["sizing"].capped
+    page = _page(_synthetic_rows({}))
+    page.meta, page.design = {"workers": 2, "wall_s": 60.0, "started": "now"}, design
+    text = page.markdown({})
+    section = text.split("## Design: tasks, pilot and seeds", 1)[1].split("\n## ", 1)[0]
+    roles = {r[0]: (r[1], r[3]) for r in _table(section, "| task | role |")}
+    assert roles["Search"] == ("main", "holds") and roles["KeyDoor"] == ("control", "fails")
+    assert roles["MultiHop"] == ("premise", "holds") and roles["GuessNumber"][0] == "control"
+    assert f"asks for {design['sizing'].needed} seeds" in section and f"this run has {FULL.seeds}" in section
+    assert re.search(r"the target 0\.05 is met on \d of 5 tasks", section)
+    assert _design_inputs(QUICK, docs) == {}  # only the committed page reads the committed records
 
 
 def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):

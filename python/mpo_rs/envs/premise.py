@@ -49,6 +49,7 @@ from .multi_hop import MultiHop
 from .search import Search
 
 __all__ = [
+    "PREMISE_SHARE",
     "TARGET_SUCCESS",
     "TASKS",
     "NoisyOracle",
@@ -58,6 +59,7 @@ __all__ = [
     "measure",
     "measure_all",
     "play",
+    "premise_verdict",
     "rollout",
     "token_arrays",
 ]
@@ -66,6 +68,16 @@ TARGET_SUCCESS = 0.2
 """The base policy's success the noise is set for (the paper's base models: 9-25%; FrozenLake's
 random well-formed moves alone reach 0.17, which rules out a lower target)."""
 TASKS = ("search", "multi_hop", "frozen_lake", "guess_number", "key_door")
+PREMISE_SHARE = 0.8
+"""A task meets MPO's premise when its reference critic's median between-turn share of the
+value variance is at least this."""
+
+
+def premise_verdict(share: float | None) -> str:
+    """``"holds"`` when ``share`` (a median between-turn share) meets :data:`PREMISE_SHARE`, else ``"fails"``."""
+    return "holds" if share is not None and share >= PREMISE_SHARE else "fails"
+
+
 MALFORMED = None
 """Stands for every malformed action: they all cost the turn and show ``[error]``."""
 
@@ -617,7 +629,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
     ]
     for r in results:
         share = r["median_between_share"]
-        verdict = "holds" if share is not None and share >= 0.8 else "fails"
+        verdict = premise_verdict(share)
         lines.append(
             f"| `{r['task']}` | {r['turns']} × {r['action_tokens']} | {r['chance_success']:.2g} | "
             f"{f(r['oracle_success'])} | {r['eps']:.2f} | {f(r['base_success'])} | "

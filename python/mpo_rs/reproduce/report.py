@@ -12,14 +12,14 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE
-from .config import ADVANTAGE_SCALE_RULE, ARMS, BETA_SWEEP, LAMBDA_GRID, TASK_PREFIX, Arm, ReproduceConfig
+from .config import ADVANTAGE_SCALE_RULE, ARMS, BASE_BAND, BETA_SWEEP, LAMBDA_GRID, TASK_PREFIX, Arm, ReproduceConfig
 from .plan import PLAN
 from .stats import (
     INCONCLUSIVE,
@@ -164,6 +164,9 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "wall_s": run["wall_s"],
         "critic_trained": bool(run.get("critic_trained", True)),
     }
+    base, warmup = run.get("base") or {}, run.get("warmup") or {}
+    row["base_success"] = base.get("held_out_success", math.nan)
+    row["warmup_explained_variance"] = warmup.get("explained_variance", math.nan)
     row["entropy_drop"] = row["initial_entropy"] - row["final_entropy"]
     for key, value in last.items():
         if key.startswith("pass@"):
@@ -780,6 +783,10 @@ class Page:
     chance: dict[str, tuple[float, str]]
     meta: dict[str, Any]
     captions: dict[str, str]
+    design: dict[str, Any] = field(default_factory=dict)
+    """What the design section reads beside the runs: ``premise`` (the premise measurement's
+    results, docs/premise.json) and ``sizing`` (:func:`mpo_rs.reproduce.plan.sizing` of the
+    pilot's results, docs/pilot/results.json); either may be absent."""
 
     # ------------------------------------------------------------------ what the page is
 
@@ -879,9 +886,28 @@ class Page:
             )
         else:
             text += " None is decided."
+        text += self._bounded(comps)
         if others:
             text += " " + _tally(others, "The other comparisons of the claims (uncorrected, exploratory; see Claims)")
         return text
+
+    def _bounded(self, comps: list[Comparison]) -> str:
+        """How many undecided comparisons still bound the effect: their paired 95% interval
+        lies inside +-the plan's target half-width, so a difference that large either way
+        is excluded (uncorrected; a reading of the intervals, not a test of the plan)."""
+        margin = PLAN.target_half_width
+        open_ = [c for c in comps if c.verdict == INCONCLUSIVE and math.isfinite(c.low) and math.isfinite(c.high)]
+        inside = [c for c in open_ if -margin < c.low and c.high < margin]
+        if not open_:
+            return ""
+        primary = PLAN.metrics[0]
+        on_primary = [c for c in inside if c.metric == primary]
+        return (
+            f" Of the {len(open_)} undecided, {len(inside)} ({len(on_primary)} on "
+            f"{METRIC_NAMES.get(primary, primary)}) have their whole 95% interval inside ±{margin:g} (uncorrected): "
+            f'there a difference of {margin:g} in success either way is excluded (marked "within ±{margin:g}" in the '
+            "family's table)."
+        )
 
     def _other_comparisons(self) -> list[Comparison]:
         family_keys = {(c.metric, c.a, c.b) for c in self.family_comps}
@@ -1006,12 +1032,143 @@ class Page:
             "",
         ]
         lines += self._claims_section()
+        lines += self._design()
+        lines += self._starting_point()
         lines += self._tables(figures)
         lines += my_task_section(config)
         if is_committed(config):
             lines += CONTROLS_SECTION
         lines += self._configuration()
         return "\n".join(lines)
+
+    def _design(self) -> list[str]:
+        """How the tasks and the seeds were chosen: the premise measured before training, the
+        pilot's sizing, and the half-widths this run achieved on the sizing metric."""
+        from ..envs.premise import premise_verdict
+        from .config import CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS
+
+        premise = {str(r["task"]): r for r in self.design.get("premise", [])}
+        sizing = self.design.get("sizing")
+        if not premise and sizing is None:
+            return []
+        lines = ["", "## Design: tasks, pilot and seeds", ""]
+        ran = [spec.name for spec in self.config.tasks if self._task_arms(spec.name)]
+        if premise:
+            lines += [
+                "The tasks were chosen by MPO's premise, measured before any training "
+                '(`python -m mpo_rs.envs.premise`, docs/envs.md, "Does a task meet MPO\'s premise?"; its '
+                "results are docs/premise.json): the median between-turn share of the value variance of the "
+                "task's exact reference critic under a base-level policy. The trained PPO critic's share is this "
+                "run's, for comparison (claim 9 reads it).",
+                "",
+                "| task | role | reference critic's median between-turn share | premise | trained PPO critic's "
+                "share (median over seeds) |",
+                "|---|---|---:|---|---:|",
+            ]
+            for task in ran:
+                role = (
+                    "main"
+                    if task == MAIN_TASK
+                    else "premise"
+                    if task in PREMISE_TASKS
+                    else "control"
+                    if task in CONTROL_TASKS
+                    else "user"
+                )
+                share = premise.get(task, {}).get("median_between_share")
+                trained = _nanmedian(self._values(f"{TASK_PREFIX.get(task, '')}ppo", "between_share"))
+                verdict = premise_verdict(share) if task in premise else "not measured"
+                lines.append(f"| {task_title(task)} | {role} | {_fmt(share)} | {verdict} | {_fmt(trained, 2)} |")
+            lines.append("")
+        if sizing is not None:
+            per = [p for p in sizing.per_comparison if math.isfinite(p["sd"])]
+            driver = max(per, key=lambda p: p["sd"])
+            cap = f", capped at the plan's {PLAN.max_seeds} (the time budget)" if sizing.capped else ""
+            lines.append(
+                f"**Seeds.** The pilot (docs/pilot/reproduction.md: this protocol on seeds "
+                f"{PLAN.pilot_seeds[0]}-{PLAN.pilot_seeds[-1]}, every run reported, its seeds never reused) gave "
+                f"the paired standard deviation of each Table-1 comparison on "
+                f"{METRIC_NAMES.get(PLAN.sizing_metric, PLAN.sizing_metric)}; the plan's rule (the smallest n with "
+                f"t_(0.975, n-1) sd / sqrt(n) <= {PLAN.target_half_width:g}) asks for {sizing.needed} seeds "
+                f"(driven by {driver['what']}, sd {driver['sd']:.3f}){cap}: {sizing.seeds} seeds, and this run "
+                f"has {self.config.seeds}."
+            )
+            lines.append("")
+        table1 = [c for c in self.family_comps if c.metric == PLAN.sizing_metric and self._is_table1(c)]
+        if table1:
+            widths = []
+            for task in ran:
+                mine = [c.half_width for c in table1 if self._task_of(c) == task and math.isfinite(c.half_width)]
+                if mine:
+                    widths.append(f"{task_title(task)} {_fmt(min(mine))}-{_fmt(max(mine))}")
+            met = sum(
+                all(c.half_width <= PLAN.target_half_width for c in table1 if self._task_of(c) == task)
+                for task in ran
+                if any(self._task_of(c) == task for c in table1)
+            )
+            lines.append(
+                f"Achieved Table-1 half-widths on {METRIC_NAMES.get(PLAN.sizing_metric, PLAN.sizing_metric)}: "
+                + "; ".join(widths)
+                + f" (the target {PLAN.target_half_width:g} is met on {met} of {len(widths)} tasks)."
+            )
+        return lines
+
+    def _is_table1(self, comp: Comparison) -> bool:
+        return any(c.claim == "table1" and (c.a, c.b) == (comp.a, comp.b) for c in PLAN.comparisons)
+
+    def _starting_point(self) -> list[str]:
+        """Where the arms started, per task: the base policies' held-out success against the
+        band, and the warmed-up critics' held-out explained variance (one per task and seed,
+        shared by the seed's arms), with the settings that made them."""
+        config = self.config
+        if config.base is None and config.warmup is None:
+            return []
+        low, high = BASE_BAND
+        lines = ["", "## Starting point: base policies and critic warm-up", ""]
+        if config.base is not None:
+            b = config.base
+            lines.append(
+                f"Every arm of a seed starts from the same base policy: behaviour cloning ({b.steps} steps of "
+                f"{b.batch_size}, lr {b.lr:g}) on {b.episodes} demonstrations of a noisy oracle whose turns are "
+                f'replaced at random with probability eps (docs/envs.md, "Base policies"), eps set per task '
+                f"before any RL run so that held-out success lands in the paper's band {low:g}-{high:g}."
+            )
+            lines.append("")
+        if config.warmup is not None:
+            w = config.warmup
+            lines.append(
+                f"Every arm that trains a critic starts from the same warmed-up critic: {w.steps} steps of "
+                f"{w.batch_size} on the Monte-Carlo returns of {w.episodes} base-policy rollouts, at the critic's "
+                f"learning rate {config.budget.critic_learning_rate:g} (VAPO's value pretraining)."
+            )
+            lines.append("")
+        lines += [
+            "| task | eps | base held-out success: mean [min, max] over seeds | seeds in the band | "
+            "warmed-up critic's held-out explained variance: mean [min, max] |",
+            "|---|---:|---|---:|---|",
+        ]
+        for spec in config.tasks:
+            keys = {a.key for a in self._task_arms(spec.name)}
+            per_seed: dict[int, tuple[float, float]] = {}
+            for r in self.rows:
+                if r["arm"] in keys:
+                    old = per_seed.get(int(r["seed"]), (math.nan, math.nan))
+                    base = r.get("base_success", math.nan)
+                    ev = r.get("warmup_explained_variance", math.nan)
+                    per_seed[int(r["seed"])] = (
+                        base if math.isfinite(base) else old[0],
+                        ev if math.isfinite(ev) else old[1],
+                    )
+            if not per_seed:
+                continue
+            bases = [v[0] for v in per_seed.values() if math.isfinite(v[0])]
+            evs = [v[1] for v in per_seed.values() if math.isfinite(v[1])]
+            band = sum(low <= x <= high for x in bases)
+            eps = _fmt(dict(config.base.noise).get(spec.name, math.nan), 2) if config.base is not None else "—"
+            lines.append(
+                f"| {task_title(spec.name)} | {eps} | {_spread(bases)} | {band} of {len(bases)} | {_spread(evs, 2)} |"
+            )
+        return lines
 
     def _resumed(self) -> str:
         """What the wall time leaves out: the runs an earlier start finished (a resume)."""
@@ -1156,6 +1313,13 @@ CONTROLS_SECTION = [
 """The committed page's pointer to the run it replaced (docs/control/), which no command rewrites."""
 
 
+def _spread(xs: Sequence[float], digits: int = 3) -> str:
+    """mean [min, max], or a dash when there is nothing."""
+    if not xs:
+        return "—"
+    return f"{_fmt(float(np.mean(xs)), digits)} [{_fmt(min(xs), digits)}, {_fmt(max(xs), digits)}]"
+
+
 def _nanmedian(xs: Sequence[float]) -> float:
     finite = [x for x in xs if math.isfinite(x)]
     return float(np.median(finite)) if finite else math.nan
@@ -1170,7 +1334,10 @@ def _cell(c: Comparison | None) -> str:
     if not math.isfinite(c.half_width):
         return f"{c.diff:+.3f} (no interval), {c.verdict}"
     text = f"{c.diff:+.3f} ± {c.half_width:.3f}, p={_fmt(c.p_holm)}, "
-    return text + (f"**{c.verdict}**" if c.verdict != INCONCLUSIVE else c.verdict)
+    if c.verdict != INCONCLUSIVE:
+        return text + f"**{c.verdict}**"
+    margin = PLAN.target_half_width
+    return text + c.verdict + (f", within ±{margin:g}" if -margin < c.low and c.high < margin else "")
 
 
 def _power(comps: list[Comparison]) -> str:
@@ -1345,7 +1512,7 @@ def write_report(
         "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in fam],
     }
     results["family_comparisons"] = [vars(c) for c in family_comps]
-    page = Page(config, rows, found, family_comps, chance, meta, captions)
+    page = Page(config, rows, found, family_comps, chance, meta, captions, _design_inputs(config, docs_dir))
     results["summary"] = page.summary()
     for comp in family_comps:
         note(
@@ -1367,6 +1534,25 @@ def write_report(
         (docs / "reproduction.md").write_text(page.markdown(rel))
         note(f"wrote {docs / 'reproduction.md'} and {len(rel)} figures under {dest}")
     return results
+
+
+def _design_inputs(config: ReproduceConfig, docs_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The committed records the design section reads, from the docs directory the committed
+    page is written to: the premise measurement and the pilot's results (then sized by the plan)."""
+    from .api import is_committed
+    from .plan import sizing
+
+    if docs_dir is None or not is_committed(config):
+        return {}
+    docs = Path(docs_dir)
+    out: dict[str, Any] = {}
+    premise = docs / "premise.json"
+    if premise.is_file():
+        out["premise"] = json.loads(premise.read_text())
+    pilot = docs / "pilot" / "results.json"
+    if pilot.is_file():
+        out["sizing"] = sizing(json.loads(pilot.read_text())["runs"])
+    return out
 
 
 def _json_default(x: Any) -> Any:
