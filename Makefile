@@ -110,7 +110,7 @@ bench-quick: build
 	.venv-bench/bin/python benches/run_all.py --quick
 
 # The paper's claims at toy scale (docs/reproduction.md): 37 arms x 12 seeds on the CPU in
-# 2 worker processes (the committed run: 61.1 min on 2 cores); rewrites docs/reproduction.md
+# 2 worker processes (the committed run: 52.5 min on 2 cores); rewrites docs/reproduction.md
 # and the figures under docs/img/reproduction/. The quick smoke test runs in `make test` (tests/test_reproduce.py).
 reproduce: build
 	$(VENV)/bin/mpo-rs reproduce --workers 2 --out reproduce-out --docs docs
