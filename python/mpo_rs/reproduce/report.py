@@ -397,6 +397,13 @@ def _on_plan_metrics(rows: list[dict[str, Any]], a: str, b: str, what: str) -> l
     return [_compare(rows, m, a, b, f"{what} ({METRIC_NAMES.get(m, m)})") for m in PLAN.metrics]
 
 
+def ppo_critic_share(rows: list[dict[str, Any]], task: str) -> float:
+    """The median over seeds of the between-turn share of ``task``'s trained PPO critic (NaN
+    when there is none): what claim 9, the estimates table and the design section read."""
+    ppo = f"{TASK_PREFIX.get(task, '')}ppo"
+    return _nanmedian([float(r.get("between_share", math.nan)) for r in rows if r["arm"] == ppo])
+
+
 PREDICTION_BASELINES = ("ppo", "grpo")
 """The arms MPO's gain is measured against in the diagnose-predicts-benefit question."""
 
@@ -418,12 +425,10 @@ def _prediction_claim(
     groups: dict[str, dict[str, list[Paired]]] = {b: {"on": [], "off": []} for b in PREDICTION_BASELINES}
     for spec in config.tasks:
         prefix = TASK_PREFIX.get(spec.name, "")
-        mpo, ppo = f"{prefix}mpo", f"{prefix}ppo"
-        shares = [r.get("between_share", math.nan) for r in rows if r["arm"] == ppo]
-        shares = [x for x in shares if math.isfinite(x)]
-        if mpo not in present or not shares:
+        mpo = f"{prefix}mpo"
+        share = ppo_critic_share(rows, spec.name)
+        if mpo not in present or not math.isfinite(share):
             continue
-        share = float(np.median(shares))
         side = "on" if share >= ON_TURNS_SHARE else "off" if share < WITHIN_TURNS_SHARE else None
         for b in PREDICTION_BASELINES:
             other = f"{prefix}{b}"
@@ -937,7 +942,7 @@ class Page:
         for task in tasks:
             arms = {a.label: a for a in by_task[task]}
             seeds = len({int(r["seed"]) for r in self.rows if r["arm"] in {a.key for a in by_task[task]}})
-            share = _nanmedian(self._values(f"{TASK_PREFIX.get(task, '')}ppo", "between_share"))
+            share = ppo_critic_share(self.rows, task)
             cells = [task_title(task), _fmt(self.chance.get(task, (math.nan, ""))[0]), str(seeds), _fmt(share, 2)]
             for label in labels:
                 arm = arms.get(label)
@@ -1076,7 +1081,7 @@ class Page:
                     else "user"
                 )
                 share = premise.get(task, {}).get("median_between_share")
-                trained = _nanmedian(self._values(f"{TASK_PREFIX.get(task, '')}ppo", "between_share"))
+                trained = ppo_critic_share(self.rows, task)
                 verdict = premise_verdict(share) if task in premise else "not measured"
                 lines.append(f"| {task_title(task)} | {role} | {_fmt(share)} | {verdict} | {_fmt(trained, 2)} |")
             lines.append("")
