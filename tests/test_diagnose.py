@@ -457,7 +457,7 @@ def test_trajectories_that_the_log_lacks_are_named_in_a_note(tmp_path, capsys):
 
 def test_the_summary_reads_the_share_against_the_paper_and_the_thresholds(tmp_path, capsys):
     """Issue 20, item 8: a one-line reading of the share, thresholds stated."""
-    from mpo_rs.diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE, share_reading
+    from mpo_rs.diagnose.summary import MIN_READING_TRAJECTORIES, ON_TURNS_SHARE, WITHIN_TURNS_SHARE, share_reading
 
     high = share_reading(0.93)
     assert high == (
@@ -474,17 +474,33 @@ def test_the_summary_reads_the_share_against_the_paper_and_the_thresholds(tmp_pa
     assert share_reading(None) is None
 
     # Through a log: values that move only between turns, then only within them.
-    between = [([0, 0, 9, 1, 1], [1, 1, 0, 1, 1])] * 3
-    within = [([0, 2, 9, 0, 2], [1, 1, 0, 1, 1])] * 3
+    n = MIN_READING_TRAJECTORIES
+    between = [([0, 0, 9, 1, 1], [1, 1, 0, 1, 1])] * n
+    within = [([0, 2, 9, 0, 2], [1, 1, 0, 1, 1])] * n
     for rows, words in ((between, "lives on turns"), (within, "moves within turns")):
-        path = _log(tmp_path / f"{words[:5]}.parquet", rows, score=[1, 0, 1])
+        path = _log(tmp_path / f"{words[:5]}.parquet", rows, score=[1, 0] * (n // 2))
         assert words in diagnose_logs(path).summary()["reading"]
         out = tmp_path / f"report-{words[:5]}"
         assert main(["diagnose", str(path), "-o", str(out)]) == 0
-        assert (
-            f"Reading: median between-turn share {'1.00' if rows is between else '0.00'}: " in capsys.readouterr().out
-        )
+        share = "1.00" if rows is between else "0.00"
+        assert f"Reading: median between-turn share {share} over {n} trajectories: " in capsys.readouterr().out
         assert words in json.loads((out / "summary.json").read_text())["reading"]
+
+
+def test_diagnose_gives_no_reading_from_too_few_trajectories(tmp_path, capsys):
+    """A log where most trajectories are left out (one turn) reads the rest only when
+    enough remain: the reading names how many it rests on, and declines below the minimum."""
+    from mpo_rs.diagnose.summary import MIN_READING_TRAJECTORIES
+
+    kept = [([0, 0, 9, 1, 1], [1, 1, 0, 1, 1])] * 4  # two turns: kept
+    left_out = [([0, 1, 2], [1, 1, 1])] * 28  # one turn: no between/within split
+    path = _log(tmp_path / "few.parquet", kept + left_out, score=[1, 0] * 16)
+    reading = diagnose_logs(path).summary()["reading"]
+    assert reading.startswith("median between-turn share 1.00 over 4 trajectories: too few for a reading"), reading
+    assert f"at least {MIN_READING_TRAJECTORIES}" in reading and "lives on turns" not in reading
+    assert main(["diagnose", str(path), "-o", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    assert "Reading: median between-turn share 1.00 over 4 trajectories: too few for a reading" in out, out
 
 
 def _overlaps(a, b):

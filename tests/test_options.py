@@ -194,7 +194,8 @@ def test_the_same_mistake_raises_the_same_type_everywhere(name, options, pattern
 
 def test_a_misspelt_keyword_names_it_and_lists_the_options():
     with pytest.raises(
-        InvalidOptionError, match=r"`lamda` is not an option of the mae estimator; its options are lam, "
+        InvalidOptionError,
+        match=r"`lamda` is not an option of the mae estimator \(did you mean `lam`\?\); its options are lam, ",
     ):
         mpo_rs.mae_advantages(VALUES, MASK, OFFSETS, rewards=REWARDS, lamda=0.9)
     with pytest.raises(InvalidOptionError, match=r"`nrom_std` is not an option of the grpo estimator"):

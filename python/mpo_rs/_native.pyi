@@ -18,6 +18,7 @@ __all__ = [
     "MpoError",
     "bilevel_advantages",
     "broadcast_to_tokens",
+    "closest_name",
     "gae_advantages",
     "get_num_threads",
     "group_advantages",
@@ -127,6 +128,7 @@ def value_structure(
 ]: ...
 def set_num_threads(threads: int) -> None: ...
 def get_num_threads() -> int: ...
+def closest_name(word: str, candidates: list[str]) -> str | None: ...
 
 # --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, parquet.rs) ---
 __all__ += ["advantages_parquet", "arrow_advantages", "column_spec", "observation_rewards_spec"]

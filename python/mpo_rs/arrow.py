@@ -27,7 +27,18 @@ from typing import Any, NamedTuple
 from . import _native
 from . import observation_rewards as _observation
 from ._deps import missing
-from .columns import GROUP, MASK, OUTPUT_COLUMNS, REWARDS, SCORE, TRUNCATED, TURN_REWARDS, VALUES, missing_column_hint
+from .columns import (
+    GROUP,
+    MASK,
+    OUTPUT_COLUMNS,
+    REWARDS,
+    SCORE,
+    TRUNCATED,
+    TURN_REWARDS,
+    VALUES,
+    missing_column,
+    missing_column_hint,
+)
 from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import ESTIMATORS, Estimator, resolve
@@ -189,6 +200,9 @@ def _input_column_names(table: Any) -> list[str] | None:
     return None
 
 
+_MISSING_ONE = re.compile(r"missing column `([^`]+)` \((?:did you mean `[^`]*`\? )?columns are: [^)]*\)")
+
+
 def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: _Columns) -> InvalidBatchError:
     """A "missing column" error from Rust lists the columns it was passed (only those the
     estimator reads); name the input's own columns and the keyword that maps one."""
@@ -197,8 +211,10 @@ def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: _Column
         return e
     message = str(e)
     names = _input_column_names(table)
-    if names is not None:
-        message = re.sub(r"\(columns are: [^)]*\)", f"(the input's columns are: {', '.join(names)})", message)
+    wanted = _MISSING_ONE.search(message)
+    if names is not None and wanted is not None:
+        # Rust listed (and matched against) only the columns handed over: use the input's.
+        message = _MISSING_ONE.sub(missing_column(wanted.group(1), names, "the input's "), message, count=1)
     return InvalidBatchError(f"{message}; {hint}")
 
 

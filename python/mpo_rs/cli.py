@@ -10,12 +10,14 @@ appended; see ``docs/parquet.md``. Exit codes: 0 done, 1 bad data or I/O failure
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TextIO
 
 from . import columns, diagnose, observation_rewards
+from ._native import closest_name
 from .arrow import advantages_parquet
 from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
@@ -31,11 +33,44 @@ EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (exit code 2)."""
+    """argparse with one-line usage errors (exit code 2) that suggest the flag or choice a
+    misspelling most likely meant and name the help of the subcommand they belong to."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        sys.stderr.write(f"{self.prog}: error: {message}{self._suggestion(message)} (see `{self.prog} --help`)\n")
         sys.exit(EXIT_USAGE)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # argparse reports a subcommand's unknown flags from the top-level parser; report
+        # them from the subcommand's own, whose flags (and --help) are the relevant ones.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._subcommand(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _subcommand(self, parsed: argparse.Namespace) -> _Parser:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, _Parser):
+                    return chosen
+        return self
+
+    def _suggestion(self, message: str) -> str:
+        if m := _UNRECOGNIZED.match(message):
+            word = next((w.split("=")[0] for w in m.group(1).split() if w.startswith("--")), None)
+            flags = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+            guess = closest_name(word, flags) if word else None
+        elif m := _INVALID_CHOICE.search(message):
+            # Quoted choices up to Python 3.11, bare ones after.
+            guess = closest_name(m.group(1), [c.strip().strip("'") for c in m.group(2).split(",")])
+        else:
+            guess = None
+        return "" if guess is None else f"; did you mean {guess}?"
+
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (.*)")
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._native import column_spec
+from ._native import closest_name, column_spec
 
 __all__ = [
     "COLUMN_SPEC",
@@ -32,6 +32,7 @@ __all__ = [
     "default",
     "flag",
     "keyword",
+    "missing_column",
     "missing_column_hint",
     "row",
 ]
@@ -60,6 +61,17 @@ def flag(name: str) -> str:
 def keyword(name: str) -> str:
     """The Python keyword of the column ``name`` (``mask_col``)."""
     return f"{name}_col"
+
+
+def missing_column(name: str, have: Sequence[str], whose: str = "") -> str:
+    """The "missing column" message in the form the Rust layer writes it: the columns
+    there are (``whose``: "the input's " where they are the input's own rather than those
+    handed over), led by the likely meant one when ``name`` looks like its misspelling."""
+    guess = closest_name(name, list(have))
+    listed = ", ".join(have) if have else "none"
+    return (
+        f"missing column `{name}` ({'' if guess is None else f'did you mean `{guess}`? '}{whose}columns are: {listed})"
+    )
 
 
 _MISSING = re.compile(r"missing column ((?:`[^`]+`(?: or )?)+)")

@@ -27,6 +27,7 @@ from ..estimators import Turns
 
 __all__ = [
     "JUMP_QUANTILES",
+    "MIN_READING_TRAJECTORIES",
     "ON_TURNS_SHARE",
     "PAPER_MEDIAN_BETWEEN_SHARE",
     "WITHIN_TURNS_SHARE",
@@ -51,6 +52,10 @@ quarters of the variance or more is between turn means, which MAE's turn-level c
 WITHIN_TURNS_SHARE = 0.5
 """A median share below this reads "the value moves within turns": in the median trajectory
 the within-turn part, which turn means average away, is the larger one."""
+MIN_READING_TRAJECTORIES = 30
+"""No reading below this many kept trajectories: the median share's standard error, about
+1.25 sd / sqrt(n), is then 0.07 or more for the spread of shares seen in practice (sd ~0.3),
+over a quarter of the 0.25 between the two thresholds."""
 SUCCESS = "success (outcome > 0)"
 FAILURE = "failure (outcome <= 0)"
 
@@ -135,7 +140,7 @@ def summarize(
         "rows": int(total.shape[0]),
         "excluded_fewer_than_two_turns_or_constant": int((~usable).sum()),
         "all": everything,
-        "reading": share_reading(everything["median_between_share"]),
+        "reading": share_reading(everything["median_between_share"], everything["trajectories"]),
     }
     if outcome is not None:
         o = np.asarray(outcome)
@@ -145,13 +150,20 @@ def summarize(
     return out
 
 
-def share_reading(median_share: float | None) -> str | None:
+def share_reading(median_share: float | None, trajectories: int | None = None) -> str | None:
     """One line reading a median between-turn share against the paper's and the thresholds
-    :data:`ON_TURNS_SHARE` and :data:`WITHIN_TURNS_SHARE`; None without a share (no
-    trajectory to measure)."""
+    :data:`ON_TURNS_SHARE` and :data:`WITHIN_TURNS_SHARE`, saying how many trajectories it
+    rests on when ``trajectories`` is given, and declining below
+    :data:`MIN_READING_TRAJECTORIES` of them; None without a share (no trajectory to measure)."""
     if median_share is None:
         return None
-    head = f"median between-turn share {median_share:.2f}"
+    over = "" if trajectories is None else f" over {trajectories:,} trajector{'y' if trajectories == 1 else 'ies'}"
+    head = f"median between-turn share {median_share:.2f}{over}"
+    if trajectories is not None and trajectories < MIN_READING_TRAJECTORIES:
+        return (
+            f"{head}: too few for a reading (at least {MIN_READING_TRAJECTORIES} with two or more turns and "
+            "varying values are needed); diagnose a larger log"
+        )
     paper = f"(paper: {PAPER_MEDIAN_BETWEEN_SHARE:.3f})"
     if median_share >= ON_TURNS_SHARE:
         return f"{head}: the critic's value lives on turns {paper}; MAE's turn-level credit applies"
@@ -197,7 +209,7 @@ def format_table(summary: dict[str, Any]) -> str:
         f"with fewer than two turns or constant values left out. Paper: median share "
         f"{PAPER_MEDIAN_BETWEEN_SHARE:.1%}, between > within in {PAPER_FRACTION_BETWEEN_GT_WITHIN:.1%}.)"
     )
-    reading = share_reading(summary["all"]["median_between_share"])
+    reading = share_reading(summary["all"]["median_between_share"], summary["all"]["trajectories"])
     if reading is not None:
         lines.append(f"Reading: {reading}.")
     return "\n".join(lines)

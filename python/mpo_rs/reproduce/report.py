@@ -29,6 +29,7 @@ from .stats import (
     combine,
     diff_ci,
     difference_of_group_means,
+    direction_words,
     holm,
     holm_verdict,
     mean_ci,
@@ -1519,10 +1520,14 @@ def write_report(
     results["family_comparisons"] = [vars(c) for c in family_comps]
     page = Page(config, rows, found, family_comps, chance, meta, captions, _design_inputs(config, docs_dir))
     results["summary"] = page.summary()
+    label = _labels(config)
     for comp in family_comps:
+        words = direction_words(
+            label.get(comp.a, comp.a), label.get(comp.b, comp.b), comp.diff, comp.half_width, comp.verdict
+        )
         note(
-            f"{comp.what} ({comp.metric}): paired 95% half-width {_fmt(comp.half_width)} over {comp.n} seeds, "
-            f"Holm p={_fmt(comp.p_holm)} -> {comp.verdict}"
+            f"{comp.what} ({comp.metric}): {words} (paired 95%, {comp.n} seeds, Holm p={_fmt(comp.p_holm)}: "
+            f"{comp.verdict})"
         )
     (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default, allow_nan=True))
     (out / "reproduction.md").write_text(page.markdown({t: str(p.relative_to(out)) for t, p in figures.items()}))

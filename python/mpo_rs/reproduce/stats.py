@@ -33,6 +33,7 @@ __all__ = [
     "combine",
     "diff_ci",
     "difference_of_group_means",
+    "direction_words",
     "holm",
     "holm_verdict",
     "mean_ci",
@@ -250,3 +251,18 @@ def combine(verdicts: Sequence[str]) -> str:
     if any(v == NOT_REPRODUCED for v in verdicts):
         return NOT_REPRODUCED
     return INCONCLUSIVE
+
+
+def direction_words(a: str, b: str, diff: float, half_width: float, decided: str) -> str:
+    """A comparison A - B in words a reader acts on, its verdict ``decided`` choosing them:
+    "MPO ahead of PPO by 0.040 ± 0.020", "MPO behind PPO by 0.030 ± 0.010", or "no
+    difference shown between MPO and PPO (+0.010 ± 0.030)"."""
+    if not math.isfinite(diff):
+        return f"{a} - {b}: not measured"
+    by = f"{abs(diff):.3f}" + (f" ± {half_width:.3f}" if math.isfinite(half_width) else "")
+    if decided == REPRODUCED:
+        return f"{a} ahead of {b} by {by}"
+    if decided == NOT_REPRODUCED:
+        return f"{a} behind {b} by {by}"
+    sign = "+" if diff >= 0 else "-"
+    return f"no difference shown between {a} and {b} ({sign}{by})"

@@ -6,6 +6,7 @@
 
 use crate::error::{MpoError, Result};
 use crate::params::{DISCOUNT, NON_NEGATIVE, POSITIVE, UNIT_INTERVAL};
+use crate::suggest::did_you_mean;
 use crate::{BiLevelParams, GaeParams, GroupParams, MaeParams};
 
 /// An estimator with its parameters: what the core computes.
@@ -168,7 +169,8 @@ impl Estimator {
             "bilevel" => Estimator::BiLevel(BiLevelParams::default()),
             _ => {
                 return Err(option_error(format!(
-                    "unknown estimator `{name}`; choose one of {}",
+                    "unknown estimator `{name}`{}; choose one of {}",
+                    did_you_mean(name, ESTIMATORS),
                     ESTIMATORS.join(", ")
                 )))
             }
@@ -193,8 +195,12 @@ impl Estimator {
                 } else {
                     format!("its options are {}", takes.join(", "))
                 };
-                let what = if OptionSpec::find(option).is_some() { "does not apply to" } else { "is not an option of" };
-                return Err(option_error(format!("`{option}` {what} the {name} estimator; {takes}")));
+                let (what, hint) = if OptionSpec::find(option).is_some() {
+                    ("does not apply to", String::new())
+                } else {
+                    ("is not an option of", did_you_mean(option, Self::options_of(name).map(|s| s.name)))
+                };
+                return Err(option_error(format!("`{option}` {what} the {name} estimator{hint}; {takes}")));
             };
             estimator.set(spec, value)?;
         }
@@ -361,7 +367,12 @@ mod tests {
         let e = Estimator::from_options("gae", &[("beta", OptionValue::Float(0.5))]).unwrap_err().to_string();
         assert!(e.contains("`beta` does not apply to the gae estimator; its options are lam, gamma"), "{e}");
         let e = Estimator::from_options("mae", &[("lamda", OptionValue::Float(0.5))]).unwrap_err().to_string();
-        assert!(e.contains("`lamda` is not an option of the mae estimator; its options are lam, lam_intra"), "{e}");
+        assert!(
+            e.contains(
+                "`lamda` is not an option of the mae estimator (did you mean `lam`?); its options are lam, lam_intra"
+            ),
+            "{e}"
+        );
         let e = Estimator::from_options("drgrpo", &[("eps", OptionValue::Float(0.5))]).unwrap_err().to_string();
         assert!(e.contains("`eps` does not apply to the drgrpo estimator; it takes none"), "{e}");
         let e = Estimator::from_options("ppo", &[]).unwrap_err().to_string();

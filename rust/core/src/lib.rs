@@ -21,6 +21,7 @@ mod output;
 mod parallel;
 mod params;
 mod runs;
+mod suggest;
 mod turn_output;
 mod turn_rewards;
 mod turns;
@@ -36,6 +37,7 @@ pub use group::{
 pub use layout::{Layout, Rewards};
 pub use mae::{mae_advantages, mae_advantages_with_truncation, MaeOutput};
 pub use params::{BiLevelParams, GaeParams, GroupParams, MaeParams};
+pub use suggest::{closest, did_you_mean};
 pub use turn_output::TurnOutput;
 pub use turn_rewards::{place_turn_rewards, SumCheck, TurnRewards};
 pub use turns::{segment_turns, Turns};

@@ -226,7 +226,7 @@ impl ColumnSpec {
             (None, None, None) => {
                 return Err(LogError::Batch(DataError::MissingColumn {
                     column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}` or `{DEFAULT_TURN_REWARDS}"),
-                    available: available(schema),
+                    available: available(schema, ""),
                 }))
             }
             (Some(_), Some(_), None) => {
@@ -291,7 +291,7 @@ impl Columns {
             schema
                 .field_with_name(name)
                 .map(|f| f.data_type())
-                .map_err(|_| DataError::MissingColumn { column: name.to_string(), available: available(schema) })
+                .map_err(|_| DataError::MissingColumn { column: name.to_string(), available: available(schema, name) })
         };
         check_list(&self.mask, ty(&self.mask)?, ElementKind::Mask)?;
         if let Some(values) = &self.values {
@@ -355,13 +355,16 @@ impl Columns {
     }
 }
 
-pub(crate) fn available(schema: &Schema) -> String {
+/// The columns there are, for a message about the missing column `wanted` (led by the
+/// closest one's name when `wanted` looks like its misspelling).
+pub(crate) fn available(schema: &Schema, wanted: &str) -> String {
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     if names.is_empty() {
-        "the input has no columns".into()
-    } else {
-        format!("columns are: {}", names.join(", "))
+        return "the input has no columns".into();
     }
+    let hint =
+        mpo_core::closest(wanted, names.iter().copied()).map(|c| format!("did you mean `{c}`? ")).unwrap_or_default();
+    format!("{hint}columns are: {}", names.join(", "))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -418,7 +421,7 @@ pub enum ListKind {
 pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DataError> {
     batch
         .column_by_name(name)
-        .ok_or_else(|| DataError::MissingColumn { column: name.into(), available: available(batch.schema_ref()) })
+        .ok_or_else(|| DataError::MissingColumn { column: name.into(), available: available(batch.schema_ref(), name) })
 }
 
 #[cfg(test)]

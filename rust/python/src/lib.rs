@@ -28,6 +28,13 @@ fn get_num_threads() -> PyResult<usize> {
     pool::num_threads().map_err(PyRuntimeError::new_err)
 }
 
+/// The candidate closest to `word` when it looks like its misspelling (mpo-core's rule,
+/// which the Rust messages use too), else None.
+#[pyfunction]
+fn closest_name(word: &str, candidates: Vec<String>) -> Option<String> {
+    mpo_core::closest(word, candidates.iter().map(String::as_str)).map(str::to_owned)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     allocator::keep_freed_pages();
@@ -37,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<options::Estimator>()?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(closest_name, m)?)?;
     numpy::register(m)?;
     arrow::register(m)?;
     groups::register(m)?;
