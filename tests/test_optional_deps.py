@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from mpo_rs._deps import install_hint
+
 OPTIONAL = ("torch", "pyarrow", "polars", "matplotlib", "ray", "verl")
 
 # What the child runs after hiding: import the module (and call what needs the dependency
@@ -66,7 +68,7 @@ def test_a_missing_dependency_is_one_typed_line_naming_the_extra(hidden, code, f
     assert got["typed"] and got["import_error"], got
     message = got["message"]
     assert "\n" not in message
-    assert message == f"`{feature}` needs {hidden[0]}: pip install 'mpo-rs[{extra}]'", message
+    assert message == f"`{feature}` needs {hidden[0]}: {install_hint(extra)}", message
 
 
 def test_the_core_needs_none_of_them():
@@ -100,7 +102,7 @@ def log(tmp_path):
 def test_the_cli_without_pyarrow_says_so_in_one_line_before_reading(log, tmp_path):
     r = _cli(("pyarrow", "polars"), "diagnose", str(log), "-o", str(tmp_path / "report"))
     assert r.returncode == 1, r
-    assert r.stderr == "mpo-rs: error: `mpo-rs diagnose` needs pyarrow: pip install 'mpo-rs[arrow]'\n", r.stderr
+    assert r.stderr == f"mpo-rs: error: `mpo-rs diagnose` needs pyarrow: {install_hint('arrow')}\n", r.stderr
     assert not (tmp_path / "report").exists()
 
 
@@ -117,5 +119,5 @@ def test_diagnose_without_matplotlib_writes_the_summary_and_says_which_extra(log
     r = _cli(("matplotlib",), "diagnose", str(log), "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert "figures skipped" in r.stderr and "pip install 'mpo-rs[plot]'" in r.stderr
+    assert "figures skipped" in r.stderr and install_hint("plot") in r.stderr
     assert sorted(p.name for p in out.iterdir()) == [".mpo-rs-output", "summary.json"]  # the report's marker
