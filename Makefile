@@ -34,11 +34,14 @@ $(DEMO_STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q $(DEMO_DEPS)
 	touch $(DEMO_STAMP)
 
+# maturin develop installs into $VIRTUAL_ENV, else into a .venv it finds: name $(VENV).
+DEVELOP := VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
+
 build: $(STAMP)
-	$(VENV)/bin/maturin develop --release -q
+	$(DEVELOP)
 
 build-demo: $(DEMO_STAMP)
-	$(VENV)/bin/maturin develop --release -q
+	$(DEVELOP)
 
 # The main job: advantages for a synthetic rollout log of a few hundred MB, then the
 # diagnosis of its critic's value structure (figures in demo-data/diagnosis/). It installs
