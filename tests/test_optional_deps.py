@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from mpo_rs import _deps
 from mpo_rs._deps import install_hint
 
 OPTIONAL = ("torch", "pyarrow", "polars", "matplotlib", "ray", "verl")
@@ -121,3 +122,33 @@ def test_diagnose_without_matplotlib_writes_the_summary_and_says_which_extra(log
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert "figures skipped" in r.stderr and install_hint("plot") in r.stderr
     assert sorted(p.name for p in out.iterdir()) == [".mpo-rs-output", "summary.json"]  # the report's marker
+
+
+class _Dist:
+    def __init__(self, record: str | None) -> None:
+        self.record = record
+
+    def read_text(self, name: str) -> str | None:
+        return self.record if name == "direct_url.json" else None
+
+
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        # From a wheel file: the same file with the extra.
+        ('{"url": "file://WHEEL", "archive_info": {}}', "pip install 'WHEEL[torch]'"),
+        # From a checkout, editable (maturin develop, pip install -e): the checkout, -e kept.
+        ('{"url": "file://DIR", "dir_info": {"editable": true}}', "pip install -e 'DIR[torch]'"),
+        ('{"url": "file://DIR", "dir_info": {}}', "pip install 'DIR[torch]'"),
+        # A source that is gone is named by what it was; no record: an index install.
+        ('{"url": "file:///nowhere/mpo_rs.whl", "archive_info": {}}', f"pip install '{_deps.GONE}[torch]'"),
+        (None, "pip install 'mpo-rs[torch]'"),
+    ],
+)
+def test_the_hint_installs_the_extra_from_where_the_package_came_from(record, expected, tmp_path, monkeypatch):
+    wheel = tmp_path / "mpo_rs-0.1.0-cp311-abi3-manylinux_2_34_x86_64.whl"
+    wheel.write_bytes(b"")
+    if record is not None:
+        record = record.replace("WHEEL", str(wheel)).replace("DIR", str(tmp_path))
+    monkeypatch.setattr(_deps.metadata, "distribution", lambda name: _Dist(record))
+    assert _deps.install_hint("torch") == expected.replace("WHEEL", str(wheel)).replace("DIR", str(tmp_path))

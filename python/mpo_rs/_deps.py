@@ -25,9 +25,10 @@ DISTRIBUTION = "mpo-rs"
 
 
 def _installed_from() -> tuple[str, bool] | None:
-    """The local wheel file or directory this installation was made from, and whether it is
-    an editable install, from the record pip (and maturin) leave in the package's
-    metadata (direct_url.json, PEP 610); None when unknown or no longer there."""
+    """The local wheel file or directory this installation was made from and whether it is
+    an editable install, from the record pip (and maturin) leave in the package's metadata
+    (direct_url.json, PEP 610); None without a record of a local source (an index install).
+    A source that is no longer there is named by what it was."""
     try:
         record = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
         info = json.loads(record) if record else None
@@ -37,7 +38,10 @@ def _installed_from() -> tuple[str, bool] | None:
         return None
     path = unquote(urlparse(info["url"]).path)
     editable = bool(isinstance(info.get("dir_info"), dict) and info["dir_info"].get("editable"))
-    return (path, editable) if os.path.exists(path) else None
+    return (path if os.path.exists(path) else GONE, editable)
+
+
+GONE = "<the wheel or checkout mpo_rs was installed from>"
 
 
 def install_hint(extra: str) -> str:
