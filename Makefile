@@ -89,7 +89,7 @@ sdist: $(DEMO_STAMP)
 # smoke tests run from outside the checkout (so the source tree is not what is imported);
 # then the sdist is built into a wheel offline, which shows it carries everything needed.
 test-wheel: wheel sdist
-	tests/smoke/run.sh $(PYTHON) $(DIST)
+	tests/smoke/run.sh $(PYTHON) $(DIST) $(VENV)
 
 # Formatting: rustfmt (rustfmt.toml; rust/fuzz is outside the workspace, so it is named)
 # and ruff (pyproject.toml), then ruff's safe fixes.

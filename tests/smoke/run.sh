@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# `make test-wheel`: the built wheel as a user gets it. Usage: run.sh PYTHON DIST
+# `make test-wheel`: the built wheel as a user gets it. Usage: run.sh PYTHON DIST BUILD_VENV
 #
 # 1. A bare virtual environment (.venv-wheel) gets the wheel in DIST, numpy and pyarrow
 #    (and pytest, to run the tests), with no Rust toolchain on PATH: nothing is compiled.
 # 2. tests/smoke/test_wheel_smoke.py runs in a temporary directory outside the checkout,
 #    so what it imports is the installed wheel, never the source tree.
 # 3. The sdist in DIST is built into a wheel offline (the checkout's build tools and
-#    target/ cache), which shows it carries everything the build needs.
+#    target/ cache; BUILD_VENV holds maturin), which shows it carries everything the build needs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 python=$(command -v "$1")
 dist=$(cd "$2" && pwd)
+build_venv=$(cd "$3" && pwd)
 shopt -s nullglob
 wheels=("$dist"/mpo_rs-*.whl)
 sdists=("$dist"/mpo_rs-*.tar.gz)
@@ -42,7 +43,7 @@ cp "$root/tests/smoke/test_wheel_smoke.py" "$tmp/"
     "$venv/bin/python" -m pytest -q -p no:cacheprovider -W error test_wheel_smoke.py)
 
 # The sdist builds: the same files as the wheel, from the sdist alone.
-CARGO_TARGET_DIR="$root/target" "$root/.venv/bin/python" -m pip wheel -q --no-deps --no-build-isolation \
+CARGO_TARGET_DIR="$root/target" "$build_venv/bin/python" -m pip wheel -q --no-deps --no-build-isolation \
     -w "$tmp/from-sdist" "$sdist"
 rebuilt=("$tmp"/from-sdist/mpo_rs-*.whl)
 "$venv/bin/python" - "$wheel" "${rebuilt[0]}" <<'PY'
