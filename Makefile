@@ -1,12 +1,16 @@
 # One entry point for every task. `make demo` runs the main job on a built-in synthetic
-# rollout log; `make test` builds everything from scratch in .venv and runs all tests.
+# rollout log (numpy, pyarrow and matplotlib only); `make test` builds everything from
+# scratch in .venv, installs the test extras and runs all tests, the wheel's included.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.deps-stamp
+# What the main job needs: the build tool, pyarrow (the `arrow` reader) and the `plot` extra.
+DEMO_STAMP := $(VENV)/.demo-deps-stamp
+DEMO_DEPS  := "maturin>=1.8,<2" numpy pyarrow matplotlib
 
-.PHONY: check-format demo test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build reproduce clean \
+.PHONY: check-format demo build-demo wheel sdist test-wheel test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build reproduce clean \
 	format lint lint-rust lint-python
 
 $(PY):
@@ -19,19 +23,30 @@ $(PY):
 # listed on the line before; TRL's GRPOTrainer needs accelerate besides them; OpenRLHF's
 # ppo_utils need pylatexenc (its models need flash-attn and DeepSpeed: not installed).
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q "maturin>=1.8,<2" numpy pyarrow polars scipy matplotlib \
+	$(PIP) install -q $(DEMO_DEPS) polars scipy \
 		"pytest>=8" "hypothesis>=6.100" "mypy>=1.10" "ruff~=0.17.0" torch
 	$(PIP) install -q "ray[data]" tensordict omegaconf transformers codetiming orjson \
 		torchdata datasets peft cachetools uvicorn fastapi accelerate pylatexenc
 	$(PIP) install -q --no-deps verl==0.9.1 trl==1.16.0 openrlhf==0.11.2
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q $(DEMO_DEPS)
+	touch $(DEMO_STAMP)
+
+# maturin develop installs into $VIRTUAL_ENV, else into a .venv it finds: name $(VENV).
+DEVELOP := VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 
 build: $(STAMP)
-	$(VENV)/bin/maturin develop --release -q
+	$(DEVELOP)
+
+build-demo: $(DEMO_STAMP)
+	$(DEVELOP)
 
 # The main job: advantages for a synthetic rollout log of a few hundred MB, then the
-# diagnosis of its critic's value structure (figures in demo-data/diagnosis/).
-demo: build
+# diagnosis of its critic's value structure (figures in demo-data/diagnosis/). It installs
+# only numpy, pyarrow and matplotlib, not the test extras.
+demo: build-demo
 	$(PY) -m mpo_rs.demo
 	$(VENV)/bin/mpo-rs diagnose demo-data/rollouts.parquet -o demo-data/diagnosis
 
@@ -53,7 +68,28 @@ FUZZ_FLAGS := --manifest-path rust/fuzz/Cargo.toml --release --target-dir target
 test-fuzz:
 	$(FUZZ_CARGO) test $(FUZZ_FLAGS)
 
-test: test-rust test-fuzz test-python stubtest
+test: test-rust test-fuzz test-python stubtest test-wheel
+
+# The distributions, in dist/: an abi3 wheel (one per platform, CPython >= 3.11) and the
+# sdist. The wheel's manylinux tag is the oldest glibc its symbols allow (maturin checks
+# it, as auditwheel would); WHEEL_COMPAT=manylinux_2_28 (say) makes that a requirement.
+DIST         ?= dist
+WHEEL_COMPAT ?=
+WHEEL_FLAGS  := --release --interpreter $(PY) --out $(DIST) $(if $(WHEEL_COMPAT),--compatibility $(WHEEL_COMPAT))
+
+wheel: $(DEMO_STAMP)
+	rm -f $(DIST)/mpo_rs-*.whl
+	$(VENV)/bin/maturin build $(WHEEL_FLAGS)
+
+sdist: $(DEMO_STAMP)
+	rm -f $(DIST)/mpo_rs-*.tar.gz
+	$(VENV)/bin/maturin sdist --out $(DIST)
+
+# The wheel as a user gets it: a bare venv with numpy and pyarrow, no Rust on PATH, the
+# smoke tests run from outside the checkout (so the source tree is not what is imported);
+# then the sdist is built into a wheel offline, which shows it carries everything needed.
+test-wheel: wheel sdist
+	tests/smoke/run.sh $(PYTHON) $(DIST) $(VENV)
 
 # Formatting: rustfmt (rustfmt.toml; rust/fuzz is outside the workspace, so it is named)
 # and ruff (pyproject.toml), then ruff's safe fixes.
@@ -117,4 +153,4 @@ reproduce: build
 
 clean:
 	cargo clean
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-wheel $(DIST) .pytest_cache .hypothesis

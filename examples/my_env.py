@@ -8,7 +8,7 @@ observations (the hints), where MPO's premise says the value moves.
 
 It needs nothing from mpo_rs: any object with ``vocab_size``, ``action_tokens``,
 ``max_turns``, ``reset(seed)`` and ``step(action)`` is a ``MultiTurnEnv`` (docs/envs.md).
-Run from the repository root::
+Run from the repository root (``python examples/my_env.py`` plays one episode)::
 
     mpo-rs reproduce --env examples.my_env:make --arms mpo,ppo,grpo --budget small --out my-run
 """
@@ -53,3 +53,21 @@ class Vault:
 def make(**params: object) -> Vault:
     """The factory ``--env`` names; ``--env-param KEY=VALUE`` become its keyword arguments."""
     return Vault(**params)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    # One episode of a fixed policy (ask twice, answer the last hint), as the tools see it.
+    env = make()
+    obs = env.reset(seed=1)
+    print(
+        f"reset(seed=1) -> {obs}   (vocab_size {env.vocab_size}, {env.max_turns} turns of {env.action_tokens} tokens)"
+    )
+    hint, done, reward = DIGITS, False, 0.0
+    for action in ([ASK, DIGITS], [ASK, DIGITS], None):
+        action = action or [ANSWER, hint]
+        obs, reward, done = env.step(action)
+        print(f"step({action}) -> observation {obs}, reward {reward}, done {done}")
+        hint = obs[0] if obs and obs[0] >= DIGITS else hint
+        if done:
+            break
+    print(f"episode over: reward {reward}. Train on it: mpo-rs reproduce --env examples.my_env:make --budget small")

@@ -54,3 +54,40 @@ def experience_maker(
         mpo_baseline=mpo_baseline,
     )
     return maker
+
+
+def main() -> int:
+    """Advantages and the policy loss on one small OpenRLHF ``Experience`` batch: two prompts,
+    two samples each, rows of two turns (action_mask runs) with tool tokens between them."""
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    mask = torch.tensor(
+        [[1, 1, 0, 0, 1, 1, 0], [1, 0, 1, 1, 1, 0, 0], [1, 1, 1, 0, 1, 0, 0], [1, 0, 0, 1, 1, 1, 1]], dtype=torch.bool
+    )
+    torch.manual_seed(0)
+    experience = Experience(
+        action_mask=mask,
+        values=torch.randn(mask.shape),
+        kl=torch.zeros(mask.shape),
+        rewards=torch.tensor([1.0, 0.0, 0.0, 1.0]),
+        index=[0, 1, 2, 3],
+        info={},
+    )
+    maker = experience_maker(mpo_estimator=Estimator("mae", lam=0.8, lam_intra=0.95))
+    (experience,) = maker.compute_advantages_and_returns([experience])
+    print("advantages (OpenRLHF's compute_advantages_and_returns through the MPO mixin):")
+    print(experience.advantages)
+    old = -torch.rand(mask.shape)
+    log_probs = (old + 0.1 * torch.randn(mask.shape)).requires_grad_()
+    loss_fn = MPOPolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28, turn_ratio="product")
+    loss = loss_fn(log_probs, old, experience.advantages, action_mask=mask)[0]
+    loss.backward()
+    print(
+        f"MPOPolicyLoss: {loss.item():.4f}; gradient on {int((log_probs.grad != 0).sum())} of {int(mask.sum())} action tokens"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,7 +13,7 @@ are scattered over files are handled with a statistics pass first.
     python examples/ray_advantages.py s3://bucket/rollouts s3://bucket/annotated \\
         --address auto --estimator grpo --score-col score
 
-Needs ``pip install mpo-rs[ray]`` on every node.
+Needs mpo_rs with the ``ray`` extra on every node (README.md, "Installing").
 """
 
 from __future__ import annotations

@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print("does my critic's value live on turns? " + decision(summary))
         if args.out is not None:
             print(f"report: {report}")
+        else:  # the paths printed above are inside the temporary directory, removed now
+            print("the log and the report were written to a temporary directory, now removed: --out DIR keeps them")
     return 0
 
 

@@ -16,6 +16,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("matplotlib")
 
+from mpo_rs._deps import install_hint  # noqa: E402
 from mpo_rs.cli import main  # noqa: E402
 from mpo_rs.demo import write_rollout_log  # noqa: E402
 from mpo_rs.diagnose import diagnose_logs  # noqa: E402
@@ -274,7 +275,7 @@ def test_without_matplotlib_summary_json_is_written_and_one_line_says_why_no_fig
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.count("\n") == 1 and "pip install 'mpo-rs[plot]'" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and install_hint("plot") in r.stderr and "Traceback" not in r.stderr
     assert json.loads((out / "summary.json").read_text())["rows"] == 16
     assert not list(out.glob("*.png"))
 

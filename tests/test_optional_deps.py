@@ -11,6 +11,9 @@ import textwrap
 
 import pytest
 
+from mpo_rs import _deps
+from mpo_rs._deps import install_hint
+
 OPTIONAL = ("torch", "pyarrow", "polars", "matplotlib", "ray", "verl")
 
 # What the child runs after hiding: import the module (and call what needs the dependency
@@ -66,7 +69,7 @@ def test_a_missing_dependency_is_one_typed_line_naming_the_extra(hidden, code, f
     assert got["typed"] and got["import_error"], got
     message = got["message"]
     assert "\n" not in message
-    assert message == f"`{feature}` needs {hidden[0]}: pip install 'mpo-rs[{extra}]'", message
+    assert message == f"`{feature}` needs {hidden[0]}: {install_hint(extra)}", message
 
 
 def test_the_core_needs_none_of_them():
@@ -100,7 +103,7 @@ def log(tmp_path):
 def test_the_cli_without_pyarrow_says_so_in_one_line_before_reading(log, tmp_path):
     r = _cli(("pyarrow", "polars"), "diagnose", str(log), "-o", str(tmp_path / "report"))
     assert r.returncode == 1, r
-    assert r.stderr == "mpo-rs: error: `mpo-rs diagnose` needs pyarrow: pip install 'mpo-rs[arrow]'\n", r.stderr
+    assert r.stderr == f"mpo-rs: error: `mpo-rs diagnose` needs pyarrow: {install_hint('arrow')}\n", r.stderr
     assert not (tmp_path / "report").exists()
 
 
@@ -117,5 +120,35 @@ def test_diagnose_without_matplotlib_writes_the_summary_and_says_which_extra(log
     r = _cli(("matplotlib",), "diagnose", str(log), "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
-    assert "figures skipped" in r.stderr and "pip install 'mpo-rs[plot]'" in r.stderr
+    assert "figures skipped" in r.stderr and install_hint("plot") in r.stderr
     assert sorted(p.name for p in out.iterdir()) == [".mpo-rs-output", "summary.json"]  # the report's marker
+
+
+class _Dist:
+    def __init__(self, record: str | None) -> None:
+        self.record = record
+
+    def read_text(self, name: str) -> str | None:
+        return self.record if name == "direct_url.json" else None
+
+
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        # From a wheel file: the same file with the extra.
+        ('{"url": "file://WHEEL", "archive_info": {}}', "pip install 'WHEEL[torch]'"),
+        # From a checkout, editable (maturin develop, pip install -e): the checkout, -e kept.
+        ('{"url": "file://DIR", "dir_info": {"editable": true}}', "pip install -e 'DIR[torch]'"),
+        ('{"url": "file://DIR", "dir_info": {}}', "pip install 'DIR[torch]'"),
+        # A source that is gone is named by what it was; no record: an index install.
+        ('{"url": "file:///nowhere/mpo_rs.whl", "archive_info": {}}', f"pip install '{_deps.GONE}[torch]'"),
+        (None, "pip install 'mpo-rs[torch]'"),
+    ],
+)
+def test_the_hint_installs_the_extra_from_where_the_package_came_from(record, expected, tmp_path, monkeypatch):
+    wheel = tmp_path / "mpo_rs-0.1.0-cp311-abi3-manylinux_2_34_x86_64.whl"
+    wheel.write_bytes(b"")
+    if record is not None:
+        record = record.replace("WHEEL", str(wheel)).replace("DIR", str(tmp_path))
+    monkeypatch.setattr(_deps.metadata, "distribution", lambda name: _Dist(record))
+    assert _deps.install_hint("torch") == expected.replace("WHEEL", str(wheel)).replace("DIR", str(tmp_path))

@@ -513,7 +513,9 @@ def test_without_pyarrow_the_writer_names_the_extra():
         "    print(isinstance(e, MissingDependencyError), e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "True `mpo_rs.rollout_log` needs pyarrow: pip install 'mpo-rs[arrow]'"
+    from mpo_rs._deps import install_hint
+
+    assert out.stdout.strip() == f"True `mpo_rs.rollout_log` needs pyarrow: {install_hint('arrow')}"
 
 
 # --------------------------------------------------------------------------- the example

@@ -413,8 +413,10 @@ def test_tiny_hf_model_without_transformers_names_the_extra():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "MissingDependencyError `mpo_rs.torch.models.tiny_hf_model` needs transformers: " \
-        "pip install 'mpo-rs[hf]'"  # fmt: skip
+    from mpo_rs._deps import install_hint
+
+    expected = f"MissingDependencyError `mpo_rs.torch.models.tiny_hf_model` needs transformers: {install_hint('hf')}"
+    assert r.stdout.strip() == expected
 
 
 # --------------------------------------------------------------------------- GPU

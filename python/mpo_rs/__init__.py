@@ -5,7 +5,7 @@ The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
 are the classes of ``mpo_rs.exceptions`` (``MpoError``, a ValueError, and its subclasses). ``mpo_rs.torch`` (the losses, the learner) needs
 the ``torch`` extra and is imported on demand. A module or command whose optional
 dependency is not installed raises ``MissingDependencyError`` (an ImportError) whose one-line
-message names the extra that installs it, e.g. ``pip install 'mpo-rs[torch]'``.
+message names the extra and the pip command that installs it from where mpo_rs came from.
 """
 
 from __future__ import annotations

@@ -3,21 +3,62 @@
 ``import mpo_rs`` needs only numpy. Every other dependency belongs to an extra of the
 ``mpo-rs`` package (pyproject.toml); a module or command that needs one raises
 :class:`MissingDependencyError` when it is not installed, with a message such as
-"`mpo_rs.torch` needs torch: pip install 'mpo-rs[torch]'".
+"`mpo_rs.torch` needs torch: pip install '/path/to/mpo_rs-0.1.0-cp311-abi3-….whl[torch]'".
+
+The command names where this installation came from (:func:`install_hint`), since the
+package is installed from a wheel file or a checkout, not by name from an index.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+from importlib import metadata
+from urllib.parse import unquote, urlparse
+
 from ._native import MissingDependencyError  # created with the other exceptions, in Rust
 
-__all__ = ["MissingDependencyError", "missing", "require"]
+__all__ = ["MissingDependencyError", "install_hint", "missing", "require"]
+
+DISTRIBUTION = "mpo-rs"
+
+
+def _installed_from() -> tuple[str, bool] | None:
+    """The local wheel file or directory this installation was made from and whether it is
+    an editable install, from the record pip (and maturin) leave in the package's metadata
+    (direct_url.json, PEP 610); None without a record of a local source (an index install).
+    A source that is no longer there is named by what it was."""
+    try:
+        record = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
+        info = json.loads(record) if record else None
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    if not isinstance(info, dict) or not str(info.get("url", "")).startswith("file:"):
+        return None
+    path = unquote(urlparse(info["url"]).path)
+    editable = bool(isinstance(info.get("dir_info"), dict) and info["dir_info"].get("editable"))
+    return (path if os.path.exists(path) else GONE, editable)
+
+
+GONE = "<the wheel or checkout mpo_rs was installed from>"
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that adds ``extra`` to this installation: the same wheel file or
+    checkout with the extra (``-e`` kept for an editable checkout), else the project's name."""
+    source = _installed_from()
+    if source is None:
+        return f"pip install {shlex.quote(f'{DISTRIBUTION}[{extra}]')}"
+    path, editable = source
+    return f"pip install {'-e ' if editable else ''}{shlex.quote(f'{path}[{extra}]')}"
 
 
 def missing(feature: str, extra: str, error: ModuleNotFoundError) -> MissingDependencyError:
     """The error to raise for ``feature`` when importing one of its dependencies failed with
     ``error``; ``extra`` is the package extra that installs it."""
     name = (error.name or "").split(".")[0] or "a dependency"
-    return MissingDependencyError(f"`{feature}` needs {name}: pip install 'mpo-rs[{extra}]'", name=error.name)
+    return MissingDependencyError(f"`{feature}` needs {name}: {install_hint(extra)}", name=error.name)
 
 
 def require(module: str, feature: str, extra: str) -> None:

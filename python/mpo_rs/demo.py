@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        print("`mpo_rs.demo` needs pyarrow: pip install 'mpo-rs[arrow]'", file=sys.stderr)
+        from ._deps import install_hint
+
+        print(f"`mpo_rs.demo` needs pyarrow: {install_hint('arrow')}", file=sys.stderr)
         return 1
     from . import cli
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import _native, columns
 from .. import observation_rewards as _observation
-from .._deps import MissingDependencyError
+from .._deps import MissingDependencyError, install_hint
 from .._native import InvalidBatchError, InvalidOptionError
 from .plot import REPORT_DIR, TOOL, require_matplotlib, write_report
 from .read import check_batch_rows, diagnose_logs, require_pyarrow
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
             require_matplotlib()
         except MissingDependencyError:
             figures = False
-            note("figures skipped: they need matplotlib: pip install 'mpo-rs[plot]' (summary.json is written)")
+            note(f"figures skipped: they need matplotlib: {install_hint('plot')} (summary.json is written)")
     diag = diagnose_logs(
         args.input,
         values_col=args.values_col,

@@ -1,4 +1,4 @@
-"""MPO in OpenRLHF (``pip install mpo-rs[openrlhf]``; written against openrlhf 0.11.2).
+"""MPO in OpenRLHF (the ``openrlhf`` extra; written against openrlhf 0.11.2).
 
 * :class:`MPOExperienceMixin` replaces ``RemoteExperienceMaker.compute_advantages_and_returns``:
   each experience's ``advantages`` and ``returns`` come from MAE over its

@@ -1,4 +1,4 @@
-"""MPO in TRL's ``GRPOTrainer`` (``pip install mpo-rs[trl]``; tested with trl 1.16.0).
+"""MPO in TRL's ``GRPOTrainer`` (the ``trl`` extra; tested with trl 1.16.0).
 
 :class:`MPOGRPOTrainer` is a ``trl.GRPOTrainer`` that
 

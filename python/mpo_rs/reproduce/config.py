@@ -161,7 +161,7 @@ def _table1(task: str) -> tuple[Arm, ...]:
 
 
 def _relatives(task: str) -> tuple[Arm, ...]:
-    """MPO's public relatives: what a user could use instead (mpo-spec §2.4)."""
+    """MPO's public relatives: what a user could use instead (docs/spec.md, "Turn-level estimators of other projects")."""
     p = TASK_PREFIX[task]
     # AReaL's turn-level GAE (gae_timestep_unit "turn"): gamma*lambda once per turn, the value at
     # the turn's first token, broadcast -- MAE with beta = 0 -- under a token ratio. It differs from
