@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from importlib import metadata
 from urllib.parse import unquote, urlparse
 
 from ._native import MissingDependencyError  # created with the other exceptions, in Rust
 
-__all__ = ["MissingDependencyError", "install_hint", "missing", "require"]
+__all__ = ["MissingDependencyError", "install_hint", "missing", "require", "require_all"]
 
 DISTRIBUTION = "mpo-rs"
 
@@ -45,8 +46,9 @@ GONE = "<the wheel or checkout mpo_rs was installed from>"
 
 
 def install_hint(extra: str) -> str:
-    """The pip command that adds ``extra`` to this installation: the same wheel file or
-    checkout with the extra (``-e`` kept for an editable checkout), else the project's name."""
+    """The pip command that adds ``extra`` (one, or several comma-separated) to this
+    installation: the same wheel file or checkout with the extra (``-e`` kept for an
+    editable checkout), else the project's name."""
     source = _installed_from()
     if source is None:
         return f"pip install {shlex.quote(f'{DISTRIBUTION}[{extra}]')}"
@@ -64,9 +66,23 @@ def missing(feature: str, extra: str, error: ModuleNotFoundError) -> MissingDepe
 def require(module: str, feature: str, extra: str) -> None:
     """Imports ``module`` (and so checks it is there) or raises MissingDependencyError.
     For a check before any work; the caller imports the module where it uses it."""
+    require_all(feature, [(module, extra)])
+
+
+def require_all(feature: str, needs: Sequence[tuple[str, str]]) -> None:
+    """:func:`require` for several ``(module, extra)`` pairs at once: one error naming every
+    missing module and one command installing all their extras, so a user installs once."""
     import importlib
 
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise missing(feature, extra, e) from None
+    absent: list[tuple[ModuleNotFoundError, str]] = []
+    for module, extra in needs:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            absent.append((e, extra))
+    if len(absent) == 1:
+        raise missing(feature, absent[0][1], absent[0][0])
+    if absent:
+        names = ", ".join((e.name or "").split(".")[0] or "a dependency" for e, _ in absent)
+        extras = ",".join(dict.fromkeys(extra for _, extra in absent))
+        raise MissingDependencyError(f"`{feature}` needs {names}: {install_hint(extras)}", name=absent[0][0].name)

@@ -354,11 +354,9 @@ def run_config(
 ) -> CompareResult:
     """Claims ``out`` for ``config``, runs every (arm, seed) it has not finished, and writes
     the report. Raises InvalidOptionError (usage), MissingDependencyError or OSError."""
-    from .._deps import require
+    from .._deps import require_all
 
-    require("torch", "mpo-rs reproduce", "torch")
-    require("pyarrow", "mpo-rs reproduce", "arrow")
-    require("matplotlib", "mpo-rs reproduce", "plot")
+    require_all("mpo-rs reproduce", [("torch", "torch"), ("pyarrow", "arrow"), ("matplotlib", "plot")])
     if config.device == "cuda":
         import torch
 
