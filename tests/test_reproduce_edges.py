@@ -59,7 +59,7 @@ def _workers_of(pid: int) -> list[int]:
 # --------------------------------------------------------------------------- seeds
 
 
-def test_run_seed_256_trains_on_no_held_out_task(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_seed_256_trains_on_no_held_out_task(monkeypatch: pytest.MonkeyPatch, edge_path: None) -> None:
     """Training task seeds were seed * 2**32 + k and the held-out ones 2**40 + k, so run seed
     256 trained on the evaluation tasks (the first one reset 12 times instead of 8)."""
     pytest.importorskip("torch")
@@ -83,7 +83,7 @@ def test_run_seed_256_trains_on_no_held_out_task(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(run, "sample", sample)
     monkeypatch.setattr(run, "_evaluate", evaluate)
-    config = build_config(None, arms=["grpo"], budget="quick", first_seed=256)
+    config = build_config(EDGE, arms=["grpo"], budget="quick", first_seed=256)  # no base policy to build
     run.run_one(config, "grpo", 256)
     trained = {s for held_out, seeds in calls if not held_out for s in seeds}
     evaluated = {s for held_out, seeds in calls if held_out for s in seeds}
@@ -244,7 +244,7 @@ def test_an_env_beyond_the_model_is_refused_before_out(edge_path: None, tmp_path
     out = tmp_path / "out"
     for params, says in (
         (["obs_len=2000"], "tokens long, more than the 4096 the model takes"),
-        (["max_turns=3000"], "at least 8999 tokens, more than reproduce's model takes (4096)"),
+        (["max_turns=3000"], "at least 9000 tokens, more than reproduce's model takes (4096)"),
         (["vocab_size=10000000000000"], "vocab_size 10000000000000 is more than reproduce's model takes"),
     ):
         argv = ["reproduce", "--env", EDGE, *(a for p in params for a in ("--env-param", p)), "--quick"]
