@@ -110,6 +110,7 @@ def test_stops_in_every_phase_end_promptly_and_leave_no_worker(tmp_path: Path) -
             if proc.poll() is None:
                 proc.kill()
         rest = lines.rest(timeout=30)
+        proc.stderr.close()
         assert time.monotonic() - stopped < 30
         assert code in (0, 128 + sig), (phase, sig, code, "".join(lines.seen))
         assert "Traceback" not in rest and "Exception ignored" not in rest, (phase, sig, rest)

@@ -561,6 +561,7 @@ def test_a_stop_is_prompt_keeps_finished_runs_and_resumes(tmp_path: Path, how: s
         code = 128 + signal.SIGTERM
     wait(proc, timeout=30)
     rest = lines.rest(timeout=30)
+    proc.stderr.close()
     assert time.monotonic() - started < 5.0
     assert proc.returncode == code, rest
     assert "Traceback" not in rest
