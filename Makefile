@@ -123,19 +123,23 @@ lint-python: $(STAMP)
 
 # The daily fuzz run: >= 10^6 estimator inputs and >= 10^4 corrupt Parquet files (a new
 # seed each day, printed so a failure can be replayed with FUZZ_SEED=...), then the
-# hypothesis fuzzer of the Python API with more examples. Failing inputs are saved under
+# hypothesis fuzzers of the Python API and of `reproduce --env` with more examples, and
+# FUZZ_STOPS stops of `reproduce` across its phases. Failing inputs are saved under
 # rust/fuzz/artifacts/.
 FUZZ_SEED      ?= $(shell date +%Y%m%d)
 FUZZ_ESTIMATOR ?= 2000000
 FUZZ_PARQUET   ?= 20000
 FUZZ_EXAMPLES  ?= 400
+# Stops of `mpo-rs reproduce --workers 2` across its phases (tests/test_fuzz_reproduce.py).
+FUZZ_STOPS     ?= 60
 
 fuzz-build:
 	$(FUZZ_CARGO) build $(FUZZ_FLAGS) --bin fuzz-drive
 
 fuzz: build fuzz-build
 	target/release/fuzz-drive --seed $(FUZZ_SEED) --estimator $(FUZZ_ESTIMATOR) --parquet $(FUZZ_PARQUET)
-	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py
+	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MPO_FUZZ_STOPS=$(FUZZ_STOPS) FUZZ_SEED=$(FUZZ_SEED) \
+		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py tests/test_fuzz_reproduce.py
 
 bench: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench

@@ -5,6 +5,7 @@ every bad input or usage as a one-line error with the right exit code."""
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import stat
@@ -250,7 +251,7 @@ def _signal_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int,
 def _kill_when_staged(proc: subprocess.Popen, directory: Path, min_bytes: int) -> None:
     """SIGKILLs `proc` once a staged temporary in `directory` has `min_bytes`."""
     _signal_when_staged(proc, directory, min_bytes, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout=60)  # every signal test has a deadline: a hang fails it
 
 
 @pytest.fixture(scope="module")
@@ -426,7 +427,9 @@ def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, s
         text=True,
         preexec_fn=_default_signals,
     )
-    assert proc.stdout is not None and proc.stdout.readline() == "importing numpy\n"
+    assert proc.stdout is not None
+    assert select.select([proc.stdout], [], [], 60)[0], "the child said nothing within 60 s"  # no hang
+    assert proc.stdout.readline() == "importing numpy\n"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig and err == f"mpo-rs: error: {message}\n", (proc.returncode, err)

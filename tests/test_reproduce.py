@@ -540,15 +540,18 @@ def test_a_stop_is_prompt_keeps_finished_runs_and_resumes(tmp_path: Path, how: s
     then wrote nothing. A stop ends it within seconds with one line (no worker
     traceback), keeps the finished runs, and the same command resumes from them."""
     pytest.importorskip("matplotlib")
+    from stops import Lines, wait
+
     out = tmp_path / "out"
     proc = _console_reproduce(out)
     assert proc.stderr is not None
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if line.startswith("mpo-rs: run 3/"):
-            break
-    assert proc.poll() is None, "".join(lines)
+    lines = Lines(proc.stderr)  # every read and wait below has a deadline: a hang fails the test
+    try:
+        lines.until(lambda line: line.startswith("mpo-rs: run 3/"), timeout=300)
+    except AssertionError:
+        proc.kill()
+        raise
+    assert proc.poll() is None, "".join(lines.seen)
     started = time.monotonic()
     if how.startswith("ctrl-c"):
         os.killpg(proc.pid, signal.SIGINT)
@@ -556,9 +559,9 @@ def test_a_stop_is_prompt_keeps_finished_runs_and_resumes(tmp_path: Path, how: s
     else:
         proc.send_signal(signal.SIGTERM)
         code = 128 + signal.SIGTERM
-    rest = proc.stderr.read()
+    wait(proc, timeout=30)
+    rest = lines.rest(timeout=30)
     proc.stderr.close()
-    proc.wait(timeout=30)
     assert time.monotonic() - started < 5.0
     assert proc.returncode == code, rest
     assert "Traceback" not in rest
@@ -570,7 +573,10 @@ def test_a_stop_is_prompt_keeps_finished_runs_and_resumes(tmp_path: Path, how: s
     assert not (out / "reproduction.md").exists()
 
     proc = _console_reproduce(out)
-    _, err = proc.communicate(timeout=300)
+    try:
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
     assert proc.returncode == 0, err
     assert f"resuming: {kept} of {6 * len(QUICK.arms)} runs already finished" in err
     assert len(list((out / "runs").glob("*.json"))) == 6 * len(QUICK.arms)

@@ -9,6 +9,7 @@ empty. Given the seed, an episode depends only on the actions.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,11 +20,13 @@ import numpy as np
 from ..exceptions import InvalidConfigError, InvalidRolloutError
 
 __all__ = [
+    "CheckedEnv",
     "Episode",
     "MultiTurnEnv",
     "Policy",
     "SeedStream",
     "check_action",
+    "check_env",
     "check_param",
     "check_probability",
     "check_seed",
@@ -199,3 +202,158 @@ def check_probability(env_name: str, name: str, value: object) -> float:
 def uniform(stream: SeedStream) -> float:
     """A float in [0, 1) from 53 bits of the stream."""
     return stream.below(1 << 53) / float(1 << 53)
+
+
+# --------------------------------------------------------------------------- checking an env of unknown quality
+
+SIZES = ("vocab_size", "action_tokens", "max_turns")
+"""The ints an env declares."""
+METHODS = ("reset", "step")
+SIZE_LIMIT = 1 << 63
+"""Sizes are below this: token ids and counts are int64 in the sampler and the logs."""
+
+
+def _show(value: object) -> str:
+    """``repr(value)`` on one line, at most 80 characters (an array's repr has newlines)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_env(env: object, name: str) -> None:
+    """The members every MultiTurnEnv has: ``vocab_size``, ``action_tokens`` and
+    ``max_turns`` ints in ``[1, 2**63)`` (numpy ints too, not bools), ``reset`` and ``step``
+    callables. Raises InvalidConfigError, one line naming ``name``, the member and its value."""
+    absent = [m for m in (*SIZES, *METHODS) if not hasattr(env, m)]
+    if absent:
+        raise InvalidConfigError(
+            f"{name} returned a {type(env).__name__}, not a MultiTurnEnv: it has no {', '.join(absent)} "
+            "(docs/envs.md, the protocol)"
+        )
+    for member in SIZES:
+        value = getattr(env, member)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidConfigError(f"{name}: {member} must be an int >= 1, got {_show(value)}")
+        if value >= SIZE_LIMIT:
+            raise InvalidConfigError(f"{name}: {member} must be below 2**63, got {value}")
+    for member in METHODS:
+        if not callable(getattr(env, member)):
+            raise InvalidConfigError(f"{name}: {member} must be a method, got {type(getattr(env, member)).__name__}")
+
+
+def _token_list(where: Callable[[], str], value: object, vocab_size: int) -> list[int]:
+    """An observation as a list of ints in ``[0, vocab_size)``, else InvalidRolloutError."""
+    if type(value) is list and all(type(t) is int for t in value):
+        tokens: list[int] = value  # the common case, checked without a per-token call
+    elif isinstance(value, np.ndarray) and value.ndim == 1 and (value.dtype.kind in "iu" or value.size == 0):
+        tokens = value.astype(np.int64).tolist()
+    elif isinstance(value, (list, tuple)) and all(
+        isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)) for t in value
+    ):
+        tokens = [int(t) for t in value]
+    else:
+        raise InvalidRolloutError(f"{where()} an observation that is not a list of int token ids: {_show(value)}")
+    if tokens and (min(tokens) < 0 or max(tokens) >= vocab_size):
+        position, token = next((p, t) for p, t in enumerate(tokens) if not 0 <= t < vocab_size)
+        raise InvalidRolloutError(
+            f"{where()} an observation whose token {position} is {token}, outside [0, {vocab_size}) (vocab_size)"
+        )
+    return tokens
+
+
+class CheckedEnv:
+    """``env`` with every call checked against the protocol, for an env of unknown quality
+    (a user's): the sizes once (:func:`check_env`), then each call's return -- an
+    observation a list of ints in ``[0, vocab_size)`` (a 1-D integer array or a tuple is
+    converted), a non-empty prompt, a reward an int or float (numpy scalars too; not a
+    bool, not a string) and finite, ``done`` a bool (or numpy bool) -- and an exception
+    raised inside a call. Every refusal is an InvalidRolloutError of one line naming
+    ``name``, the call (with the episode's seed and turn) and the value; the env's own
+    exception is its ``__cause__``. With ``max_episode_tokens``, an episode that grows
+    beyond that many tokens (prompt, actions and the observations the policy reads) is
+    refused at the step that makes it so."""
+
+    def __init__(self, env: object, name: str, max_episode_tokens: int | None = None) -> None:
+        check_env(env, name)
+        self.env, self.name = env, name
+        self.vocab_size = int(env.vocab_size)  # type: ignore[attr-defined]
+        self.action_tokens = int(env.action_tokens)  # type: ignore[attr-defined]
+        self.max_turns = int(env.max_turns)  # type: ignore[attr-defined]
+        self.max_episode_tokens = max_episode_tokens
+        self._seed: object = None
+        self._turn = 0
+        self._length = 0
+
+    def _call(self, call: Callable[[], str], method: str, *args: object) -> object:
+        try:
+            return getattr(self.env, method)(*args)
+        except Exception as e:  # the env's own failure: one line, the traceback kept as the cause
+            message = " ".join(str(e).split())
+            raise InvalidRolloutError(f"{self.name}: {call()} raised {type(e).__name__}: {message}") from e
+
+    def reset(self, seed: int) -> list[int]:
+        def call() -> str:
+            return f"reset({_show(seed)})"
+
+        tokens = _token_list(self._returned(call), self._call(call, "reset", seed), self.vocab_size)
+        if not tokens:
+            raise InvalidRolloutError(
+                f"{self.name}: {call()} returned no tokens; the first policy token needs a prompt"
+            )
+        self._seed, self._turn, self._length = seed, 0, len(tokens)
+        self._check_length(call)
+        return tokens
+
+    def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
+        turn = self._turn
+
+        def call() -> str:  # built only for a message: the step itself stays cheap
+            return f"step({_show(list(action))}) at turn {turn} of seed {self._seed}"
+
+        result = self._call(call, "step", action)
+        if not (isinstance(result, tuple) and len(result) == 3):
+            raise InvalidRolloutError(
+                f"{self.name}: {call()} returned {_show(result)}, not (observation, reward, done)"
+            )
+        observation, reward, done = result
+        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, (int, float, np.integer, np.floating)):
+            raise InvalidRolloutError(
+                f"{self.name}: {call()} returned the reward {_show(reward)} ({type(reward).__name__}), not a number"
+            )
+        try:
+            value = float(reward)
+        except OverflowError:  # an int beyond float's range
+            value = math.inf
+        if not math.isfinite(value):
+            raise InvalidRolloutError(f"{self.name}: {call()} returned the reward {_show(reward)}, not finite")
+        if not isinstance(done, (bool, np.bool_)):
+            raise InvalidRolloutError(
+                f"{self.name}: {call()} returned done={_show(done)} ({type(done).__name__}), not a bool"
+            )
+        tokens = _token_list(self._returned(call), observation, self.vocab_size)
+        self._turn += 1
+        self._length += len(action)
+        if not done and self._turn < self.max_turns:  # the observation the policy reads next
+            if not tokens:
+                raise InvalidRolloutError(
+                    f"{self.name}: {call()} returned an empty observation without done; turns are separated by at "
+                    "least one observation token"
+                )
+            self._length += len(tokens)
+        self._check_length(call)
+        return tokens, value, bool(done)
+
+    def _returned(self, call: Callable[[], str]) -> Callable[[], str]:
+        return lambda: f"{self.name}: {call()} returned"
+
+    def _check_length(self, call: Callable[[], str]) -> None:
+        if self.max_episode_tokens is not None and self._length > self.max_episode_tokens:
+            raise InvalidRolloutError(
+                f"{self.name}: after {call()} the episode is {self._length} tokens long, more than the "
+                f"{self.max_episode_tokens} the model takes"
+            )
+
+    def __getattr__(self, attr: str) -> object:
+        # Anything else the env offers (chance_success(), a version, names of tokens).
+        if attr == "env":
+            raise AttributeError(attr)
+        return getattr(self.env, attr)

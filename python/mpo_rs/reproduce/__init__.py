@@ -8,7 +8,9 @@ noisy oracle, and the critic warm-up; needs torch), :mod:`.run` (one run = an ar
 from one seed, and the pool of runs; needs torch), :mod:`.report`
 (tables, figures, claims and the generated page; needs pyarrow and matplotlib),
 :mod:`.api` (:func:`compare`: the protocol on your own ``MultiTurnEnv``, which the command
-runs), :mod:`.command` (the command's arguments and run).
+runs), :mod:`.command` (the command's arguments and run), :mod:`.seeds` (the one layout of
+task seeds), :mod:`.env` (a task's environment: found, checked, identified, sized) and
+:mod:`.pool` (the worker processes, which a stop always ends).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ the paired analysis with Holm's correction -- on any environment that implements
 
 - The environment is ``"module:factory"`` (a callable returning a fresh env; ``env_params``
   are its keyword arguments), a module-level callable, or None for the built-in tasks.
-  It travels to the worker processes by that name, and the name with its parameters is part
-  of the configuration hash, so an output directory resumes only the runs of the same env.
+  It travels to the worker processes by that name; the name, its parameters and its code
+  identity are part of the configuration hash (:mod:`.env`), so an output directory resumes
+  only the runs of the same env, unedited. It is checked before anything is written.
 - ``arms`` is a subset of the arm keys (:func:`arm_keys`); ``budget`` one of :data:`BUDGETS`
   (``quick``: a smoke test; ``small``: a quarter of the full run's updates, a first look;
   ``full``: the reported run's) or a :class:`~mpo_rs.reproduce.config.Budget`.
@@ -21,11 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
-import importlib
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,10 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..exceptions import InvalidConfigError, InvalidOptionError
-from .config import FULL, GPU, PILOT, QUICK, Budget, ReproduceConfig, TaskSpec
+from ..exceptions import InvalidOptionError
+from .config import FULL, GPU, PILOT, QUICK, Budget, ReproduceConfig
+from .env import check_user_env, env_spec, load_env_factory, make_env, task_chance
 
 __all__ = [
     "BUDGETS",
@@ -66,9 +63,6 @@ full run's with a quarter of its updates), ``pilot`` (the full run's budget on t
 own seeds, :data:`~mpo_rs.reproduce.config.PILOT`, which sizes the final run's seeds through
 the analysis plan) and ``full`` (the reported run's)."""
 
-ENV_MEMBERS = ("vocab_size", "action_tokens", "max_turns", "reset", "step")
-"""What a MultiTurnEnv has (docs/envs.md#the-protocol)."""
-
 
 def _base(budget: str | Budget, device: str) -> ReproduceConfig:
     """The committed configuration a budget starts from (QUICK, FULL or GPU, as before)."""
@@ -90,122 +84,6 @@ def _base(budget: str | Budget, device: str) -> ReproduceConfig:
     if budget == "full":
         return full
     raise InvalidOptionError(f"unknown budget {budget!r}; known: {', '.join(BUDGETS)} (or a Budget)")
-
-
-# --------------------------------------------------------------------------- the environment
-
-
-def _import(spec: str, module_name: str) -> Any:
-    # The current directory first on the path, as `python -m` has it, so `examples.my_env`
-    # is found from a checkout; spawned workers inherit the path.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
-            raise InvalidConfigError(
-                f"env {spec!r}: no module named {e.name!r} (run from the directory that holds it, or add it to "
-                "PYTHONPATH)"
-            ) from None
-        raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {e}") from None
-    except Exception as e:  # the user's module failed while importing: one line, typed
-        raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
-
-
-@functools.cache
-def load_env_factory(spec: str) -> Callable[..., Any]:
-    """The callable named by ``spec`` (``module:factory``, the factory may be dotted, e.g.
-    ``pkg.envs:MyEnv.create``). Raises InvalidConfigError with one line when the spec is not
-    of that form, the module does not import or has no such attribute, or it is not callable."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr or any(not part.isidentifier() for part in attr.split(".")):
-        raise InvalidConfigError(f"env {spec!r}: expected module:factory, e.g. examples.my_env:make")
-    obj = _import(spec, module_name)
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise InvalidConfigError(f"env {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise InvalidConfigError(
-            f"env {spec!r}: {attr} is a {type(obj).__name__}, not a callable that returns a MultiTurnEnv"
-        )
-    return obj  # type: ignore[no-any-return]
-
-
-def _checked_env(spec: str, params: Mapping[str, Any]) -> Any:
-    factory = load_env_factory(spec)
-    try:
-        env = factory(**params)
-    except Exception as e:  # a bad parameter, or the factory's own failure: one line, typed
-        raise InvalidConfigError(
-            f"env {spec!r}: calling it with {dict(params)} failed: {type(e).__name__}: {e}"
-        ) from None
-    missing = [m for m in ENV_MEMBERS if not hasattr(env, m)]
-    if missing:
-        raise InvalidConfigError(
-            f"env {spec!r} returned a {type(env).__name__}, not a MultiTurnEnv: it has no {', '.join(missing)} "
-            "(docs/envs.md, the protocol)"
-        )
-    for name in ENV_MEMBERS[:3]:
-        value = getattr(env, name)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidConfigError(f"env {spec!r}: {name} must be an int >= 1, got {value!r}")
-    for name in ENV_MEMBERS[3:]:
-        if not callable(getattr(env, name)):
-            raise InvalidConfigError(f"env {spec!r}: {name} must be a method, got {type(getattr(env, name)).__name__}")
-    return env
-
-
-def make_env(task: TaskSpec) -> Any:
-    """A fresh environment of ``task``: a registry name (``mpo_rs.envs.make``) or, when the
-    name holds a colon, the factory ``module:factory`` called with the task's parameters."""
-    if ":" in task.name:
-        return _checked_env(task.name, task.kwargs())
-    from ..envs import make
-
-    return make(task.name, **task.kwargs())
-
-
-def env_spec(env: str | Callable[..., Any]) -> str:
-    """``module:factory`` for a callable (it must be reachable by that name, which is how
-    worker processes find it and what the configuration hash records); a string as given."""
-    if isinstance(env, str):
-        return env
-    module, qualname = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
-    spec = f"{module}:{qualname}"
-    if not module or "<" in qualname:
-        raise InvalidConfigError(
-            f"env {env!r} cannot be named as module:factory (a lambda or a local function); "
-            "pass a function defined at the top of a module"
-        )
-    if load_env_factory(spec) is not env:
-        raise InvalidConfigError(f"env {env!r}: {spec} names another object")
-    return spec
-
-
-def task_chance(task: TaskSpec, episodes: int = 256) -> tuple[float, str]:
-    """(chance success, how it was obtained) for ``task``: the env's ``chance_success()``
-    when it has one (the built-in tasks' exact formulas), else the success rate of uniformly
-    random tokens over ``episodes`` held-out seeds (a Monte-Carlo estimate)."""
-    from .run import EVAL_SEED_BASE  # the held-out seeds, one definition
-
-    env = make_env(task)
-    if callable(getattr(env, "chance_success", None)):
-        return float(env.chance_success()), "exact"
-    rng = np.random.default_rng(0)
-    wins = 0
-    for i in range(episodes):
-        env.reset(EVAL_SEED_BASE + i)
-        score, done, turns = 0.0, False, 0
-        while not done and turns < env.max_turns:
-            _, reward, done = env.step(rng.integers(env.vocab_size, size=env.action_tokens).tolist())
-            score += float(reward)
-            turns += 1
-        wins += score > 0
-    return wins / episodes, f"uniformly random tokens, {episodes} episodes"
 
 
 # --------------------------------------------------------------------------- the configuration
@@ -245,12 +123,12 @@ def build_config(
             raise InvalidOptionError(f"{name} must be an int >= {least}, got {value!r}")
     if isinstance(arms, str):  # "mpo,ppo", as the command line writes it
         arms = [key.strip() for key in arms.split(",") if key.strip()]
-    config = _base(budget, device)
+    # The seeds first: their range is checked (ReproduceConfig), and the env is tried on them.
+    config = _base(budget, device).with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
     if env is not None:
         spec = env_spec(env)
-        params = dict(env_params or {})
-        task = TaskSpec(spec, tuple(sorted(params.items())))
-        _checked_env(spec, params)
+        # Built and played once here, so a bad env fails before anything is written.
+        task = check_user_env(spec, dict(env_params or {}), config.first_seed)
         template = _template_arms(config)
         main_family = template["mpo"].family
         chosen = [a for a in template.values() if a.family == main_family] if arms is None else template.values()
@@ -263,7 +141,6 @@ def build_config(
         raise InvalidOptionError("env_params (--env-param) needs an env (--env module:factory)")
     if arms is not None:
         config = config.with_arms(arms)
-    config = config.with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
     if env is not None and env_spec(env).startswith("__main__:"):
         config = dataclasses.replace(config, workers=1)  # __main__ may not import in a worker
     return config
@@ -364,9 +241,11 @@ def run_config(
             raise InvalidOptionError("--device cuda: torch sees no CUDA device")
     from .command import claim_output_dir
     from .report import write_report
-    from .run import finished_runs, run_all
+    from .run import finished_runs, refuse_edited_env, run_all
 
     target = Path(out) if out is not None else default_out(config)
+    if not overwrite:
+        refuse_edited_env(config, target)  # before the claim, whose refusal would not say why
     claim_output_dir(target, config.config_hash(), overwrite=overwrite)
     resumed = len(finished_runs(config, target))  # their time is not in this start's wall time
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")

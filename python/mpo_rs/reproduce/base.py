@@ -18,10 +18,10 @@ and ``OUT/base/<task>-seed<seed>-critic.pt``, with the hash of everything that d
 (:func:`base_key`, :func:`critic_key`); every arm of the seed loads the same weights, and a
 resumed run takes them as they are. A file of other settings is made again.
 
-Task seeds. Demonstrations use task seeds from :data:`DEMO_SEED_BASE`, the warm-up's
-rollouts from :data:`WARMUP_SEED_BASE` (each + run seed * 2**32): disjoint from training
-seeds (below 2**40) and from the held-out seeds (:data:`~mpo_rs.reproduce.run.EVAL_SEED_BASE`),
-on which the base success is measured.
+Task seeds. The demonstrations, the warm-up's rollouts and the held-out tasks (on which
+the base success and the warm-up's explained variance are measured) are
+:func:`~mpo_rs.reproduce.seeds.task_seeds` of their own purposes: apart from each other and
+from every run's training tasks by construction.
 """
 
 from __future__ import annotations
@@ -54,14 +54,12 @@ from ..torch.metrics import explained_variance
 from ..torch.model_io import token_log_probs, token_values
 from ..torch.models import TinyCausalLM
 from ..torch.sampler import sample
-from .api import make_env
 from .config import ReproduceConfig
+from .env import make_env, model_max_len
+from .seeds import HELD_OUT, task_seeds
 
 __all__ = [
     "BASE_DIR",
-    "DEMO_SEED_BASE",
-    "HELD_OUT_SEED_BASE",
-    "WARMUP_SEED_BASE",
     "base_key",
     "base_path",
     "base_policy",
@@ -77,11 +75,6 @@ __all__ = [
 ]
 
 BASE_DIR = "base"
-DEMO_SEED_BASE = 1 << 41
-WARMUP_SEED_BASE = 1 << 42
-HELD_OUT_SEED_BASE = 1 << 40
-"""The held-out task seeds (``run.EVAL_SEED_BASE``, repeated here to keep the import one-way)."""
-SEED_STRIDE = 1 << 32
 
 
 # --------------------------------------------------------------------------- the model
@@ -90,12 +83,16 @@ SEED_STRIDE = 1 << 32
 def new_policy(config: ReproduceConfig, task: str, seed: int) -> TinyCausalLM:
     """The run's policy at its random initialisation (``torch.manual_seed(seed)``): the
     architecture every arm of ``config`` on ``task`` trains."""
-    probe = make_env(config.task(task))
-    max_len = 1 + probe.max_turns * (probe.action_tokens + 8) + 64  # generous: observations are short
+    spec = config.task(task)
+    probe = make_env(spec)
     torch.manual_seed(seed)
     model = config.model
     return TinyCausalLM(
-        probe.vocab_size, width=model.width, layers=model.layers, heads=model.heads, max_len=max(256, max_len)
+        int(probe.vocab_size),
+        width=model.width,
+        layers=model.layers,
+        heads=model.heads,
+        max_len=model_max_len(spec, probe),
     ).to(torch.device(config.device))
 
 
@@ -183,7 +180,7 @@ def held_out_success(policy: nn.Module, config: ReproduceConfig, task: str, seed
     out = sample(
         policy,
         lambda: make_env(spec),
-        seeds=range(HELD_OUT_SEED_BASE, HELD_OUT_SEED_BASE + episodes),
+        seeds=task_seeds(HELD_OUT, None, 0, episodes),
         generator=gen,
         device=device,
     )
@@ -204,7 +201,7 @@ def base_key(config: ReproduceConfig, task: str, seed: int) -> str:
     random initialisation the arms start from (what a warm-up without a base policy fits)."""
     return _digest(
         {
-            "task": dataclasses.asdict(config.task(task)),
+            "task": config.task(task).identity(),
             "model": dataclasses.asdict(config.model),
             "device": config.device,
             "base": None if config.base is None else dataclasses.asdict(config.base),
@@ -298,8 +295,7 @@ def _make_base(policy: TinyCausalLM, config: ReproduceConfig, task: str, seed: i
     eps = base.eps(task)
     oracle = NoisyOracle(belief_model(env), eps, base.well_formed)
     rng = np.random.default_rng([seed, 0x5EED])
-    first = DEMO_SEED_BASE + seed * SEED_STRIDE
-    demos = demonstrations(env, oracle, range(first, first + base.episodes), rng)
+    demos = demonstrations(env, oracle, task_seeds("demo", seed, 0, base.episodes), rng)
     losses = behaviour_clone(policy, demos, steps=base.steps, batch_size=base.batch_size, lr=base.lr, rng=rng)
     bc_s, bc_cpu_s = time.perf_counter() - started, time.process_time() - cpu
     info = {
@@ -342,18 +338,23 @@ def warm_critic(
     return critic, dict(saved["info"])
 
 
-def _rollouts(policy: nn.Module, config: ReproduceConfig, task: str, first: int, episodes: int, seed: int) -> Any:
+def _rollouts(
+    policy: nn.Module, config: ReproduceConfig, task: str, purpose: str, run_seed: int | None, episodes: int, seed: int
+) -> Any:
+    """Rollouts of ``policy``: ``episodes // group_size`` tasks of ``purpose`` (of
+    ``run_seed``; None for the held-out tasks), each ``group_size`` times."""
     spec = config.task(task)
     device = torch.device(config.device)
     group = config.budget.group_size
-    gen = torch.Generator(device=device).manual_seed(seed * 31 + first % 1000003)
+    seeds = task_seeds(purpose, run_seed, 0, max(1, episodes // group))
+    gen = torch.Generator(device=device).manual_seed(seed * 31 + seeds.start % 1000003)
     was_training = policy.training
     policy.eval()
     with torch.no_grad():
         out = sample(
             policy,
             lambda: make_env(spec),
-            seeds=range(first, first + max(1, episodes // group)),
+            seeds=seeds,
             group_size=group,
             generator=gen,
             device=device,
@@ -386,7 +387,7 @@ def _make_critic(critic: nn.Module, policy: nn.Module, config: ReproduceConfig, 
     warmup, budget = config.warmup, config.budget
     started, cpu = time.perf_counter(), time.process_time()
     device = torch.device(config.device)
-    batch = _rollouts(policy, config, task, WARMUP_SEED_BASE + seed * SEED_STRIDE, warmup.episodes, seed)
+    batch = _rollouts(policy, config, task, "warmup", seed, warmup.episodes, seed)
     flat = {"token_ids": batch.token_ids, "mask": batch.mask, "returns": _returns(batch)}
     optimizer = torch.optim.Adam(critic.parameters(), budget.critic_learning_rate)
     rng = np.random.default_rng([seed, 0xC41])
@@ -404,7 +405,7 @@ def _make_critic(critic: nn.Module, policy: nn.Module, config: ReproduceConfig, 
         optimizer.step()
         losses.append(float(loss.detach()))
     warmup_s, warmup_cpu_s = time.perf_counter() - started, time.process_time() - cpu
-    held_out = _rollouts(policy, config, task, HELD_OUT_SEED_BASE, warmup.episodes, seed + 1)
+    held_out = _rollouts(policy, config, task, HELD_OUT, None, warmup.episodes, seed + 1)
     info = {
         "task": task,
         "seed": seed,

@@ -44,6 +44,7 @@ from typing import Any
 
 from ..exceptions import InvalidConfigError, InvalidOptionError
 from ..options import Estimator
+from .seeds import check_run_seeds
 
 __all__ = [
     "ARMS",
@@ -322,10 +323,23 @@ class ModelSpec:
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
+    """A registry name (``mpo_rs.envs.make``) or a user env's ``module:factory``."""
     params: tuple[tuple[str, Any], ...] = ()
+    code: str | None = None
+    """A user env's code identity (:func:`mpo_rs.reproduce.env.env_code`: its modules'
+    sources and the version it declares); None for the built-in tasks, which are the
+    package's own code."""
 
     def kwargs(self) -> dict[str, Any]:
         return dict(self.params)
+
+    def identity(self) -> dict[str, Any]:
+        """What the hashes record of the task: name, parameters and, for a user env, its code
+        (a built-in task has no ``code`` key, so its hashes are those it always had)."""
+        out = dataclasses.asdict(self)
+        if self.code is None:
+            del out["code"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -345,6 +359,9 @@ class ReproduceConfig:
     warmup: CriticWarmup | None = None
     """The critic warm-up of every arm that trains a critic; None = none (a zero value head)."""
 
+    def __post_init__(self) -> None:
+        check_run_seeds(self.first_seed, self.seeds)  # every accepted seed's tasks stay apart
+
     @property
     def seed_list(self) -> tuple[int, ...]:
         return tuple(range(self.first_seed, self.first_seed + self.seeds))
@@ -362,11 +379,14 @@ class ReproduceConfig:
         raise KeyError(f"configuration {self.name!r} has no arm {key!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["tasks"] = [task.identity() for task in self.tasks]
+        return out
 
     def config_hash(self) -> str:
-        """sha256 (12 hex digits) of everything that decides the results; ``workers``
-        only schedules the runs, so it is left out."""
+        """sha256 (12 hex digits) of the configuration: every field but ``workers`` (which
+        only schedules the runs), a user env's code identity with its task
+        (:meth:`TaskSpec.identity`). It does not cover mpo_rs's own code or its dependencies'."""
         payload = self.to_dict()
         payload.pop("workers")
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]

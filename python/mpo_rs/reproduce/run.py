@@ -14,13 +14,13 @@ rollout log for ``mpo-rs diagnose``.
 
 Seeds. Run seed s fixes the initial weights (``torch.manual_seed(s)``), the sampler's
 generator and the training tasks; all arms share them, so arm differences are not
-differences of luck in the draw of tasks. Held-out tasks are seeds from
-:data:`EVAL_SEED_BASE` up, never used for training.
+differences of luck in the draw of tasks. The task seeds of every purpose (training,
+held-out) come from :func:`~mpo_rs.reproduce.seeds.task_seeds`, whose layout keeps them
+apart by construction: a held-out task is never a training task.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -48,26 +48,22 @@ from ..torch.critic import value_head_critic
 from ..torch.learner import Learner, LearnerConfig, RolloutBatch, token_values
 from ..torch.metrics import explained_variance
 from ..torch.sampler import sample
-from .api import make_env
 from .config import Arm, ReproduceConfig
+from .env import make_env
+from .seeds import HELD_OUT, task_seeds
 
 __all__ = [
-    "EVAL_SEED_BASE",
     "RUNS_DIR",
     "RunsStopped",
     "explained_variance",
     "finished_runs",
     "learner_config",
     "pass_at_k",
+    "refuse_edited_env",
     "run_all",
     "run_file",
     "run_one",
 ]
-
-EVAL_SEED_BASE = 1 << 40
-"""Held-out task seeds start here; training seeds stay below it."""
-TRAIN_SEED_STRIDE = 1 << 32
-"""Run seed s trains on task seeds s * stride + 0, 1, 2, ..."""
 
 
 def learner_config(arm: Arm, config: ReproduceConfig, seed: int) -> LearnerConfig:
@@ -131,7 +127,7 @@ def _evaluate(
 ) -> dict[str, float]:
     budget = config.budget
     gen = torch.Generator(device=device).manual_seed(seed * 7919 + update)
-    seeds = range(EVAL_SEED_BASE, EVAL_SEED_BASE + budget.eval_tasks)
+    seeds = task_seeds(HELD_OUT, None, 0, budget.eval_tasks)
     policy.eval()
     out = sample(policy, env_factory, seeds=seeds, group_size=budget.eval_samples, generator=gen, device=device)
     policy.train()
@@ -222,11 +218,10 @@ def run_one(config: ReproduceConfig, arm_key: str, seed: int, out_dir: str | Pat
         if update % budget.eval_every == 0:
             evals.append(_evaluate(policy, env_factory, config, device, update, seed))
         t0 = time.perf_counter()
-        first = seed * TRAIN_SEED_STRIDE + update * budget.tasks_per_update
         rollouts = sample(
             policy,
             env_factory,
-            seeds=range(first, first + budget.tasks_per_update),
+            seeds=task_seeds("train", seed, update * budget.tasks_per_update, budget.tasks_per_update),
             group_size=budget.group_size,
             generator=gen,
             device=device,
@@ -305,7 +300,7 @@ def _write_rollout_log(
 
     budget = config.budget
     gen = torch.Generator(device=device).manual_seed(seed + 1)
-    seeds = range(EVAL_SEED_BASE, EVAL_SEED_BASE + budget.diagnose_tasks)
+    seeds = task_seeds(HELD_OUT, None, 0, budget.diagnose_tasks)
     policy.eval()
     rollouts = sample(policy, env_factory, seeds=seeds, group_size=1, generator=gen, device=device)
     policy.train()
@@ -352,13 +347,41 @@ def run_file(out_dir: str | Path, arm_key: str, seed: int) -> Path:
     return Path(out_dir) / RUNS_DIR / f"{arm_key}-seed{seed}.json"
 
 
-def _save_run(out_dir: str | Path, config_hash: str, result: dict[str, Any]) -> None:
-    """Writes one finished run whole or not at all (a temporary beside it, then a rename)."""
+def _save_run(out_dir: str | Path, config: ReproduceConfig, result: dict[str, Any]) -> None:
+    """Writes one finished run whole or not at all (a temporary beside it, then a rename),
+    with the configuration hash and its task's identity (a user env's code with it)."""
     path = run_file(out_dir, result["arm"], result["seed"])
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps({"config_hash": config_hash, **result}, allow_nan=True))
+    task = config.task(config.arm(result["arm"]).task).identity()
+    temp.write_text(json.dumps({"config_hash": config.config_hash(), "task": task, **result}, allow_nan=True))
     os.replace(temp, path)
+
+
+def refuse_edited_env(config: ReproduceConfig, out_dir: str | Path) -> None:
+    """Refuses (InvalidOptionError) to resume in ``out_dir`` the runs of a user env whose
+    code changed: a saved run of one of ``config``'s (arm, seed) made with the same env
+    and parameters but another code identity. Nothing is read beyond the first such file."""
+    digest = config.config_hash()
+    for arm in config.arms:
+        task = config.task(arm.task)
+        if task.code is None:
+            continue
+        for seed in config.seed_list:
+            try:
+                saved = json.loads(run_file(out_dir, arm.key, seed).read_text())
+            except (OSError, ValueError):
+                continue
+            before = saved.get("task") if isinstance(saved, dict) else None
+            if not isinstance(before, dict) or saved.get("config_hash") == digest:
+                return
+            if before.get("name") == task.name and before.get("code") != task.code:
+                raise InvalidOptionError(
+                    f"--out {out_dir} holds runs of env {task.name!r} made from other code ({before.get('code')}, now "
+                    f"{task.code}: the source of its module or its declared version changed), which are not resumed; "
+                    "choose a new --out, or restore the env's code to resume them"
+                )
+            return
 
 
 def finished_runs(config: ReproduceConfig, out_dir: str | Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -373,6 +396,9 @@ def finished_runs(config: ReproduceConfig, out_dir: str | Path) -> dict[tuple[st
                 saved = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
+            if not isinstance(saved, dict):
+                continue
+            saved.pop("task", None)
             if saved.pop("config_hash", None) == digest and (saved.get("arm"), saved.get("seed")) == (arm.key, seed):
                 found[arm.key, seed] = saved
     return found
@@ -381,11 +407,6 @@ def finished_runs(config: ReproduceConfig, out_dir: str | Path) -> dict[tuple[st
 def _worker_init() -> None:
     # One thread per worker: the runs are small and the processes share the cores.
     torch.set_num_threads(1)
-    # A stop is the main process's to handle: Ctrl-C reaches the whole process group, and
-    # a worker must not print a traceback of its own; the main process kills the workers.
-    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            signal.signal(sig, signal.SIG_IGN)
 
 
 def _job(args: tuple[ReproduceConfig, str, int, str]) -> dict[str, Any]:
@@ -395,18 +416,7 @@ def _job(args: tuple[ReproduceConfig, str, int, str]) -> dict[str, Any]:
 
 def _stop_code(stop: BaseException) -> int:
     """128 + the signal of a stop request (SIGINT for Ctrl-C)."""
-    return 128 + (stop.signum if isinstance(stop, Terminated) else signal.SIGINT)
-
-
-def _kill_pool(pool: Any) -> None:
-    """Ends a process pool now: queued runs cancelled, running ones killed (a run holds
-    nothing that a kill could corrupt: its result is saved by this process)."""
-    # (The executor keeps its workers in a private dict, which shutdown() clears: read it first.)
-    processes = list(getattr(pool, "_processes", None) or {})
-    for pid in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    pool.shutdown(wait=False, cancel_futures=True)
+    return 128 + int(getattr(stop, "signum", signal.SIGINT))
 
 
 def run_all(
@@ -427,7 +437,6 @@ def run_all(
     if workers < 1:
         raise InvalidOptionError(f"workers must be at least 1, got {workers}")
     jobs = [(config, arm.key, seed, str(out_dir)) for arm in config.arms for seed in config.seed_list]
-    digest = config.config_hash()
     done_before = finished_runs(config, out_dir)
     results: dict[int, dict[str, Any]] = {
         i: done_before[job[1], job[2]] for i, job in enumerate(jobs) if (job[1], job[2]) in done_before
@@ -438,7 +447,7 @@ def run_all(
     order = sorted((i for i in range(len(jobs)) if i not in results), key=lambda i: cost[config.arm(jobs[i][1]).task])
 
     def finished(i: int, result: dict[str, Any]) -> None:
-        _save_run(out_dir, digest, result)
+        _save_run(out_dir, config, result)
         results[i] = result
         note(f"run {len(results)}/{len(jobs)}: {jobs[i][1]} seed {jobs[i][2]} ({result['wall_s']:.0f} s)")
 
@@ -511,20 +520,6 @@ def _run_here(config: ReproduceConfig, jobs: list[Any], order: list[int], finish
 
 
 def _run_in_pool(workers: int, jobs: list[Any], order: list[int], finished: Any, fn: Any = None) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from .pool import run_jobs  # worker processes that a stop always ends (its doc says how)
 
-    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)
-    try:
-        futures = {pool.submit(_job if fn is None else fn, jobs[i]): i for i in order}
-        pending = set(futures)
-        while pending:
-            # A bounded wait, so a signal's handler runs promptly in this thread.
-            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in done:
-                finished(futures[future], future.result())
-    except BaseException:
-        _kill_pool(pool)
-        raise
-    pool.shutdown(wait=True)
+    run_jobs(_job if fn is None else fn, jobs, order, finished, workers, init=_worker_init)
