@@ -29,7 +29,8 @@
 //! resolved) and files also by (device, inode), which every name of a file shares (hard
 //! links, bind mounts).
 //! - OUTPUT is not INPUT, does not lie inside an INPUT directory, and does not contain
-//!   INPUT.
+//!   INPUT, whether or not OUTPUT or its parents exist yet: one check for every writer,
+//!   [`crate::aliasing::refuse_aliasing`].
 //! - No input is one of the files a replacement of OUTPUT deletes (its tree, symlinks not
 //!   followed).
 //! - No two inputs are one file: a symlink or a hard link beside its target would be read
