@@ -113,7 +113,7 @@ mod tests {
             let link = d.join("link");
             std::os::unix::fs::symlink(&input, &link).unwrap();
             assert!(refused(&inputs, &link.join("missing/new")).contains("inside the INPUT directory"));
-            assert!(refused(&[link.clone()], &input).contains("is INPUT"));
+            assert!(refused(std::slice::from_ref(&link), &input).contains("is INPUT"));
         }
         assert!(refuse_aliasing(&[d.join("nope")], &d.join("nope/out"), "OUTPUT").is_ok(), "nothing to alias");
         fs::remove_dir_all(d).unwrap();
