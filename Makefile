@@ -139,7 +139,8 @@ fuzz-build:
 fuzz: build fuzz-build
 	target/release/fuzz-drive --seed $(FUZZ_SEED) --estimator $(FUZZ_ESTIMATOR) --parquet $(FUZZ_PARQUET)
 	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MPO_FUZZ_STOPS=$(FUZZ_STOPS) FUZZ_SEED=$(FUZZ_SEED) \
-		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py tests/test_fuzz_reproduce.py
+		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py tests/test_fuzz_reproduce.py \
+		tests/test_fuzz_rollout_log.py
 
 bench: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench

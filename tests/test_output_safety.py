@@ -45,7 +45,7 @@ def test_a_directory_that_is_not_the_tools_is_refused_unless_asked_for(tmp_path)
 
 def test_what_is_not_a_directory_and_bad_arguments_are_usage_errors(tmp_path):
     (tmp_path / "file").write_text("keep")
-    with pytest.raises(InvalidOptionError, match="is a file; give a directory"):
+    with pytest.raises(InvalidOptionError, match="is a file, and a report is a directory"):
         _native.claim_output_dir(tmp_path / "file", "diagnose", overwrite=True)
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(InvalidOptionError, match="is a FIFO"):

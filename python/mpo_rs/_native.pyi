@@ -1,6 +1,6 @@
 # Hand-written stubs of the Rust extension module (checked by mypy.stubtest).
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, final
 
@@ -249,10 +249,22 @@ def annotate_batch(
 ) -> _ArrowStream: ...
 
 # Report directories under the output-safety rule (rust/python/src/safety.rs).
-__all__ += ["check_dataset_output", "check_output_dir", "claim_output_dir", "output_dir_marker"]
+__all__ += [
+    "check_dataset_output",
+    "check_output_dir",
+    "claim_output_dir",
+    "output_dir_marker",
+    "output_subdir",
+    "write_output_file",
+]
 
 def check_output_dir(
-    path: str | os.PathLike[str], tool: str, *, overwrite: bool = False, label: str | None = None
+    path: str | os.PathLike[str],
+    tool: str,
+    *,
+    overwrite: bool = False,
+    label: str | None = None,
+    inputs: Sequence[str | os.PathLike[str]] = ...,
 ) -> str | None: ...
 def claim_output_dir(
     path: str | os.PathLike[str],
@@ -261,8 +273,11 @@ def claim_output_dir(
     *,
     overwrite: bool = False,
     label: str | None = None,
+    inputs: Sequence[str | os.PathLike[str]] = ...,
 ) -> str | None: ...
 def output_dir_marker(path: str | os.PathLike[str]) -> tuple[str, str | None] | None: ...
 def check_dataset_output(
     inputs: list[str] | list[os.PathLike[str]], output: str | os.PathLike[str] | None = None
 ) -> None: ...
+def write_output_file(directory: str | os.PathLike[str], relative: str | os.PathLike[str], data: bytes) -> Path: ...
+def output_subdir(directory: str | os.PathLike[str], relative: str | os.PathLike[str]) -> Path: ...

@@ -56,6 +56,7 @@ _TEMP_MARKER = ".mpo-rs-"  # as rust/logs/src/atomic.rs: leftovers of a kill are
 _DEFAULT_MAX_FILE_BYTES = 256 << 20
 _DEFAULT_ROW_GROUP_BYTES = 64 << 20
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 # Held (strongly) until closed, so that a writer dropped without close() still finishes
 # its last part at exit rather than being collected with its rows.
@@ -332,6 +333,8 @@ class RolloutLogWriter:
         _check_token_ids(ids, offsets, method, ids_name)
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
             raise InvalidBatchError(f"{method}: `step` must be an integer (the training step), got {step!r}")
+        if not _INT64_MIN <= int(step) <= _INT64_MAX:
+            raise InvalidBatchError(f"{method}: `step` is {int(step)}, outside the step column's int64 range")
         row_of = np.repeat(np.arange(n_rows), np.diff(offsets))
         if values is not None:
             _check_finite(values, mask, row_of, offsets, method, "values", policy_only=True)
@@ -339,6 +342,8 @@ class RolloutLogWriter:
             _check_finite(rewards, np.ones_like(mask), row_of, offsets, method, rewards_name, policy_only=False)
         score = None if scores is None else _scores(scores, n_rows, method)
         groups = None if group_ids is None else _groups(group_ids, n_rows, method)
+        if n_rows == 0:
+            return  # an empty batch (checked like any other) adds nothing: no rows, no schema
 
         if offsets[-1] >= 2**31:
             raise InvalidBatchError(
@@ -640,26 +645,47 @@ def _scores(scores: Any, n_rows: int, method: str) -> np.ndarray:
 
 
 def _groups(group_ids: Any, n_rows: int, method: str) -> Any:
+    """The group ids as an Arrow int64 or string array. A log holds one kind (as
+    docs/rollout-logs.md says): integers beside strings are refused, never merged."""
     import pyarrow as pa
 
-    g = _array(group_ids, "group_ids")
+    if isinstance(group_ids, (list, tuple)):
+        # Element by element: numpy would read [1, "1"] as the strings "1", "1".
+        try:
+            g = np.asarray(group_ids, dtype=object)
+        except (TypeError, ValueError) as e:
+            raise InvalidBatchError(f"{method}: `group_ids` cannot be read as an array: {e}") from None
+    else:
+        g = _array(group_ids, "group_ids")
     if g.shape != (n_rows,):
         raise InvalidBatchError(f"{method}: `group_ids` has shape {g.shape}, expected ({n_rows},)")
     if g.dtype.kind in "iu":
-        if g.dtype.kind == "u" and g.size and g.max() > np.iinfo(np.int64).max:
-            raise InvalidBatchError(f"{method}: `group_ids` holds {g.max()}, beyond int64")
+        if g.dtype.kind == "u" and g.size and g.max() > _INT64_MAX:
+            i = int(np.argmax(g))
+            raise InvalidBatchError(f"{method}: `group_ids` holds {g[i]} at row {i}, beyond int64")
         return pa.array(g.astype(np.int64))
-    if g.dtype.kind == "O" and g.size and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in g):
-        return pa.array(g.astype(np.int64))
-    if g.dtype.kind in "UO":
-        values = g.tolist()
-        for i, v in enumerate(values):
-            if not isinstance(v, str):
-                raise InvalidBatchError(
-                    f"{method}: `group_ids` must be all integers or all strings; row {i} holds {type(v).__name__} {v!r}"
-                )
+    if g.dtype.kind not in "UO":
+        raise InvalidBatchError(f"{method}: `group_ids` must be integers or strings (verl's uid), got dtype {g.dtype}")
+    values = g.tolist()
+    is_int = [isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values]
+    is_str = [isinstance(v, str) for v in values]
+    for i, v in enumerate(values):
+        if not (is_int[i] or is_str[i]):
+            raise InvalidBatchError(
+                f"{method}: `group_ids` must be all integers or all strings; row {i} holds {type(v).__name__} {v!r}"
+            )
+    if any(is_int) and any(is_str):
+        i, j = is_int.index(True), is_str.index(True)
+        raise InvalidBatchError(
+            f"{method}: `group_ids` mixes integers and strings (row {i} holds {values[i]!r}, row {j} holds "
+            f"{values[j]!r}); a log's group ids are of one kind: give all as integers or all as strings"
+        )
+    if all(is_str) and values:
         return pa.array(values, pa.string())
-    raise InvalidBatchError(f"{method}: `group_ids` must be integers or strings (verl's uid), got dtype {g.dtype}")
+    for i, v in enumerate(values):
+        if not _INT64_MIN <= int(v) <= _INT64_MAX:
+            raise InvalidBatchError(f"{method}: `group_ids` holds {int(v)} at row {i}, outside int64")
+    return pa.array([int(v) for v in values], pa.int64())
 
 
 def _position(index: Sequence[int] | np.ndarray) -> str:

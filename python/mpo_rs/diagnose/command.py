@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         raise InvalidOptionError("give --score-col or --rewards-col, not both")
     if args.output:
         # The output-safety rule (rust/logs/src/safety.rs): new, empty, or an earlier report.
-        _native.check_output_dir(args.output, TOOL, label=REPORT_DIR)
+        _native.check_output_dir(args.output, TOOL, label=REPORT_DIR, inputs=[args.input])
     require_pyarrow()
     figures = bool(args.output)
     if figures:
@@ -114,5 +114,5 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
                 f"--trajectories: row{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
                 f"not in the log ({diag.rows:,} rows, numbered from 0); not drawn"
             )
-    written = write_report(diag, args.output, figures=figures) if args.output else []
+    written = write_report(diag, args.output, figures=figures, inputs=[args.input]) if args.output else []
     return format_table(summary), written

@@ -7,6 +7,7 @@ extra (after writing summary.json)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from .. import _native
 from .._deps import require
+from .._outputs import figure_bytes, write_file
 from .read import Diagnosis, TrajectoryTrace
 from .summary import PAPER_MEDIAN_BETWEEN_SHARE, value_structure, write_summary_json
 
@@ -30,7 +32,12 @@ def require_matplotlib() -> None:
 
 
 def write_report(
-    diag: Diagnosis, out_dir: str | os.PathLike[str], *, figures: bool = True, overwrite: bool = False
+    diag: Diagnosis,
+    out_dir: str | os.PathLike[str],
+    *,
+    figures: bool = True,
+    overwrite: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Path]:
     """Writes summary.json and, with ``figures``, the PNG figures; returns the paths
     written. summary.json is written first (atomically), so it is there even when the
@@ -40,8 +47,10 @@ def write_report(
     ``out_dir`` must be new, empty, or an earlier report (it holds the ``.mpo-rs-output``
     marker naming diagnose), else :class:`mpo_rs.InvalidOptionError` is raised before
     anything is written; ``overwrite`` writes into any directory. The directory is created
-    and marked as a report of diagnose (docs/reliability.md, "Output safety")."""
-    _native.claim_output_dir(out_dir, TOOL, overwrite=overwrite, label=REPORT_DIR)
+    and marked as a report of diagnose (docs/reliability.md, "Output safety"); it must not
+    be, contain or lie inside one of ``inputs`` (the logs read). Every file is written
+    whole and never through a link (a symlink in the report is replaced, not followed)."""
+    _native.claim_output_dir(out_dir, TOOL, overwrite=overwrite, label=REPORT_DIR, inputs=list(inputs))
     out = Path(out_dir)
     written = [write_summary_json(diag.summary(), out)]
     if not figures:
@@ -54,9 +63,8 @@ def write_report(
 
     for name, draw in (("share_histogram.png", share_figure), ("jump_distribution.png", jump_figure)):
         fig = draw(plt, diag)
-        fig.savefig(out / name, dpi=120)
+        written.append(write_file(out / name, figure_bytes(fig, dpi=120)))
         plt.close(fig)
-        written.append(out / name)
 
     for tr in diag.traces:
         written.append(_trace_figure(plt, tr, out / f"trajectory_{tr.row}.png"))
@@ -122,9 +130,9 @@ def jump_figure(plt: Any, diag: Diagnosis) -> Any:
 
 def _trace_figure(plt: Any, tr: TrajectoryTrace, path: Path) -> Path:
     fig = trace_figure(plt, tr)
-    fig.savefig(path, dpi=120)
+    written = write_file(path, figure_bytes(fig, dpi=120))
     plt.close(fig)
-    return path
+    return written
 
 
 def trace_figure(plt: Any, tr: TrajectoryTrace) -> Any:

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from .. import _native
 from .._arrays import float32, int64, mask_u8
+from .._outputs import write_file
 from ..estimators import Turns
 
 __all__ = [
@@ -216,12 +217,6 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 def write_summary_json(summary: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
-    """Writes ``summary.json`` into ``out_dir`` through a temporary and a rename, so it is
-    whole or absent."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "summary.json"
-    tmp = out / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Writes ``summary.json`` into ``out_dir`` whole or not at all, never through a link
+    (``mpo_rs._outputs.write_file``)."""
+    return write_file(Path(out_dir) / "summary.json", json.dumps(summary, indent=2) + "\n")

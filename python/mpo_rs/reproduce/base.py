@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
-import os
 import pickle
 import time
 from pathlib import Path
@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .._deps import missing
+from .._outputs import write_file
 
 try:
     import torch
@@ -246,11 +247,10 @@ def _load(path: Path | None, key: str) -> dict[str, Any] | None:
 
 
 def _save(path: Path, saved: dict[str, Any]) -> None:
-    """Whole or not at all: a temporary beside it, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(saved, temp)
-    os.replace(temp, path)
+    """Whole or not at all and never through a link (``OUT/<BASE_DIR>/NAME``: rust/logs/src/atomic.rs)."""
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    write_file(path, buf.getvalue(), root=path.parents[1])
 
 
 def is_cached(config: ReproduceConfig, task: str, seed: int, out_dir: str | Path, *, critic: bool) -> bool:

@@ -107,6 +107,10 @@ def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
     try:
         previous = check_output_dir(out, "reproduce", overwrite=overwrite, label="--out")
     except InvalidOptionError as e:
+        # Advise --overwrite only where it would lift the refusal (not for a file, a FIFO,
+        # a device, a dangling link or an input: those messages say what helps).
+        if overwrite or not _overwrite_helps(out):
+            raise
         raise InvalidOptionError(f"{e}, or pass --overwrite to write into it anyway") from None
     if previous is not None and previous != config_hash and not overwrite:
         raise InvalidOptionError(
@@ -114,6 +118,14 @@ def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
             "choose a new directory, or pass --overwrite to write this one's beside them"
         )
     native_claim(out, "reproduce", config_hash, overwrite=overwrite, label="--out")
+
+
+def _overwrite_helps(out: Path) -> bool:
+    try:
+        check_output_dir(out, "reproduce", overwrite=True, label="--out")
+    except InvalidOptionError:
+        return False
+    return True
 
 
 def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._outputs import figure_bytes, output_subdir, table_bytes, write_file
 from ..diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE
 from .config import ADVANTAGE_SCALE_RULE, ARMS, BASE_BAND, BETA_SWEEP, LAMBDA_GRID, TASK_PREFIX, Arm, ReproduceConfig
 from .plan import PLAN
@@ -602,7 +603,7 @@ def _plot_curves(
     """Saves :func:`curves_figure` at ``path``; returns the path and its caption."""
     plt = _pyplot()
     fig, caption = curves_figure(runs, arms, title, chance)
-    fig.savefig(path, dpi=110)
+    write_file(path, figure_bytes(fig, dpi=110))
     plt.close(fig)
     return path, caption
 
@@ -674,7 +675,7 @@ def _plot_bars(
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Final success, mean and 95% CI over seeds (clipped to [0, 1])", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_file(path, figure_bytes(fig, dpi=110))
     plt.close(fig)
     return path
 
@@ -711,7 +712,7 @@ def _plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], 
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle("The pre-registered family: paired differences by seed, coloured by the Holm verdict", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=110)
+    write_file(path, figure_bytes(fig, dpi=110))
     plt.close(fig)
     return path
 
@@ -720,19 +721,18 @@ def _write_tables(
     runs: list[dict[str, Any]], rows: list[dict[str, Any]], config: ReproduceConfig, out: Path
 ) -> list[Path]:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     chash = config.config_hash()
     paths = []
     table = pa.Table.from_pylist([{**r, "config": config.name, "config_hash": chash} for r in rows])
-    pq.write_table(table, out / "runs.parquet")
+    write_file(out / "runs.parquet", table_bytes(table))
     paths.append(out / "runs.parquet")
     for source in ("curve", "evals"):
         records = [{"arm": r["arm"], "seed": r["seed"], **row} for r in runs for row in r[source]]
         if records:
             keys = sorted({k for rec in records for k in rec})
             cols = {k: [rec.get(k, math.nan) for rec in records] for k in keys}
-            pq.write_table(pa.table(cols), out / f"{source}s.parquet" if source == "curve" else out / "evals.parquet")
+            write_file(out / ("curves.parquet" if source == "curve" else "evals.parquet"), table_bytes(pa.table(cols)))
             paths.append(out / ("curves.parquet" if source == "curve" else "evals.parquet"))
     return paths
 
@@ -1444,7 +1444,8 @@ def diagnose_runs(runs: list[dict[str, Any]], out: Path, figures_for: Sequence[s
         run["diagnosis"] = diag.summary()["all"]
         if run["arm"] in figures_for and run["seed"] == min(r["seed"] for r in runs if r["arm"] == run["arm"]):
             # Inside an --out that reproduce has claimed: its own subdirectory, replaced freely.
-            write_diagnosis(diag, out / "diagnosis" / run["arm"], figures=True, overwrite=True)
+            report = output_subdir(out, Path("diagnosis") / run["arm"])  # no link followed
+            write_diagnosis(diag, report, figures=True, overwrite=True, inputs=[path])
 
 
 def write_report(
@@ -1462,8 +1463,7 @@ def write_report(
     from .api import task_chance
 
     out = Path(out_dir)
-    img = out / "img"
-    img.mkdir(parents=True, exist_ok=True)
+    img = output_subdir(out, "img")
     diagnose_runs(runs, out)
     rows = [summarize_run(r) for r in runs]
     found = claims(rows, config)
@@ -1537,19 +1537,18 @@ def write_report(
             f"{comp.what} ({comp.metric}): {words} (paired 95%, {comp.n} seeds, Holm p={_fmt(comp.p_holm)}: "
             f"{comp.verdict})"
         )
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default, allow_nan=True))
-    (out / "reproduction.md").write_text(page.markdown({t: str(p.relative_to(out)) for t, p in figures.items()}))
+    write_file(out / "results.json", json.dumps(results, indent=1, default=_json_default, allow_nan=True))
+    write_file(out / "reproduction.md", page.markdown({t: str(p.relative_to(out)) for t, p in figures.items()}))
     note(f"wrote {out / 'reproduction.md'} and {out / 'results.json'}")
     if docs_dir is not None:
         docs = Path(docs_dir)
-        dest = docs / "img" / "reproduction"
-        dest.mkdir(parents=True, exist_ok=True)
+        dest = output_subdir(docs, Path("img") / "reproduction")
         rel: dict[str, str] = {}
         for title, path in figures.items():
             name = path.name if path.parent == img else f"{path.parent.name}_{path.name}"
-            (dest / name).write_bytes(path.read_bytes())
+            write_file(dest / name, path.read_bytes())
             rel[title] = f"img/reproduction/{name}"
-        (docs / "reproduction.md").write_text(page.markdown(rel))
+        write_file(docs / "reproduction.md", page.markdown(rel))
         note(f"wrote {docs / 'reproduction.md'} and {len(rel)} figures under {dest}")
     return results
 

@@ -35,6 +35,7 @@ import numpy as np
 from _mpo_rs_cli import Terminated
 
 from .._deps import missing
+from .._outputs import table_bytes, write_file
 
 try:
     import torch
@@ -296,7 +297,7 @@ def _write_rollout_log(
 ) -> str:
     """Held-out rollouts of the final policy with the final critic's values, as a Parquet
     rollout log (the columns of ``mpo_rs.synthetic.to_arrow``)."""
-    from ..synthetic import FlatBatch, write_parquet
+    from ..synthetic import FlatBatch, to_arrow
 
     budget = config.budget
     gen = torch.Generator(device=device).manual_seed(seed + 1)
@@ -324,8 +325,7 @@ def _write_rollout_log(
         old_logprobs=batch.old_log_probs,
     )
     path = out_dir / "rollouts" / f"{arm_key}-seed{seed}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_parquet(path, flat)
+    write_file(path, table_bytes(to_arrow(flat)), root=out_dir)  # never through a link
     return str(path)
 
 
@@ -348,14 +348,14 @@ def run_file(out_dir: str | Path, arm_key: str, seed: int) -> Path:
 
 
 def _save_run(out_dir: str | Path, config: ReproduceConfig, result: dict[str, Any]) -> None:
-    """Writes one finished run whole or not at all (a temporary beside it, then a rename),
-    with the configuration hash and its task's identity (a user env's code with it)."""
+    """Writes one finished run whole or not at all, never through a link
+    (rust/logs/src/atomic.rs), with the configuration hash and its task's identity (a user
+    env's code with it)."""
     path = run_file(out_dir, result["arm"], result["seed"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     task = config.task(config.arm(result["arm"]).task).identity()
-    temp.write_text(json.dumps({"config_hash": config.config_hash(), "task": task, **result}, allow_nan=True))
-    os.replace(temp, path)
+    write_file(
+        path, json.dumps({"config_hash": config.config_hash(), "task": task, **result}, allow_nan=True), root=out_dir
+    )
 
 
 def refuse_edited_env(config: ReproduceConfig, out_dir: str | Path) -> None:

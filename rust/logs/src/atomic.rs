@@ -146,6 +146,70 @@ impl Drop for StagedDir {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Report files: never written through a link.
+
+/// The directory `dir/relative` (`relative`: plain names only), created as needed, where
+/// no component below `dir` is a link: a symlink there (to a directory or to anything)
+/// is replaced by a new, empty directory, never followed, so nothing outside the report
+/// is written. `dir` itself is the caller's path and is created if missing.
+pub fn output_subdir(dir: &Path, relative: &Path) -> Result<PathBuf, LogError> {
+    fs::create_dir_all(dir).map_err(|e| LogError::io(dir, "cannot create output directory", e))?;
+    let mut path = dir.to_path_buf();
+    for part in relative.components() {
+        let std::path::Component::Normal(name) = part else {
+            return Err(LogError::Usage(format!(
+                "output path {} must be relative to its directory, without `..` or `.`",
+                relative.display()
+            )));
+        };
+        path.push(name);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(m) if m.file_type().is_symlink() => {
+                fs::remove_file(&path).map_err(|e| LogError::io(&path, "cannot replace a link in the output", e))?
+            }
+            Ok(_) => {
+                return Err(LogError::Usage(format!(
+                    "{} is in the way of a directory of the output and is not one; remove it",
+                    path.display()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io(&path, "cannot inspect output", e)),
+        }
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            // Another writer made it meanwhile; its kind is checked again below.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(LogError::io(&path, "cannot create output directory", e)),
+        }
+        if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            return Err(LogError::Usage(format!("{} changed while the output was written", path.display())));
+        }
+    }
+    Ok(path)
+}
+
+/// Writes `data` to `dir/relative` whole or not at all and never through a link: its
+/// directories are made by [`output_subdir`], the bytes go to a new temporary beside the
+/// target (created exclusively: `O_CREAT | O_EXCL`, which never follows a link), and the
+/// temporary is renamed over the target, which replaces a symlink there rather than
+/// writing into what it points to. Returns the target's path.
+pub fn write_output_file(dir: &Path, relative: &Path, data: &[u8]) -> Result<PathBuf, LogError> {
+    let (Some(name), parent) = (relative.file_name(), relative.parent().unwrap_or(Path::new(""))) else {
+        return Err(LogError::Usage(format!("output path {} does not name a file", relative.display())));
+    };
+    let target = output_subdir(dir, parent)?.join(name);
+    if fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+        return Err(LogError::Usage(format!("{} is a directory, where the output writes a file", target.display())));
+    }
+    let (staged, mut file) = StagedFile::create(&target)?;
+    io::Write::write_all(&mut file, data).map_err(|e| LogError::io(&target, "cannot write output", e))?;
+    staged.commit(file)?;
+    Ok(target)
+}
+
 fn sync_tree(dir: &Path) -> Result<(), LogError> {
     for entry in fs::read_dir(dir).map_err(|e| LogError::io(dir, "cannot list directory", e))? {
         let entry = entry.map_err(|e| LogError::io(dir, "cannot list directory", e))?;
@@ -230,6 +294,34 @@ mod tests {
         drop((staged, f));
         assert_eq!(fs::read(&target).unwrap(), b"new");
         assert!(hidden_leftovers(&d).is_empty());
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_report_file_replaces_a_link_and_never_writes_through_it() {
+        let d = scratch("report-links");
+        let (report, outside) = (d.join("report"), d.join("outside"));
+        fs::create_dir_all(&report).unwrap();
+        fs::write(&outside, b"precious").unwrap();
+        std::os::unix::fs::symlink(&outside, report.join("share.png")).unwrap();
+        write_output_file(&report, Path::new("share.png"), b"png").unwrap();
+        assert_eq!(fs::read(&outside).unwrap(), b"precious");
+        assert_eq!(fs::read(report.join("share.png")).unwrap(), b"png");
+        assert!(!fs::symlink_metadata(report.join("share.png")).unwrap().file_type().is_symlink());
+        // A directory link below the report is replaced by a directory, not followed.
+        let elsewhere = d.join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, report.join("img")).unwrap();
+        write_output_file(&report, Path::new("img/a.png"), b"a").unwrap();
+        assert!(fs::read_dir(&elsewhere).unwrap().next().is_none());
+        assert_eq!(fs::read(report.join("img/a.png")).unwrap(), b"a");
+        // A dangling link is replaced too; `..` is refused.
+        std::os::unix::fs::symlink(d.join("nowhere"), report.join("b.json")).unwrap();
+        write_output_file(&report, Path::new("b.json"), b"{}").unwrap();
+        assert!(!d.join("nowhere").exists());
+        assert!(write_output_file(&report, Path::new("../x"), b"x").unwrap_err().is_usage());
+        assert!(hidden_leftovers(&report).is_empty());
         fs::remove_dir_all(d).unwrap();
     }
 

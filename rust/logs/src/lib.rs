@@ -10,6 +10,7 @@
 //! here: the `mpo_rs._native` binding and the `mpo-rs` command line are thin layers over
 //! [`pipeline::run`] and [`annotate::annotate`].
 
+pub mod aliasing;
 pub mod annotate;
 pub mod atomic;
 pub mod decode;

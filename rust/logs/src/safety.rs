@@ -29,7 +29,8 @@
 //! resolved) and files also by (device, inode), which every name of a file shares (hard
 //! links, bind mounts).
 //! - OUTPUT is not INPUT, does not lie inside an INPUT directory, and does not contain
-//!   INPUT.
+//!   INPUT, whether or not OUTPUT or its parents exist yet: one check for every writer,
+//!   [`crate::aliasing::refuse_aliasing`].
 //! - No input is one of the files a replacement of OUTPUT deletes (its tree, symlinks not
 //!   followed).
 //! - No two inputs are one file: a symlink or a hard link beside its target would be read
@@ -43,6 +44,7 @@ use std::path::{Path, PathBuf};
 
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
+use crate::aliasing::{canonical_target, refuse_aliasing};
 use crate::atomic::{parent_of, StagedFile};
 use crate::decode::contain;
 use crate::error::LogError;
@@ -235,45 +237,18 @@ pub(crate) struct RunPaths {
 /// (rule 1). With a directory INPUT, [`RunPaths::check_listing`] does the rest.
 pub(crate) fn check_run(input: &Path, output: &Path) -> Result<RunPaths, LogError> {
     let in_meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
-    let in_canon = fs::canonicalize(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
     let out_kind = existing(output, "OUTPUT")?;
-    let out_canon = match out_kind {
-        Existing::Absent => {
-            let parent = parent_of(output);
-            let name = output.file_name().ok_or_else(|| {
-                LogError::Usage(format!("OUTPUT {} does not name a file or directory", output.display()))
-            })?;
-            fs::canonicalize(&parent)
-                .map_err(|e| LogError::io(&parent, "cannot use the output's directory", e))?
-                .join(name)
-        }
-        _ => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
-    };
-    let out_meta = match out_kind {
-        Existing::Absent => None,
-        _ => Some(fs::metadata(output).map_err(|e| LogError::io(output, "cannot open output", e))?),
-    };
-    let same = out_meta.as_ref().is_some_and(|m| file_id(m).is_some() && file_id(m) == file_id(&in_meta));
-    if in_canon == out_canon || same {
-        return Err(LogError::Usage(format!(
-            "OUTPUT {} is INPUT; write to a new path (inputs are never modified)",
-            output.display()
-        )));
+    if out_kind == Existing::Absent && output.file_name().is_none() {
+        return Err(LogError::Usage(format!("OUTPUT {} does not name a file or directory", output.display())));
     }
+    refuse_aliasing(&[input.to_path_buf()], output, "OUTPUT")?;
+    if out_kind == Existing::Absent {
+        let parent = parent_of(output);
+        fs::metadata(&parent).map_err(|e| LogError::io(&parent, "cannot use the output's directory", e))?;
+    }
+    let out_canon = canonical_target(output)?;
     let input_is_dir = in_meta.is_dir();
     if input_is_dir {
-        if out_canon.starts_with(&in_canon) {
-            return Err(LogError::Usage(format!(
-                "OUTPUT {} is inside the INPUT directory; choose a path outside it",
-                output.display()
-            )));
-        }
-        if in_canon.starts_with(&out_canon) {
-            return Err(LogError::Usage(format!(
-                "INPUT {} is inside OUTPUT; replacing OUTPUT would delete it",
-                input.display()
-            )));
-        }
         if out_kind == Existing::File {
             return Err(LogError::Usage(format!(
                 "INPUT is a directory, so OUTPUT must be a directory, but {} is a file",
@@ -391,44 +366,15 @@ pub fn check_dataset_output(inputs: &[PathBuf], output: Option<&Path>) -> Result
     let Some(output) = output else { return refuse_duplicate_listing(inputs) };
     let shown = output.display();
     let kind = existing(output, "OUTPUT")?;
-    let out_canon = match kind {
-        Existing::File => {
-            return Err(LogError::Usage(format!(
+    if kind == Existing::File {
+        return Err(LogError::Usage(format!(
             "OUTPUT {shown} is a file; the dataset is written as a directory of Parquet files: choose a new directory"
-        )))
-        }
-        Existing::Dir => fs::canonicalize(output).map_err(|e| LogError::io(output, "cannot open output", e))?,
-        Existing::Absent => {
-            let parent = parent_of(output);
-            let name = output
-                .file_name()
-                .ok_or_else(|| LogError::Usage(format!("OUTPUT {shown} does not name a directory")))?;
-            match fs::canonicalize(&parent) {
-                Ok(p) => p.join(name),
-                // The writer creates missing parents; nothing there can be an input.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return refuse_duplicate_listing(inputs),
-                Err(e) => return Err(LogError::io(&parent, "cannot use the output's directory", e)),
-            }
-        }
-    };
-    for input in inputs {
-        let in_canon = fs::canonicalize(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
-        if in_canon == out_canon {
-            return Err(LogError::Usage(format!("OUTPUT {shown} is INPUT; write to a new directory")));
-        }
-        if out_canon.starts_with(&in_canon) {
-            return Err(LogError::Usage(format!(
-                "OUTPUT {shown} is inside the INPUT directory {}; choose a path outside it",
-                input.display()
-            )));
-        }
-        if in_canon.starts_with(&out_canon) {
-            return Err(LogError::Usage(format!(
-                "INPUT {} is inside OUTPUT {shown}; choose a new directory",
-                input.display()
-            )));
-        }
+        )));
     }
+    if kind == Existing::Absent && output.file_name().is_none() {
+        return Err(LogError::Usage(format!("OUTPUT {shown} does not name a directory")));
+    }
+    refuse_aliasing(inputs, output, "OUTPUT")?;
     if kind == Existing::Dir {
         if let Some(entry) = sorted_entries(output)?.into_iter().find(|e| !is_hidden(&e.file_name())) {
             return Err(LogError::Usage(format!(
@@ -530,20 +476,27 @@ pub fn read_marker(dir: &Path) -> Result<Option<Marker>, LogError> {
 }
 
 /// Checks that `dir` may receive the output of `tool` (rule 1): it does not exist, or is
-/// an empty directory, or holds `tool`'s marker; with `overwrite`, any directory. `label`
-/// names the path in messages ("REPORT_DIR", "--out"). Returns the configuration id the
-/// marker records when it is `tool`'s. Nothing is written.
+/// an empty directory, or holds `tool`'s marker; with `overwrite`, any directory. It is
+/// not, does not contain and does not lie inside any of `inputs` (rule 2, with or without
+/// `overwrite`). `label` names the path in messages ("REPORT_DIR", "--out"). Returns the
+/// configuration id the marker records when it is `tool`'s. Nothing is written.
 pub fn check_report_dir(
     dir: &Path,
     tool: ReportTool,
     overwrite: bool,
     label: &str,
+    inputs: &[PathBuf],
 ) -> Result<Option<String>, LogError> {
     let shown = dir.display();
-    match existing(dir, label)? {
-        Existing::Absent => return Ok(None),
-        Existing::File => return Err(LogError::Usage(format!("{label} {shown} is a file; give a directory"))),
-        Existing::Dir => {}
+    let kind = existing(dir, label)?;
+    if kind == Existing::File {
+        return Err(LogError::Usage(format!(
+            "{label} {shown} is a file, and a report is a directory: give the path of a new or empty directory"
+        )));
+    }
+    refuse_aliasing(inputs, dir, label)?;
+    if kind == Existing::Absent {
+        return Ok(None);
     }
     let marker = read_marker(dir)?;
     match marker {
@@ -580,6 +533,7 @@ pub fn claim_report_dir(
     config: Option<&str>,
     overwrite: bool,
     label: &str,
+    inputs: &[PathBuf],
 ) -> Result<Option<String>, LogError> {
     if let Some(c) = config {
         if c.is_empty() || c.len() > MAX_CONFIG_LEN || !c.bytes().all(|b| b.is_ascii_graphic()) {
@@ -588,7 +542,7 @@ pub fn claim_report_dir(
             )));
         }
     }
-    let previous = check_report_dir(dir, tool, overwrite, label)?;
+    let previous = check_report_dir(dir, tool, overwrite, label, inputs)?;
     fs::create_dir_all(dir).map_err(|e| LogError::io(dir, "cannot create output directory", e))?;
     let marker = Marker { tool: tool.name().to_string(), config: config.map(str::to_string) };
     let target = dir.join(MARKER);
@@ -701,9 +655,8 @@ mod tests {
             assert!(fs::metadata(dev_null).unwrap().file_type().is_char_device());
         }
         // Report directories follow the same rule.
-        assert!(
-            usage(check_report_dir(&fifo, ReportTool::Diagnose, true, "REPORT_DIR").unwrap_err()).contains("a FIFO")
-        );
+        assert!(usage(check_report_dir(&fifo, ReportTool::Diagnose, true, "REPORT_DIR", &[]).unwrap_err())
+            .contains("a FIFO"));
         fs::remove_dir_all(d).unwrap();
     }
 
@@ -758,9 +711,12 @@ mod tests {
     fn report_directories_are_claimed_through_their_marker() {
         let d = scratch("safety-report");
         let dir = d.join("report");
-        let claim = |tool, config, overwrite| claim_report_dir(&dir, tool, config, overwrite, "REPORT_DIR");
+        let claim = |tool, config, overwrite| claim_report_dir(&dir, tool, config, overwrite, "REPORT_DIR", &[]);
         // A new directory (parents created), then again by the same tool.
-        assert_eq!(claim_report_dir(&dir.join("sub"), ReportTool::Diagnose, None, false, "REPORT_DIR").unwrap(), None);
+        assert_eq!(
+            claim_report_dir(&dir.join("sub"), ReportTool::Diagnose, None, false, "REPORT_DIR", &[]).unwrap(),
+            None
+        );
         fs::remove_dir_all(dir.join("sub")).unwrap();
         assert_eq!(claim(ReportTool::Reproduce, Some("abc123"), false).unwrap(), None, "an empty directory");
         fs::write(dir.join("results.json"), b"{}").unwrap();
@@ -769,25 +725,28 @@ mod tests {
             Some(Marker { tool: "reproduce".into(), config: Some("abc123".into()) })
         );
         assert_eq!(claim(ReportTool::Reproduce, Some("def456"), false).unwrap().as_deref(), Some("abc123"));
-        assert_eq!(check_report_dir(&dir, ReportTool::Reproduce, false, "--out").unwrap().as_deref(), Some("def456"));
+        assert_eq!(
+            check_report_dir(&dir, ReportTool::Reproduce, false, "--out", &[]).unwrap().as_deref(),
+            Some("def456")
+        );
         // Another tool's directory, or one without a marker, is refused unless asked for.
         let m = usage(claim(ReportTool::Diagnose, None, false).unwrap_err());
         assert!(m.contains("is the output of mpo-rs reproduce, not of mpo-rs diagnose"), "{m}");
         fs::remove_file(dir.join(MARKER)).unwrap();
-        let m = usage(check_report_dir(&dir, ReportTool::Reproduce, false, "--out").unwrap_err());
+        let m = usage(check_report_dir(&dir, ReportTool::Reproduce, false, "--out", &[]).unwrap_err());
         assert!(m.starts_with("--out ") && m.contains("results.json") && m.contains("not written by"), "{m}");
         fs::write(dir.join(MARKER), b"tool: reproduce\n").unwrap();
-        usage(check_report_dir(&dir, ReportTool::Reproduce, false, "--out").unwrap_err());
+        usage(check_report_dir(&dir, ReportTool::Reproduce, false, "--out", &[]).unwrap_err());
         assert_eq!(claim(ReportTool::Diagnose, None, true).unwrap(), None, "overwrite");
         assert_eq!(read_marker(&dir).unwrap().unwrap().tool, "diagnose");
         assert_eq!(fs::read(dir.join("results.json")).unwrap(), b"{}", "claiming deletes nothing");
         // A file is not a directory; a bad configuration id is refused before anything.
         fs::write(d.join("file"), b"keep").unwrap();
-        let m = usage(check_report_dir(&d.join("file"), ReportTool::Diagnose, true, "REPORT_DIR").unwrap_err());
-        assert!(m.contains("is a file; give a directory"), "{m}");
+        let m = usage(check_report_dir(&d.join("file"), ReportTool::Diagnose, true, "REPORT_DIR", &[]).unwrap_err());
+        assert!(m.contains("is a file, and a report is a directory"), "{m}");
         let fresh = d.join("fresh");
         for bad in ["", "two words", "line\nbreak"] {
-            usage(claim_report_dir(&fresh, ReportTool::Reproduce, Some(bad), false, "--out").unwrap_err());
+            usage(claim_report_dir(&fresh, ReportTool::Reproduce, Some(bad), false, "--out", &[]).unwrap_err());
         }
         assert!(!fresh.exists());
         usage(ReportTool::from_name("advantages").unwrap_err());
