@@ -393,15 +393,13 @@ def test_critic_epochs_do_not_change_the_actors_update(one_thread):
         assert actor == [{n: v for n, v in m.items() if n.startswith("actor/")} for m in runs[2][1]]
 
 
-def test_critic_epochs_without_a_critic_change_nothing(one_thread):
-    batch = _echo_batches(1)[0]
-    plain, with_field = make_learner("grpo", seed=4), make_learner("grpo", seed=4, critic_epochs=3)
-    a, b = plain.step(copy.deepcopy(batch)), with_field.step(copy.deepcopy(batch))
-    assert "critic/epochs" not in b and not any(k.startswith("critic/") for k in b)
-    assert {k: v for k, v in a.items() if not k.startswith("timing/")} == {
-        k: v for k, v in b.items() if not k.startswith("timing/")
-    }
-    assert _same_parameters(plain.policy, with_field.policy)
+def test_critic_epochs_without_a_critic_are_refused(one_thread):
+    """critic_epochs on a learner without a critic would change nothing (GRPO then trains
+    the policy alone): it is refused when the learner is built, as an option that does
+    nothing is (tests/test_input_rules.py); unset, the learner trains as before."""
+    with pytest.raises(InvalidOptionError, match=r"critic_epochs=3 .* no critic"):
+        make_learner("grpo", seed=4, critic_epochs=3)
+    assert "critic/epochs" not in make_learner("grpo", seed=4).step(_echo_batches(1)[0])
 
 
 @pytest.mark.parametrize("estimator", ["mae", "grpo"])

@@ -7,6 +7,7 @@ wrong kind, dtype or shape of input raises ``InvalidBatchError`` naming the argu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,11 +44,18 @@ def _one_dim(arr: np.ndarray, name: str) -> None:
         raise InvalidBatchError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
 
 
-# Arguments with one number per trajectory rather than per token (for error messages).
-_PER_TRAJECTORY = frozenset({"scores", "per_trajectory", "check_scores"})
+# What one element of an argument is, when it is not a token (for error messages).
+_UNITS = {"scores": "trajectory", "per_trajectory": "trajectory", "check_scores": "trajectory", "turn_rewards": "turn"}
 
 
-def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
+def _place(name: str) -> Callable[[int], str]:
+    unit = _UNITS.get(name, "token")
+    return lambda i: f"{unit} {i}"
+
+
+def float32(x: Any, name: str, where: Callable[[int], str] | None = None) -> npt.NDArray[np.float32]:
+    """``x`` as a contiguous 1-D float32 array. ``where(i)`` names element ``i`` in an error
+    (default: the token, trajectory or turn, as ``name`` holds one per each)."""
     arr = as_numpy(x, name)
     if arr.dtype.kind not in "fiub":
         raise InvalidBatchError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
@@ -62,8 +70,8 @@ def float32(x: Any, name: str) -> npt.NDArray[np.float32]:
         beyond = np.flatnonzero(np.isinf(out) & np.isfinite(arr))
         if beyond.size:
             i = int(beyond[0])
-            where = "trajectory" if name in _PER_TRAJECTORY else "token"
-            raise InvalidBatchError(f"`{name}`: {_number(arr[i])} at {where} {i} is outside float32's range")
+            place = (where or _place(name))(i)
+            raise InvalidBatchError(f"`{name}`: {_number(arr[i])} at {place} is outside float32's range")
     return out
 
 
@@ -117,11 +125,15 @@ def ragged_float32(x: Any, name: str, n_rows: int) -> tuple[npt.NDArray[np.float
     if isinstance(x, (list, tuple)) and len(x) and all(_is_row(e) for e in x):
         if len(x) != n_rows:
             raise InvalidBatchError(f"`{name}` has {len(x)} lists, expected {n_rows} (one per trajectory)")
-        rows = [float32(e, f"{name}[{j}]") for j, e in enumerate(x)]
+        rows = [float32(e, f"{name}[{j}]", _turn_of(j)) for j, e in enumerate(x)]
         offsets = np.zeros(n_rows + 1, dtype=np.int64)
         np.cumsum([r.shape[0] for r in rows], out=offsets[1:])
         return np.ascontiguousarray(np.concatenate(rows), dtype=np.float32), offsets
     return float32(x, name), None
+
+
+def _turn_of(j: int) -> Callable[[int], str]:
+    return lambda i: f"turn {i} of trajectory {j}"
 
 
 def flags(x: Any, name: str) -> npt.NDArray[np.bool_]:

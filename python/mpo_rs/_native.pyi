@@ -71,7 +71,7 @@ def mae_advantages(
     turn_rewards: npt.NDArray[np.float32] | None = None,
     turn_offsets: npt.NDArray[np.int64] | None = None,
     check_scores: npt.NDArray[np.float32] | None = None,
-    check_tolerance: float | None = None,
+    check_tolerance: object = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def gae_advantages(
     values: npt.NDArray[np.float32],
@@ -84,7 +84,7 @@ def gae_advantages(
     turn_rewards: npt.NDArray[np.float32] | None = None,
     turn_offsets: npt.NDArray[np.int64] | None = None,
     check_scores: npt.NDArray[np.float32] | None = None,
-    check_tolerance: float | None = None,
+    check_tolerance: object = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def bilevel_advantages(
     values: npt.NDArray[np.float32],
@@ -96,7 +96,7 @@ def bilevel_advantages(
     turn_rewards: npt.NDArray[np.float32] | None = None,
     turn_offsets: npt.NDArray[np.int64] | None = None,
     check_scores: npt.NDArray[np.float32] | None = None,
-    check_tolerance: float | None = None,
+    check_tolerance: object = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
 def group_advantages(
     scores: npt.NDArray[np.float32],
@@ -131,13 +131,26 @@ def get_num_threads() -> int: ...
 def closest_name(word: str, candidates: list[str]) -> str | None: ...
 
 # --- Rollout logs: Arrow tables and the Parquet tool (rust/python/src/arrow.rs, parquet.rs) ---
-__all__ += ["advantages_parquet", "arrow_advantages", "column_spec", "observation_rewards_spec"]
+__all__ += [
+    "advantages_parquet",
+    "arrow_advantages",
+    "column_spec",
+    "observation_rewards_spec",
+    "relocate_observation_rewards",
+]
 
 class _ArrowStream(Protocol):
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
 def column_spec() -> tuple[dict[str, Any], ...]: ...
 def observation_rewards_spec() -> tuple[dict[str, Any], ...]: ...
+def relocate_observation_rewards(
+    rewards: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    mode: str,
+    column: str,
+) -> npt.NDArray[np.float32] | None: ...
 def arrow_advantages(
     data: object,
     estimator: Estimator,
@@ -149,7 +162,7 @@ def arrow_advantages(
     turn_rewards_col: str | None = None,
     truncated_col: str | None = None,
     check_score_col: str | None = None,
-    check_tolerance: float | None = None,
+    check_tolerance: object = None,
     observation_rewards: str = "error",
 ) -> _ArrowStream: ...
 def advantages_parquet(
@@ -167,7 +180,7 @@ def advantages_parquet(
     turn_rewards_col: str | None = None,
     truncated_col: str | None = None,
     check_score_col: str | None = None,
-    check_tolerance: float | None = None,
+    check_tolerance: object = None,
     observation_rewards: str = "error",
 ) -> dict[str, int | float]: ...
 

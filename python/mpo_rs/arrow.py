@@ -271,15 +271,9 @@ def advantages_parquet(
         turn_rewards_col=turn_rewards_col,
         truncated_col=truncated_col,
         check_score_col=check_score_col,
-        check_tolerance=_tolerance(check_tolerance),
+        check_tolerance=check_tolerance,  # judged by Rust, with or without a check column
         observation_rewards=_observation.check(observation_rewards),
     )
-
-
-def _tolerance(check_tolerance: Any) -> float:
-    if isinstance(check_tolerance, bool) or not isinstance(check_tolerance, (int, float)):
-        raise InvalidOptionError(f"`check_tolerance` must be a number >= 0, got {check_tolerance!r}")
-    return float(check_tolerance)
 
 
 def _wanted_columns(c: _Columns) -> list[str]:
@@ -335,7 +329,7 @@ def _native_table(data: Any, estimator: Estimator, c: _Columns) -> Any:
         turn_rewards_col=c.turn_rewards,
         truncated_col=c.truncated,
         check_score_col=c.check_score,
-        check_tolerance=_tolerance(c.check_tolerance),
+        check_tolerance=c.check_tolerance,
         observation_rewards=c.observation_rewards,
     )
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from . import _native
 from ._arrays import as_numpy, flags, float32, int64, mask_u8, optional_float32, ragged_float32
-from .exceptions import InvalidBatchError, InvalidOptionError
+from .exceptions import InvalidBatchError
 from .options import Estimator, resolve
 
 __all__ = [
@@ -99,6 +99,29 @@ CHECK_TOLERANCE = 1e-4
 (``check_scores``): ``|sum_t r_t - score| <= tol * max(1, |score|)``."""
 
 
+# How the reward-source message describes each source, whatever the layer calls it.
+_SOURCE_WORDS = {
+    "rewards": "token-level",
+    "token_level_rewards": "(B, L)",
+    "scores": "one per trajectory",
+    "turn_rewards": "one per turn",
+}
+
+
+def one_reward_source(**given: Any) -> str:
+    """The name of the one reward source given (keywords: the layer's names of its sources,
+    in the order the message lists them; None: not given). The rule of every estimator and
+    layer (numpy, torch, the critic-free MAE): exactly one, else ``InvalidBatchError``
+    listing the sources and naming what was given."""
+    names = [name for name, x in given.items() if x is not None]
+    if len(names) != 1:
+        listed = [f"`{name}` ({_SOURCE_WORDS[name]})" for name in given]
+        choices = f"{', '.join(listed[:-1])} and {listed[-1]}"
+        got = " and ".join(f"`{name}`" for name in names) if names else "none"
+        raise InvalidBatchError(f"give exactly one of {choices}; got {got}")
+    return names[0]
+
+
 def _critic_inputs(
     offsets: npt.NDArray[np.int64],
     rewards: Any,
@@ -110,14 +133,7 @@ def _critic_inputs(
 ) -> dict[str, Any]:
     """The reward source (exactly one of token rewards, scores, per-turn rewards) and the
     optional inputs of the critic estimators, as the native functions take them."""
-    given = [
-        name for name, x in (("rewards", rewards), ("scores", scores), ("turn_rewards", turn_rewards)) if x is not None
-    ]
-    if len(given) != 1:
-        raise InvalidBatchError(
-            "give exactly one of `rewards` (token-level), `scores` (one per trajectory) and `turn_rewards` "
-            f"(one per turn); got {' and '.join(f'`{g}`' for g in given) if given else 'none'}"
-        )
+    one_reward_source(rewards=rewards, scores=scores, turn_rewards=turn_rewards)
     if check_scores is not None and turn_rewards is None:
         raise InvalidBatchError("`check_scores` checks that `turn_rewards` sum to each score; give `turn_rewards` too")
     n_rows = max(int(offsets.shape[0]) - 1, 0)
@@ -129,10 +145,9 @@ def _critic_inputs(
     if turn_rewards is not None:
         out["turn_rewards"], out["turn_offsets"] = ragged_float32(turn_rewards, "turn_rewards", n_rows)
     if check_scores is not None:
-        if isinstance(check_tolerance, bool) or not isinstance(check_tolerance, (int, float)):
-            raise InvalidOptionError(f"`check_tolerance` must be a number >= 0, got {check_tolerance!r}")
         out["check_scores"] = float32(check_scores, "check_scores")
-        out["check_tolerance"] = float(check_tolerance)
+    # Judged by Rust (type and domain) whether or not a check is asked for.
+    out["check_tolerance"] = check_tolerance
     return out
 
 

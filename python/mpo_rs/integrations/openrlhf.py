@@ -35,20 +35,27 @@ from ..exceptions import InvalidBatchError, InvalidOptionError
 from ..options import Estimator, resolve_family
 from ..torch import critic_free, losses, padded
 
-__all__ = ["MPOExperienceMixin", "MPOPolicyLoss", "mpo_experience_maker", "token_rewards"]
+__all__ = ["MPOExperienceMixin", "MPOPolicyLoss", "clipped_scores", "mpo_experience_maker", "token_rewards"]
 
 
 def _group(baseline: str | Estimator | None) -> Estimator | None:
     return None if baseline is None else resolve_family(baseline, "group", "`mpo_baseline` (None: the critic's values)")
 
 
+def clipped_scores(score: Tensor, clip_range: Any = None) -> Tensor:
+    """``score`` clamped to OpenRLHF's ``reward.clip_range`` (``(low, high)``; falsy: as given).
+    The one score a sample has: the critic-free baseline and MAE both read it."""
+    if clip_range:
+        return score.clamp(min=clip_range[0], max=clip_range[1])
+    return score
+
+
 def token_rewards(
     score: Tensor, action_mask: Tensor, kl: Tensor | None, kl_coef: float, clip_range: Any = None
 ) -> Tensor:
-    """OpenRLHF's ``compute_reward``: the (clipped) score on each row's last action token
-    plus ``-kl_coef * kl`` (``kl_coef <= 0`` is 0), ``(B, A)``."""
-    if clip_range:
-        score = score.clamp(min=clip_range[0], max=clip_range[1])
+    """OpenRLHF's ``compute_reward``: the (clipped, :func:`clipped_scores`) score on each
+    row's last action token plus ``-kl_coef * kl`` (``kl_coef <= 0`` is 0), ``(B, A)``."""
+    score = clipped_scores(score, clip_range)
     mask = action_mask.long()
     out = torch.zeros(mask.shape, dtype=torch.promote_types(score.dtype, torch.float32), device=score.device)
     last = mask.size(1) - 1 - mask.fliplr().argmax(dim=1, keepdim=True)
@@ -93,10 +100,11 @@ class MPOExperienceMixin:
             experience.rewards = experience.rewards.to(torch.promote_types(experience.rewards.dtype, torch.float32))
         apply_length_penalties(experiences, args)
         kl_coef = float(self.kl_ctl.value)
-        clip_range = getattr(args.reward, "clip_range", None)
+        # One score per sample, clipped once: the group baseline reads the reward MAE reads.
+        scores = [clipped_scores(e.rewards, getattr(args.reward, "clip_range", None)) for e in experiences]
         rewards = [
-            token_rewards(e.rewards, e.action_mask, e.kl, kl_coef, clip_range).to(e.action_mask.device)
-            for e in experiences
+            token_rewards(s, e.action_mask, e.kl, kl_coef).to(e.action_mask.device)
+            for e, s in zip(experiences, scores, strict=True)
         ]
         if self.mpo_baseline is None:
             for experience, reward in zip(experiences, rewards, strict=True):
@@ -113,18 +121,20 @@ class MPOExperienceMixin:
                     estimator=self.mpo_estimator,
                 )
         else:
-            self._critic_free(experiences, rewards, int(args.rollout.n_samples_per_prompt))
+            self._critic_free(experiences, scores, rewards, int(args.rollout.n_samples_per_prompt))
         for experience, reward in zip(experiences, rewards, strict=True):
             experience.info["return"] = reward.sum(dim=-1)
             experience.kl = None
         return experiences
 
-    def _critic_free(self, experiences: list[Any], rewards: list[Tensor], group_size: int) -> None:
+    def _critic_free(
+        self, experiences: list[Any], scores: list[Tensor], rewards: list[Tensor], group_size: int
+    ) -> None:
         assert self.mpo_baseline is not None
         # A sample's group is its prompt: OpenRLHF's `index` is its place in prompt order.
         index = np.fromiter(itertools.chain.from_iterable(e.index for e in experiences), dtype=np.int64)
-        scores = torch.cat([e.rewards.detach().float().cpu() for e in experiences]).numpy()
-        baseline, scale = critic_free.row_baselines(scores, index // max(group_size, 1), self.mpo_baseline)
+        flat_scores = torch.cat([s.detach().float().cpu() for s in scores]).numpy()
+        baseline, scale = critic_free.row_baselines(flat_scores, index // max(group_size, 1), self.mpo_baseline)
         start = 0
         for experience, reward in zip(experiences, rewards, strict=True):
             rows = slice(start, start + int(experience.action_mask.shape[0]))

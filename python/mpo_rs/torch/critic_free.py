@@ -84,8 +84,7 @@ def mae_group_advantages(
     group = resolve_family(baseline, "group", "`baseline`")
     mae = resolve_family(estimator, "mae", "`estimator`")
     _observation.check(observation_rewards)  # refused with `scores` too, where it has no effect
-    if (token_level_rewards is None) == (scores is None):
-        raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
+    estimators.one_reward_source(token_level_rewards=token_level_rewards, scores=scores)
     if group_ids is None:
         raise InvalidBatchError("`group_ids` is missing: give one group id per row")
     if token_level_rewards is not None:

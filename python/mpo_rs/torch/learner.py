@@ -148,6 +148,7 @@ class Learner:
         self.config = config or LearnerConfig()
         if (critic is None) != (critic_optimizer is None):
             raise InvalidOptionError("pass `critic` and `critic_optimizer` together")
+        self.config.check_critic(critic is not None)
         self.policy = policy
         self.critic = critic
         self.policy_optimizer = policy_optimizer

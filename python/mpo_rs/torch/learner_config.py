@@ -31,9 +31,13 @@ from ..options import ESTIMATORS, Estimator
 from .advantages import as_estimator, natural_ratio
 from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, check_clip_range
 
-__all__ = ["ADVANTAGE_SCALES", "ESTIMATORS", "LearnerConfig"]
+__all__ = ["ADVANTAGE_SCALES", "ESTIMATORS", "MAX_EPOCHS", "LearnerConfig"]
 
 ADVANTAGE_SCALES = ("none", "whiten")
+
+MAX_EPOCHS = 10_000
+"""The most passes over a batch per step (``ppo_epochs``, ``critic_epochs``): PPO makes a
+few; a count beyond this is a slip that would hold one step for hours, or for ever."""
 
 # The estimator options LearnerConfig took as fields of its own before it took an Estimator:
 # old field -> the option's name in the table.
@@ -130,6 +134,17 @@ class LearnerConfig:
             return self.ratio
         return natural_ratio(as_estimator(self.estimator))
 
+    def check_critic(self, has_critic: bool) -> None:
+        """Refuses ``critic_epochs`` for a learner without a critic, where it would do
+        nothing (a group estimator then trains the policy alone; a critic estimator reads
+        the batch's values). Called by the learner, which knows whether it has one."""
+        if self.critic_epochs is not None and not has_critic:
+            raise InvalidOptionError(
+                f"LearnerConfig.critic_epochs={self.critic_epochs} sets the critic's passes, but the Learner has "
+                f"no critic (estimator {as_estimator(self.estimator).name!r}); leave it None, or pass "
+                "critic= and critic_optimizer="
+            )
+
     @property
     def critic_passes(self) -> int:
         """The critic's passes per step: ``critic_epochs``, or ``ppo_epochs`` when None."""
@@ -211,19 +226,22 @@ def _number(above: float | None = None, *, optional: bool = False) -> Callable[[
     return check
 
 
-def _integer(least: int, *, optional: bool = False) -> Callable[[str, Any], Any]:
-    """An int (numpy's too, not a bool) of at least ``least``, or None when ``optional``."""
+def _integer(least: int, most: int | None = None, *, optional: bool = False) -> Callable[[str, Any], Any]:
+    """An int (numpy's too, not a bool) of at least ``least`` (and at most ``most``), or
+    None when ``optional``."""
 
     def check(name: str, value: Any) -> int | None:
         if value is None and optional:
             return None
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise InvalidOptionError(f"LearnerConfig.{name} must be an int, got {type(value).__name__} {_show(value)}")
-        if value < least:
+        count = int(value)
+        if count < least or (most is not None and count > most):
+            bound = f"at least {least}" if most is None else f"in [{least}, {most}]"
             raise InvalidOptionError(
-                f"LearnerConfig.{name} must be at least {least}{' (or None)' if optional else ''}, got {value}"
+                f"LearnerConfig.{name} must be {bound}{' (or None)' if optional else ''}, got {_show(value)}"
             )
-        return int(value)
+        return count
 
     return check
 
@@ -278,7 +296,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "agg": _choice(AGGREGATIONS),
     "value_clip": _number(0.0, optional=True),
     "entropy_coef": _number(),
-    "ppo_epochs": _integer(1),
+    "ppo_epochs": _integer(1, MAX_EPOCHS),
     "minibatch_size": _integer(1),
     "micro_batch_size": _integer(1, optional=True),
     "max_grad_norm": _number(0.0, optional=True),
@@ -287,6 +305,6 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "shuffle": _flag,
     "seed": _integer(0),
     "device": _device,
-    "critic_epochs": _integer(1, optional=True),
+    "critic_epochs": _integer(1, MAX_EPOCHS, optional=True),
 }
 assert {f.name for f in fields(LearnerConfig)} == _CHECKS.keys(), "every LearnerConfig field has its check"

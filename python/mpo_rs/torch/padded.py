@@ -31,7 +31,7 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch", "torch", _e) from None
 
-from .. import _arrays, estimators
+from .. import _arrays, _native, estimators
 from .. import observation_rewards as _observation
 from ..exceptions import InvalidBatchError
 
@@ -114,24 +114,14 @@ class PaddedBatch:
     def policy_rewards(self, token_level_rewards: Tensor, observation_rewards: str) -> np.ndarray:
         """Flat rewards, with rewards on observation tokens handled as ``observation_rewards``
         says (:data:`OBSERVATION_REWARDS`); ``"credit"`` drops a reward with no policy token
-        before it in its row."""
-        _observation.check(observation_rewards)
+        before it in its row. The log tools' rule, run by Rust: a non-finite reward is never
+        moved or dropped, so the estimator refuses it where it sits, in every mode."""
+        mode = _observation.check(observation_rewards)
         rewards = self.flat(token_level_rewards, "token_level_rewards")
-        if observation_rewards == "error":
+        if mode == "error":
             return rewards  # the estimator names the first such token
-        observed = rewards != 0
-        observed &= ~self.policy
-        if not observed.any():  # the usual case: nothing to move, no copy
-            return rewards
-        kept = np.where(self.policy, rewards, np.float32(0.0))
-        if observation_rewards == "credit":
-            tokens = np.flatnonzero(observed)
-            positions = np.arange(self.policy.shape[0])
-            last_policy = np.maximum.accumulate(np.where(self.policy, positions, -1))[tokens]
-            row_start = tokens - tokens % self.shape[1]
-            same_row = last_policy >= row_start
-            np.add.at(kept, last_policy[same_row], rewards[tokens[same_row]])
-        return kept
+        moved = _native.relocate_observation_rewards(rewards, self.mask_u8, self.offsets, mode, "token_level_rewards")
+        return rewards if moved is None else moved
 
     def whitened(self, flat: np.ndarray) -> np.ndarray:
         """:func:`whiten` of a flat per-token result over the policy tokens, on the host
@@ -209,11 +199,7 @@ def _reward_source(
     turn_rewards: Any = None,
 ) -> dict[str, Any]:
     _observation.check(observation_rewards)  # a bad setting is refused whichever reward source is given
-    if sum(x is not None for x in (token_level_rewards, scores, turn_rewards)) != 1:
-        raise InvalidBatchError(
-            "give exactly one of `token_level_rewards` ((B, L)), `scores` (one per row) and `turn_rewards` "
-            "(one per turn of each row)"
-        )
+    estimators.one_reward_source(token_level_rewards=token_level_rewards, scores=scores, turn_rewards=turn_rewards)
     if token_level_rewards is not None:
         return {"rewards": batch.policy_rewards(token_level_rewards, observation_rewards)}
     if turn_rewards is not None:
@@ -341,12 +327,14 @@ def bilevel_advantages(
     token_level_rewards: Tensor | None = None,
     *,
     scores: Any = None,
+    turn_rewards: Any = None,
     observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
     """RAGEN's bi-level GAE over ``(B, L)`` rows; a turn is a run of policy tokens in a row.
-    Arguments and results as :func:`mae_advantages`; ``options`` go to
+    Arguments (the reward sources included) and results as :func:`mae_advantages`, without
+    ``truncated`` (RAGEN's estimator defines none); ``options`` go to
     :func:`mpo_rs.estimators.bilevel_advantages` (``lam``, ``gamma``, ``high_level_gamma``).
     RAGEN whitens the advantages over the policy tokens: ``whiten=True``."""
     return _with_critic(
@@ -358,6 +346,7 @@ def bilevel_advantages(
         observation_rewards,
         whiten,
         options,
+        turn_rewards,
     )
 
 
@@ -381,8 +370,7 @@ def group_advantages(
     ``token_level_rewards`` (the mask's device and float32 with ``scores``).
     """
     batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
-    if (token_level_rewards is None) == (scores is None):
-        raise InvalidBatchError("give exactly one of `token_level_rewards` ((B, L)) and `scores` (one per row)")
+    estimators.one_reward_source(token_level_rewards=token_level_rewards, scores=scores)
     if token_level_rewards is not None:
         row_scores = batch.row_scores(token_level_rewards)
     else:

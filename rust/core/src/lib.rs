@@ -39,5 +39,5 @@ pub use mae::{mae_advantages, mae_advantages_with_truncation, MaeOutput};
 pub use params::{BiLevelParams, GaeParams, GroupParams, MaeParams};
 pub use suggest::{closest, did_you_mean};
 pub use turn_output::TurnOutput;
-pub use turn_rewards::{place_turn_rewards, SumCheck, TurnRewards};
+pub use turn_rewards::{check_tolerance, place_turn_rewards, SumCheck, TurnRewards};
 pub use turns::{segment_turns, Turns};

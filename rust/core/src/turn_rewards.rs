@@ -112,10 +112,16 @@ pub fn place_turn_rewards(
 /// Checks the shape of a [`SumCheck`] and its tolerance (before any trajectory is read).
 fn check_sum_shape(check: &SumCheck<'_>, n_trajectories: usize) -> Result<()> {
     expect_len("check_scores", check.scores.len(), n_trajectories, "one per trajectory, len(offsets) - 1")?;
-    if !(check.tolerance >= 0.0 && check.tolerance.is_finite()) {
-        return Err(MpoError::Parameter { name: "check_tolerance", value: check.tolerance, domain: "[0, inf)" });
+    check_tolerance(check.tolerance).map(|_| ())
+}
+
+/// `tolerance` if it is in the domain of `check_tolerance`, [0, inf): the one check of
+/// that setting, which every entry point applies whether or not a sum check is asked for.
+pub fn check_tolerance(tolerance: f64) -> Result<f64> {
+    if !(tolerance >= 0.0 && tolerance.is_finite()) {
+        return Err(MpoError::Parameter { name: "check_tolerance", value: tolerance, domain: "[0, inf)" });
     }
-    Ok(())
+    Ok(tolerance)
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ impl<'a> Rollouts<'a> {
             RewardColumn::Score(name) => RewardData::Score(read_numbers(batch, name)?),
             RewardColumn::Turn(name) => {
                 let col = ListCol::get(batch, name)?;
-                RewardData::Turn { rewards: col.numbers()?, offsets: col.offsets.rebased().into_owned() }
+                RewardData::Turn { rewards: col.turn_numbers()?, offsets: col.offsets.rebased().into_owned() }
             }
         };
         let truncated = columns.truncated.as_deref().map(|name| read_flags(batch, name)).transpose()?;
@@ -130,7 +130,7 @@ pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Res
         RewardColumn::Score(name) => read_numbers(batch, name),
         RewardColumn::Token(name) | RewardColumn::Turn(name) => {
             let col = ListCol::get(batch, name)?;
-            let rewards = col.numbers()?;
+            let rewards = col.numbers_per(matches!(reward, RewardColumn::Turn(_)))?;
             let offsets = col.offsets.rebased();
             let mut scores = Vec::with_capacity(offsets.len() - 1);
             for (row, w) in offsets.windows(2).enumerate() {
@@ -298,7 +298,17 @@ impl<'a, 'n> ListCol<'a, 'n> {
         Ok(())
     }
 
+    /// A token list's elements as f32.
     fn numbers(&self) -> Result<Cow<'a, [f32]>, DataError> {
+        self.numbers_per(false)
+    }
+
+    /// A per-turn list's elements as f32: an error names the turn, not a token.
+    fn turn_numbers(&self) -> Result<Cow<'a, [f32]>, DataError> {
+        self.numbers_per(true)
+    }
+
+    fn numbers_per(&self, turns: bool) -> Result<Cow<'a, [f32]>, DataError> {
         to_f32(self.child, self.offsets.span())
             .ok_or_else(|| DataError::ColumnType {
                 column: self.name.into(),
@@ -306,8 +316,12 @@ impl<'a, 'n> ListCol<'a, 'n> {
                 expected: "list<float or integer>",
             })?
             .map_err(|(k, value)| {
-                let (row, token) = self.offsets.locate(k);
-                DataError::OutOfRangeToken { column: self.name.into(), row, token, value }
+                let (row, i) = self.offsets.locate(k);
+                let column = self.name.into();
+                match turns {
+                    true => DataError::OutOfRangeTurn { column, row, turn: i, value },
+                    false => DataError::OutOfRangeToken { column, row, token: i, value },
+                }
             })
     }
 
@@ -619,6 +633,19 @@ mod tests {
             e.to_string(),
             format!("row 1, column `rewards`: the rewards sum to {:e}, outside float32's range", 2f64.powi(128))
         );
+    }
+
+    #[test]
+    fn a_per_turn_value_beyond_float32_is_named_by_its_turn() {
+        use arrow::datatypes::Float64Type;
+        let turns: ArrayRef =
+            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![Some(0.0), Some(1e300)])]));
+        let mask = bool_list(&[vec![true, false, true]]);
+        let b = batch(vec![("loss_mask", mask), ("values", f32_list(&[Some(vec![Some(0.0); 3])])), ("tr", turns)]);
+        let want = "row 0, column `tr`: 1e300 at turn 1 is outside float32's range";
+        let e = Rollouts::read(&b, &cols(RewardColumn::Turn("tr".into()))).unwrap_err();
+        assert_eq!(e.to_string(), want);
+        assert_eq!(read_row_scores(&b, &RewardColumn::Turn("tr".into())).unwrap_err().to_string(), want);
     }
 
     #[test]

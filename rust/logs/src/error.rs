@@ -53,6 +53,10 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: {value:e} at token {token} is outside float32's range")]
     OutOfRangeToken { column: String, row: u64, token: u64, value: f64 },
 
+    /// The same in a per-turn list: an element is a turn.
+    #[error("row {row}, column `{column}`: {value:e} at turn {turn} is outside float32's range")]
+    OutOfRangeTurn { column: String, row: u64, turn: u64, value: f64 },
+
     #[error("row {row}, column `{column}`: {value:e} is outside float32's range")]
     OutOfRangeRow { column: String, row: u64, value: f64 },
 
@@ -113,6 +117,7 @@ impl DataError {
             | DataError::NonFiniteOutput { row, .. }
             | DataError::NonFiniteOutputRow { row, .. }
             | DataError::OutOfRangeToken { row, .. }
+            | DataError::OutOfRangeTurn { row, .. }
             | DataError::OutOfRangeRow { row, .. }
             | DataError::RewardSumOutOfRange { row, .. }
             | DataError::ObservationReward { row, .. }
@@ -138,6 +143,7 @@ impl DataError {
             | DataError::NonFiniteOutput { row, .. }
             | DataError::NonFiniteOutputRow { row, .. }
             | DataError::OutOfRangeToken { row, .. }
+            | DataError::OutOfRangeTurn { row, .. }
             | DataError::OutOfRangeRow { row, .. }
             | DataError::RewardSumOutOfRange { row, .. }
             | DataError::ObservationReward { row, .. }

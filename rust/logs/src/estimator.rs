@@ -13,9 +13,12 @@ pub trait EstimatorColumns {
 
 impl EstimatorColumns for Estimator {
     fn needs(&self) -> Needs {
+        // Truncation bootstraps the end from the critic's value: MAE and GAE define it; the
+        // group baselines have no critic and RAGEN's bi-level GAE defines none.
         match self {
-            Estimator::Mae(_) | Estimator::Gae(_) | Estimator::BiLevel(_) => Needs { values: true, groups: false },
-            Estimator::Group(_) => Needs { values: false, groups: true },
+            Estimator::Mae(_) | Estimator::Gae(_) => Needs { values: true, groups: false, truncation: true },
+            Estimator::BiLevel(_) => Needs { values: true, groups: false, truncation: false },
+            Estimator::Group(_) => Needs { values: false, groups: true, truncation: false },
         }
     }
 }
@@ -41,5 +44,8 @@ mod tests {
         let rloo = Estimator::from_options("rloo", &[]).unwrap();
         assert_eq!(rloo, Estimator::Group(GroupParams { leave_one_out: true, ..Default::default() }));
         assert!(rloo.needs().groups);
+        assert!(!rloo.needs().truncation);
+        assert!(!Estimator::from_options("bilevel", &[]).unwrap().needs().truncation);
+        assert!(Estimator::from_options("gae", &[]).unwrap().needs().truncation);
     }
 }

@@ -191,23 +191,31 @@ pub struct Columns {
     /// Present only for the group estimators.
     pub group: Option<String>,
     pub observation_rewards: ObservationRewards,
-    /// Per-row truncation flags (critic estimators only).
+    /// Per-row truncation flags (the estimators that take them only: mae, gae).
     pub truncated: Option<String>,
     /// The score column the turn rewards must sum to, and the tolerance.
     pub check: Option<(String, f64)>,
 }
+
+/// Why a truncation column is refused (the numpy and torch functions of the other
+/// estimators take no `truncated` at all).
+pub const TRUNCATION_USAGE: &str = "a truncated column applies to the critic estimators mae and gae (they bootstrap \
+     a cut-off row from its last value); the group baselines have no critic and the bi-level GAE (RAGEN's) defines \
+     no truncation";
 
 /// What an estimator needs beyond the mask and the reward signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Needs {
     pub values: bool,
     pub groups: bool,
+    /// Whether it reads truncation flags (bootstraps a cut-off row from its last value).
+    pub truncation: bool,
 }
 
 impl ColumnSpec {
     /// Picks the reward source (a named `rewards`, `score` or `turn_rewards` column, else
     /// the first of `rewards`, `score`, `turn_rewards` the schema has), the truncation
-    /// flags (named, else `truncated` if present, critic estimators only) and checks that every needed column exists with a
+    /// flags (named, else `truncated` if present; only for an estimator that takes them) and checks that every needed column exists with a
     /// usable type and that no output column is already there.
     pub fn resolve(&self, schema: &Schema, needs: Needs) -> Result<Columns, LogError> {
         let reward = match (&self.rewards, &self.score, &self.turn_rewards) {
@@ -250,22 +258,14 @@ impl ColumnSpec {
             )));
         }
         if let Some((_, tolerance)) = &self.check_score {
-            if !(tolerance.is_finite() && *tolerance >= 0.0) {
-                return Err(LogError::Usage(format!("`check_tolerance` = {tolerance} must be in [0, inf)")));
-            }
+            mpo_core::check_tolerance(*tolerance)?;
         }
-        // Truncation bootstraps from the critic's values: the group estimators refuse a named
-        // column and ignore a `truncated` column that is merely present.
+        // An estimator without truncation (the group baselines, the bi-level GAE) refuses a
+        // named column and never reads a `truncated` column that is merely present.
         let truncated = match &self.truncated {
-            Some(_) if !needs.values => {
-                return Err(LogError::Usage(
-                    "a truncated column applies to the critic estimators (mae, gae); the group baselines do not \
-                     bootstrap"
-                        .into(),
-                ))
-            }
+            Some(_) if !needs.truncation => return Err(LogError::Usage(TRUNCATION_USAGE.into())),
             Some(t) => Some(t.clone()),
-            None if needs.values && schema.column_with_name(DEFAULT_TRUNCATED).is_some() => {
+            None if needs.truncation && schema.column_with_name(DEFAULT_TRUNCATED).is_some() => {
                 Some(DEFAULT_TRUNCATED.into())
             }
             None => None,
@@ -435,7 +435,7 @@ mod tests {
         let values = Field::new("values", DataType::new_list(DataType::Float32, true), false);
         let rewards = Field::new("rewards", DataType::new_list(DataType::Float32, true), false);
         let score = Field::new("score", DataType::Float32, false);
-        let needs = Needs { values: true, groups: false };
+        let needs = Needs { values: true, groups: false, truncation: true };
         let spec = ColumnSpec::default();
         let s = Schema::new(vec![mask.clone(), values.clone(), rewards, score.clone()]);
         assert_eq!(spec.resolve(&s, needs).unwrap().reward, RewardColumn::Token("rewards".into()));
@@ -446,6 +446,30 @@ mod tests {
         assert!(e.contains("missing column `rewards` or `score`"), "{e}");
         let both = ColumnSpec { rewards: Some("r".into()), score: Some("s".into()), ..Default::default() };
         assert!(both.resolve(&s, needs).unwrap_err().is_usage());
+    }
+
+    #[test]
+    fn only_the_estimators_with_truncation_read_a_truncated_column() {
+        let list = |t: DataType| DataType::new_list(t, true);
+        let s = Schema::new(vec![
+            Field::new("loss_mask", list(DataType::Boolean), false),
+            Field::new("values", list(DataType::Float32), false),
+            Field::new("rewards", list(DataType::Float32), false),
+            Field::new("truncated", DataType::Boolean, true),
+            Field::new("group_id", DataType::Int64, false),
+        ]);
+        let named = ColumnSpec { truncated: Some("truncated".into()), ..Default::default() };
+        for needs in [
+            Needs { values: true, groups: false, truncation: false },
+            Needs { values: false, groups: true, truncation: false },
+        ] {
+            let e = named.resolve(&s, needs).unwrap_err();
+            assert!(e.is_usage() && e.to_string() == TRUNCATION_USAGE, "{e}");
+            assert_eq!(ColumnSpec::default().resolve(&s, needs).unwrap().truncated, None);
+        }
+        let mae = Needs { values: true, groups: false, truncation: true };
+        assert_eq!(ColumnSpec::default().resolve(&s, mae).unwrap().truncated.as_deref(), Some("truncated"));
+        assert_eq!(named.resolve(&s, mae).unwrap().truncated.as_deref(), Some("truncated"));
     }
 
     #[test]

@@ -6,7 +6,13 @@
 
 use ::arrow::array::RecordBatch;
 use ::arrow::datatypes::SchemaRef;
-use mpo_logs::{annotate_table, ColumnSpec, EstimatorColumns, ObservationRewards, COLUMNS, OBSERVATION_REWARDS};
+use std::borrow::Cow;
+
+use mpo_logs::relocate::relocate;
+use mpo_logs::{
+    annotate_table, ColumnSpec, EstimatorColumns, LogError, ObservationRewards, COLUMNS, OBSERVATION_REWARDS,
+};
+use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::input::AnyRecordBatch;
@@ -18,7 +24,8 @@ use crate::options::Estimator;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrow_advantages, m)?)?;
     m.add_function(wrap_pyfunction!(column_spec, m)?)?;
-    m.add_function(wrap_pyfunction!(observation_rewards_spec, m)?)
+    m.add_function(wrap_pyfunction!(observation_rewards_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(relocate_observation_rewards, m)?)
 }
 
 /// What the log tools may do with a reward on an observation token (mask 0), one dict per
@@ -41,6 +48,36 @@ fn observation_rewards_spec(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
 /// The `observation_rewards` choice called `name` (`InvalidOptionError` listing the names).
 pub(crate) fn observation_rewards(name: &str) -> PyResult<ObservationRewards> {
     ObservationRewards::from_name(name).map_err(log_error)
+}
+
+/// The flat token rewards the estimators see under ``observation_rewards=mode`` (the log
+/// tools' one rule, rust/logs/src/relocate.rs), for ``mpo_rs.torch``'s padded rows: None
+/// when nothing moves (use ``rewards`` as given), else a copy with each finite nonzero
+/// reward on a mask-0 token dropped or credited. A non-finite reward is never moved, so
+/// the estimator refuses it where it sits; a credited sum beyond float32 is refused naming
+/// ``column`` and the row.
+#[pyfunction]
+fn relocate_observation_rewards<'py>(
+    py: Python<'py>,
+    rewards: PyReadonlyArray1<'py, f32>,
+    mask: PyReadonlyArray1<'py, u8>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    mode: &str,
+    column: &str,
+) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+    let mode = observation_rewards(mode)?;
+    let contiguous = |name: &str| InvalidBatchError::new_err(format!("`{name}` must be a C-contiguous 1-D array"));
+    let r = rewards.as_slice().map_err(|_| contiguous("rewards"))?;
+    let m = mask.as_slice().map_err(|_| contiguous("mask"))?;
+    let o = offsets.as_slice().map_err(|_| contiguous("offsets"))?;
+    if r.len() != m.len() {
+        return Err(InvalidBatchError::new_err(format!("`{column}` has {} tokens, the mask {}", r.len(), m.len())));
+    }
+    mpo_core::Layout::new(o, m.len()).map_err(crate::errors::core_error)?;
+    match relocate(Cow::Borrowed(r), m, o, mode, column).map_err(|e| log_error(LogError::Batch(e)))? {
+        Cow::Borrowed(_) => Ok(None),
+        Cow::Owned(moved) => Ok(Some(PyArray1::from_vec(py, moved))),
+    }
 }
 
 /// The columns of a rollout log, one dict per column: ``name`` (the key of its option:
@@ -98,11 +135,11 @@ pub(crate) fn with_turn_columns(
     turn_rewards_col: Option<String>,
     truncated_col: Option<String>,
     check_score_col: Option<String>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     spec.turn_rewards = turn_rewards_col;
     spec.truncated = truncated_col;
-    spec.check_score = match (check_score_col, check_tolerance) {
+    spec.check_score = match (check_score_col, crate::options::check_tolerance(check_tolerance)?) {
         (Some(c), Some(t)) => Some((c, t)),
         (None, _) => None,
         (Some(_), None) => return Err(InvalidOptionError::new_err("`check_score_col` needs its `check_tolerance`")),
@@ -131,13 +168,13 @@ fn arrow_advantages(
     turn_rewards_col: Option<String>,
     truncated_col: Option<String>,
     check_score_col: Option<String>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<Bound<'_, PyAny>>,
     observation_rewards: &str,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
     let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
-    with_turn_columns(&mut spec, turn_rewards_col, truncated_col, check_score_col, check_tolerance)?;
+    with_turn_columns(&mut spec, turn_rewards_col, truncated_col, check_score_col, check_tolerance.as_ref())?;
     spec.observation_rewards = self::observation_rewards(observation_rewards)?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let (out, out_schema) =

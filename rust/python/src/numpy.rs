@@ -44,8 +44,9 @@ fn extras<'a>(
     turn_rewards: &'a Option<PyReadonlyArray1<'_, f32>>,
     turn_offsets: &'a Option<PyReadonlyArray1<'_, i64>>,
     check_scores: &'a Option<PyReadonlyArray1<'_, f32>>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Extras<'a>> {
+    let check_tolerance = crate::options::check_tolerance(check_tolerance)?;
     let turn_rewards = match turn_rewards {
         Some(r) => Some(TurnRewards {
             rewards: slice(r, "turn_rewards")?,
@@ -149,14 +150,14 @@ fn mae_advantages<'py>(
     turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
     turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
     check_scores: Option<PyReadonlyArray1<'py, f32>>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
     let estimator = estimator.get();
     let Core::Mae(params) = estimator.core else { return Err(wrong_family("mae_advantages", "mae", estimator)) };
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance)?;
+    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
     let source = source_of(r, s, &x)?;
     let out = run(py, || {
         with_source(m, o, source, x.check, |source| {
@@ -190,14 +191,14 @@ fn gae_advantages<'py>(
     turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
     turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
     check_scores: Option<PyReadonlyArray1<'py, f32>>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(Floats<'py>, Floats<'py>)> {
     let estimator = estimator.get();
     let Core::Gae(params) = estimator.core else { return Err(wrong_family("gae_advantages", "gae", estimator)) };
     let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance)?;
+    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
     let source = source_of(r, s, &x)?;
     let out = run(py, || {
         with_source(m, o, source, x.check, |source| {
@@ -225,7 +226,7 @@ fn bilevel_advantages<'py>(
     turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
     turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
     check_scores: Option<PyReadonlyArray1<'py, f32>>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
     let estimator = estimator.get();
     let Core::BiLevel(params) = estimator.core else {
@@ -235,7 +236,7 @@ fn bilevel_advantages<'py>(
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
     // No truncation: RAGEN's estimator defines none.
-    let x = extras(&None, &turn_rewards, &turn_offsets, &check_scores, check_tolerance)?;
+    let x = extras(&None, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
     let source = source_of(r, s, &x)?;
     let out = run(py, || {
         with_source(m, o, source, x.check, |source| mpo_core::bilevel_advantages(v, m, o, source, &params))

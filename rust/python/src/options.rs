@@ -96,6 +96,26 @@ fn short_repr(value: &Bound<'_, PyAny>) -> String {
     format!("{head}… ({} characters)", repr.chars().count())
 }
 
+/// ``check_tolerance`` (of the sum check of per-turn rewards) as a float, judged whether or
+/// not a check is asked for, by every entry point (numpy, Arrow, Parquet, the command): a
+/// real number (not a bool or a string) in the core's domain (`mpo_core::check_tolerance`).
+pub(crate) fn check_tolerance(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else { return Ok(None) };
+    let type_name = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    let wrong = || {
+        InvalidOptionError::new_err(format!(
+            "`check_tolerance` must be a number in [0, inf), got {type_name} {}",
+            short_repr(value)
+        ))
+    };
+    let flag = value.is_instance_of::<PyBool>() || type_name == "bool_";
+    if flag || value.is_instance_of::<PyString>() || value.is_instance_of::<PyBytes>() {
+        return Err(wrong());
+    }
+    let x: f64 = value.extract().map_err(|_| wrong())?;
+    mpo_core::check_tolerance(x).map(Some).map_err(core_error)
+}
+
 /// A Python value as the kind of option `key` is. Strings are refused for every kind
 /// (`"false"` is not converted to a bool nor `"0.9"` to a float): a value must already be
 /// of its kind, whoever passes it (a config file's adapter included).

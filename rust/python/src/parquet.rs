@@ -72,12 +72,12 @@ fn advantages_parquet<'py>(
     turn_rewards_col: Option<String>,
     truncated_col: Option<String>,
     check_score_col: Option<String>,
-    check_tolerance: Option<f64>,
+    check_tolerance: Option<Bound<'py, PyAny>>,
     observation_rewards: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let defaults = Tuning::default();
     let mut columns = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
-    with_turn_columns(&mut columns, turn_rewards_col, truncated_col, check_score_col, check_tolerance)?;
+    with_turn_columns(&mut columns, turn_rewards_col, truncated_col, check_score_col, check_tolerance.as_ref())?;
     columns.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
     let job = Job {
         input,

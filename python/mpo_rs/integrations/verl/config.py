@@ -9,6 +9,7 @@ of the wrong kind) or declares a default the table owns.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -76,6 +77,15 @@ class MPOOptions:
     """Not an estimator option: a directory to which every training batch is appended as
     Parquet (``mpo_rs.integrations.verl.rollout_log``); None = no log (or
     ``$MPO_RS_VERL_ROLLOUT_LOG_DIR``)."""
+
+    def __post_init__(self) -> None:
+        # Not judged by an estimator: checked here, where every reader of the section goes.
+        value = self.rollout_log_dir
+        if value is not None and (isinstance(value, bytes) or not isinstance(value, (str, os.PathLike))):
+            raise InvalidOptionError(
+                "`algorithm.mpo.rollout_log_dir` must be a directory path (a string) or null, got "
+                f"{type(value).__name__} {value!r}"
+            )
 
     @classmethod
     def from_config(cls, config: Any) -> MPOOptions:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...exceptions import InvalidBatchError
 from ...rollout_log import RolloutLogWriter
-from .config import config_get
+from .config import MPOOptions
 
 __all__ = ["ROLLOUT_LOG_ENV", "after_compute_advantage", "log_batch", "rollout_log_dir", "writer_for"]
 
@@ -98,10 +98,9 @@ def _left_zeros(x: Any, columns: int) -> Any:
 
 def rollout_log_dir(config: Any) -> str | None:
     """``algorithm.mpo.rollout_log_dir`` if set, else ``$MPO_RS_VERL_ROLLOUT_LOG_DIR``, else None."""
-    section = config_get(config, "mpo", None) if config is not None else None
-    configured = config_get(section, "rollout_log_dir", None) if section is not None else None
+    configured = MPOOptions.from_config(config).rollout_log_dir  # checked there
     if configured:
-        return str(configured)
+        return str(os.fspath(configured))
     return os.environ.get(ROLLOUT_LOG_ENV) or None
 
 
