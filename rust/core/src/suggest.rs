@@ -39,9 +39,7 @@ fn edit_distance(a: &[char], b: &[char]) -> usize {
     for (i, row) in rows.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=m {
-        rows[0][j] = j;
-    }
+    rows[0] = (0..=m).collect();
     for i in 1..=n {
         for j in 1..=m {
             let cost = usize::from(a[i - 1] != b[j - 1]);
