@@ -141,10 +141,13 @@ def test_reproduce_files_replace_a_symlink_and_never_write_through_it(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (out / reproduce_run.RUNS_DIR).symlink_to(elsewhere, target_is_directory=True)
-    reproduce_run._save_run(out, "abc123", {"arm": "mpo", "seed": 0, "final": 1.0})
+    from mpo_rs.reproduce.config import QUICK
+
+    reproduce_run._save_run(out, QUICK, {"arm": "mpo", "seed": 0, "final": 1.0})
     assert list(elsewhere.iterdir()) == []
     saved = json.loads(reproduce_run.run_file(out, "mpo", 0).read_text())
-    assert saved == {"config_hash": "abc123", "arm": "mpo", "seed": 0, "final": 1.0}
+    task = json.loads(json.dumps(QUICK.task(QUICK.arm("mpo").task).identity()))  # as saved: tuples become lists
+    assert saved == {"config_hash": QUICK.config_hash(), "task": task, "arm": "mpo", "seed": 0, "final": 1.0}
 
 
 def test_no_report_writer_writes_a_path_itself():
