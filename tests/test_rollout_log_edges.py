@@ -123,3 +123,22 @@ def test_every_refusal_is_typed(tmp_path):
         with pytest.raises(mpo_rs.MpoError):
             w.append_padded(**padded(2), group_ids=bad, step=0)
     w.close()
+
+
+def test_an_empty_batch_takes_empty_group_ids_of_any_dtype(tmp_path):
+    """numpy reads an empty list as float64: an empty batch's empty group ids are not refused
+    for their dtype (the writer fuzz target found it)."""
+    import numpy as np
+
+    from mpo_rs.rollout_log import RolloutLogWriter
+
+    with RolloutLogWriter(tmp_path / "log") as w:
+        empty = np.zeros((0, 4))
+        w.append_padded(
+            input_ids=empty.astype(np.int64),
+            loss_mask=empty.astype(bool),
+            scores=np.zeros(0),
+            group_ids=np.asarray([]),
+            step=0,
+        )
+    assert not list((tmp_path / "log").glob("*.parquet"))

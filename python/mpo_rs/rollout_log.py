@@ -644,23 +644,28 @@ def _scores(scores: Any, n_rows: int, method: str) -> np.ndarray:
     return score
 
 
+def _group_array(group_ids: Any, method: str) -> np.ndarray:
+    if not isinstance(group_ids, (list, tuple)):
+        return _array(group_ids, "group_ids")
+    # Element by element: numpy would read [1, "1"] as the strings "1", "1".
+    try:
+        return np.asarray(group_ids, dtype=object)
+    except (TypeError, ValueError) as e:
+        raise InvalidBatchError(f"{method}: `group_ids` cannot be read as an array: {e}") from None
+
+
 def _groups(group_ids: Any, n_rows: int, method: str) -> Any:
     """The group ids as an Arrow int64 or string array. A log holds one kind (as
     docs/rollout-logs.md says): integers beside strings are refused, never merged."""
     import pyarrow as pa
 
-    if isinstance(group_ids, (list, tuple)):
-        # Element by element: numpy would read [1, "1"] as the strings "1", "1".
-        try:
-            g = np.asarray(group_ids, dtype=object)
-        except (TypeError, ValueError) as e:
-            raise InvalidBatchError(f"{method}: `group_ids` cannot be read as an array: {e}") from None
-    else:
-        g = _array(group_ids, "group_ids")
+    g = _group_array(group_ids, method)
     if g.shape != (n_rows,):
         raise InvalidBatchError(f"{method}: `group_ids` has shape {g.shape}, expected ({n_rows},)")
+    if g.size == 0:
+        return pa.array([], pa.int64())  # no ids to judge: numpy reads an empty list as float64
     if g.dtype.kind in "iu":
-        if g.dtype.kind == "u" and g.size and g.max() > _INT64_MAX:
+        if g.dtype.kind == "u" and g.max() > _INT64_MAX:
             i = int(np.argmax(g))
             raise InvalidBatchError(f"{method}: `group_ids` holds {g[i]} at row {i}, beyond int64")
         return pa.array(g.astype(np.int64))
