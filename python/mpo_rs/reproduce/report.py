@@ -1578,3 +1578,22 @@ def _json_default(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     return str(x)
+
+
+def page_from_results(
+    results: dict[str, Any],
+    config: ReproduceConfig,
+    figures: Sequence[tuple[str, str, str]],
+    docs_dir: str | os.PathLike[str] | None = None,
+) -> str:
+    """The page of a finished run, rendered again from its ``results.json`` content alone:
+    the claims and the family are recomputed from its rows; ``figures`` are the page's
+    (title, relative path, caption) in order (``results["figures"]`` where a run recorded
+    them). The committed page re-renders byte for byte (tests/test_reproduce_page.py)."""
+    rows = results["runs"]
+    found = claims(rows, config)
+    family_comps = family_comparisons(rows, found, config)
+    chance = {task: (c["success"], c["how"]) for task, c in results["chance"].items()}
+    captions = {title: caption for title, _, caption in figures if caption}
+    page = Page(config, rows, found, family_comps, chance, results["meta"], captions, _design_inputs(config, docs_dir))
+    return page.markdown({title: rel for title, rel, _ in figures})
