@@ -18,9 +18,11 @@ import sys
 PROG = "mpo-rs"
 
 
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived. A BaseException, like KeyboardInterrupt, so no
-    ``except Exception`` swallows it on the way out."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: a stop request, like Ctrl-C (so no ``except Exception``
+    swallows it on the way out, and code that cleans up after Ctrl-C does so after it too);
+    ``signum`` says which signal. The package reads a stop as a KeyboardInterrupt with an
+    optional ``signum`` and never imports this module."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -81,10 +83,10 @@ def main() -> int:
 
         _raise_lost_stop()
         return cli_main()
+    except Terminated as t:  # before KeyboardInterrupt, which it is
+        return _stopped(f"terminated by {t}", 128 + t.signum)
     except KeyboardInterrupt:
         return _stopped("interrupted", 128 + signal.SIGINT)
-    except Terminated as t:
-        return _stopped(f"terminated by {t}", 128 + t.signum)
 
 
 if __name__ == "__main__":

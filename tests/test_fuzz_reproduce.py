@@ -158,8 +158,9 @@ def _one_typed_line(e: BaseException) -> None:
 @given(params=ENV_PARAMS)
 def test_a_random_env_runs_or_is_refused_with_one_typed_line(params: dict, monkeypatch_module: None) -> None:
     torch = pytest.importorskip("torch")
-    from mpo_rs.reproduce.api import build_config, make_env
+    from mpo_rs.reproduce.api import build_config
     from mpo_rs.reproduce.base import new_policy
+    from mpo_rs.reproduce.env import make_env
     from mpo_rs.reproduce.seeds import task_seeds
     from mpo_rs.torch.sampler import sample
 

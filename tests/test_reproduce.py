@@ -152,8 +152,8 @@ def test_holm_verdict_rule_on_synthetic_numbers():
 
 
 def test_table1_family_is_holm_corrected():
+    from mpo_rs.reproduce.analysis import FAMILY, _family_holm, claims
     from mpo_rs.reproduce.plan import PLAN
-    from mpo_rs.reproduce.report import FAMILY, _family_holm, claims
 
     assert FAMILY == tuple(PLAN.family())  # the committed plan's family, both metrics
     # MPO beats GRPO by 0.1 +- noise on 5 shared seeds: the paired interval alone excludes 0
@@ -206,7 +206,7 @@ def test_difference_of_group_means_by_hand():
 
 
 def test_diagnose_predicts_benefit_claim():
-    from mpo_rs.reproduce.report import claims
+    from mpo_rs.reproduce.analysis import claims
 
     # MPO gains 0.2 over PPO and GRPO where the PPO critic's share reads "on turns" and
     # nothing on KeyDoor, whose critic's value moves within turns: the contrast is positive.
@@ -230,7 +230,7 @@ def test_diagnose_predicts_benefit_claim():
 
 
 def test_claims_use_the_rule():
-    from mpo_rs.reproduce.report import claims
+    from mpo_rs.reproduce.analysis import claims
 
     level = {"mpo": 0.9, "guess_mpo": 0.9, "mpo_token_is": 0.5, "mpo_beta0": 0.05, "ppo_whiten": 0.3}
     rows = []
@@ -495,7 +495,7 @@ def test_out_that_is_not_an_earlier_output_is_refused(tmp_path: Path, capsys):
 
 def test_out_of_another_configuration_is_refused(tmp_path: Path, capsys):
     from mpo_rs.cli import main
-    from mpo_rs.reproduce.command import claim_output_dir
+    from mpo_rs.reproduce.output import claim_output_dir
 
     out = tmp_path / "out"
     claim_output_dir(out, "0123456789ab", overwrite=False)
@@ -610,7 +610,8 @@ def _synthetic_rows(level: dict[str, float], ev: float = 0.5) -> list[dict]:
 
 
 def _page(rows: list[dict], config=FULL):
-    from mpo_rs.reproduce.report import Page, claims, family_comparisons
+    from mpo_rs.reproduce.analysis import claims, family_comparisons
+    from mpo_rs.reproduce.page import Page
 
     found = claims(rows, config)
     chance = {"key_door": (0.004, "exact"), "guess_number": (0.265, "exact")}
@@ -630,7 +631,7 @@ def _table(text: str, header: str) -> list[list[str]]:
 
 
 def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
-    from mpo_rs.reproduce.report import FAMILY
+    from mpo_rs.reproduce.analysis import FAMILY
 
     page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
     summary = page.summary()
@@ -735,7 +736,7 @@ def test_the_committed_page_states_its_design_from_the_committed_records():
 
 
 def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):
-    from mpo_rs.reproduce import report
+    from mpo_rs.reproduce import analysis as report  # where FAMILY is read
 
     extra = ("auc_success", "guess_mpo_token_is", "guess_ppo")
     assert extra not in report.FAMILY
@@ -761,7 +762,7 @@ def test_at_chance_caveat():
 
 
 def test_curve_panels_leave_out_what_is_constant_by_construction():
-    from mpo_rs.reproduce.report import curve_panels
+    from mpo_rs.reproduce.figures import curve_panels
 
     def run(arm, seed):
         curve = [
@@ -781,7 +782,7 @@ def test_curve_panels_leave_out_what_is_constant_by_construction():
 
 
 def test_figure_groups_follow_the_configuration():
-    from mpo_rs.reproduce.report import figure_groups
+    from mpo_rs.reproduce.figures import figure_groups
 
     present = {a.key for a in FULL.arms}
     groups = {(g.task, g.family): g for g in figure_groups(FULL, present)}
@@ -804,7 +805,7 @@ def test_figure_groups_follow_the_configuration():
 
 def test_curve_figure_axes_chance_and_clipping():
     pytest.importorskip("matplotlib")
-    from mpo_rs.reproduce.report import curves_figure
+    from mpo_rs.reproduce.figures import curves_figure
 
     def run(arm, seed):
         # Success near 1 and 0 with a spread that would take a 95% interval past [0, 1];

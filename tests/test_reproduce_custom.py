@@ -13,7 +13,9 @@ import pytest
 
 from mpo_rs.exceptions import InvalidConfigError, InvalidOptionError
 from mpo_rs.reproduce import FULL, PILOT, QUICK
-from mpo_rs.reproduce.api import arm_keys, build_config, command_line, load_env_factory, make_env
+from mpo_rs.reproduce.api import build_config
+from mpo_rs.reproduce.budgets import arm_keys, command_line
+from mpo_rs.reproduce.env import load_env_factory, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "examples.my_env:make"
@@ -134,7 +136,7 @@ def test_a_callable_is_named_by_module_and_qualname() -> None:
 
 def test_chance_of_a_user_env_is_estimated() -> None:
     pytest.importorskip("torch")
-    from mpo_rs.reproduce.api import task_chance
+    from mpo_rs.reproduce.env import task_chance
 
     spec = build_config(ENV, budget="quick").tasks[0]
     value, how = task_chance(spec)

@@ -180,8 +180,9 @@ def test_a_resumed_env_run_refuses_an_edited_environment(tmp_path: Path, monkeyp
     """The hash covered module:factory and its parameters only: an edited env's runs were
     resumed as if they were the new env's."""
     pytest.importorskip("torch")
-    from mpo_rs.reproduce.api import build_config, make_env, run_config
-    from mpo_rs.reproduce.command import claim_output_dir
+    from mpo_rs.reproduce.api import build_config, run_config
+    from mpo_rs.reproduce.env import make_env
+    from mpo_rs.reproduce.output import claim_output_dir
     from mpo_rs.reproduce.run import _save_run, finished_runs
 
     module = "vault_edited"
@@ -315,7 +316,8 @@ def test_a_bad_env_is_one_typed_line_before_out(params: list[str], says: str, ed
 
 
 def test_the_checks_accept_what_the_protocol_allows(edge_path: None) -> None:
-    from mpo_rs.reproduce.api import build_config, make_env
+    from mpo_rs.reproduce.api import build_config
+    from mpo_rs.reproduce.env import make_env
 
     for params in ({"done_kind": "numpy"}, {"reward_kind": "numpy"}, {"reward_kind": "int"}, {"obs_kind": "array"}):
         env = make_env(build_config(EDGE, env_params=params, budget="quick").tasks[0])

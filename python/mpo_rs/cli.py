@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 import time
 from collections.abc import Collection, Sequence
@@ -243,9 +244,18 @@ def _fail(message: str, code: int) -> int:
 _EXPECTED = (MpoError, MissingDependencyError, OSError, KeyboardInterrupt)
 
 
+def _leave_signal_stops(e: BaseException) -> None:
+    """Re-raises a stop by SIGTERM or SIGHUP (a KeyboardInterrupt whose ``signum`` is not
+    SIGINT's, raised by the console script's handler): the console script reports it, with
+    128 + the signal, while it ignores further signals."""
+    if isinstance(e, KeyboardInterrupt) and getattr(e, "signum", signal.SIGINT) != signal.SIGINT:
+        raise e
+
+
 def _failed(e: BaseException) -> int:
     """Prints the one-line message of an expected error and returns its exit code: a usage
     problem 2, bad data, a missing dependency or the operating system 1, Ctrl-C 130."""
+    _leave_signal_stops(e)
     if isinstance(e, InvalidOptionError):
         return _fail(str(e), EXIT_USAGE)
     if isinstance(e, KeyboardInterrupt):
@@ -322,6 +332,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     except (MissingDependencyError, OSError) as e:
         return _fail(str(e), EXIT_FAILED)
     except KeyboardInterrupt as e:
+        _leave_signal_stops(e)  # one that came before the runs started
         # A stop of the runs (reproduce.run.RunsStopped) says what was kept, and its signal.
         return _fail(str(e) or "interrupted", getattr(e, "exit_code", EXIT_INTERRUPTED))
     print(f"wrote {out / 'reproduction.md'}")

@@ -11,7 +11,8 @@ the paired analysis with Holm's correction -- on any environment that implements
   It travels to the worker processes by that name; the name, its parameters and its code
   identity are part of the configuration hash (:mod:`.env`), so an output directory resumes
   only the runs of the same env, unedited. It is checked before anything is written.
-- ``arms`` is a subset of the arm keys (:func:`arm_keys`); ``budget`` one of :data:`BUDGETS`
+- ``arms`` is a subset of the arm keys (:func:`~mpo_rs.reproduce.budgets.arm_keys`); ``budget`` one of
+  :data:`~mpo_rs.reproduce.budgets.BUDGETS`
   (``quick``: a smoke test; ``small``: a quarter of the full run's updates, a first look;
   ``full``: the reported run's) or a :class:`~mpo_rs.reproduce.config.Budget`.
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import tempfile
 import time
@@ -32,82 +32,34 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import InvalidOptionError
-from .config import FULL, GPU, PILOT, QUICK, Budget, ReproduceConfig
-from .env import check_user_env, env_spec, load_env_factory, make_env, task_chance
+from .budgets import base_config, template_arms
+from .config import QUICK, Budget, ReproduceConfig
+from .env import check_user_env, env_spec
 
-__all__ = [
-    "BUDGETS",
-    "CompareResult",
-    "arm_keys",
-    "budget_name",
-    "build_config",
-    "command_line",
-    "compare",
-    "env_spec",
-    "is_committed",
-    "load_env_factory",
-    "make_env",
-    "task_chance",
-]
+__all__ = ["CompareResult", "build_config", "compare", "default_out", "run_config"]
 
 
-def _small(budget: Budget) -> Budget:
-    """A quarter of ``budget``'s updates, evaluated as often relative to the run's length."""
-    updates = max(1, budget.updates // 4)
-    return dataclasses.replace(budget, updates=updates, eval_every=max(1, budget.eval_every // 4))
-
-
-BUDGETS = ("quick", "small", "pilot", "full")
-"""The named budgets: ``quick`` (the smoke test's: a few updates, one seed), ``small`` (the
-full run's with a quarter of its updates), ``pilot`` (the full run's budget on the pilot's
-own seeds, :data:`~mpo_rs.reproduce.config.PILOT`, which sizes the final run's seeds through
-the analysis plan) and ``full`` (the reported run's)."""
-
-
-def _base(budget: str | Budget, device: str) -> ReproduceConfig:
-    """The committed configuration a budget starts from (QUICK, FULL or GPU, as before)."""
-    if device not in ("cpu", "cuda"):
-        raise InvalidOptionError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    full = GPU if device == "cuda" else FULL
-    if isinstance(budget, Budget):
-        return dataclasses.replace(full, name="custom", budget=budget)
-    if budget == "quick":
-        return dataclasses.replace(GPU, budget=QUICK.budget, seeds=1) if device == "cuda" else QUICK
-    if budget == "small":
-        return dataclasses.replace(full, name=f"{full.name}-small", budget=_small(full.budget))
-    if budget == "pilot":
-        if device == "cuda":
-            raise InvalidOptionError(
-                "the pilot is the CPU run's (--budget pilot sizes FULL's seeds); it has no cuda form"
-            )
-        return PILOT
-    if budget == "full":
-        return full
-    raise InvalidOptionError(f"unknown budget {budget!r}; known: {', '.join(BUDGETS)} (or a Budget)")
-
-
-# --------------------------------------------------------------------------- the configuration
-
-
-def _template_arms(base: ReproduceConfig) -> dict[str, Any]:
-    """The arms a user env can run: those of the base configuration's main task (the MPO
-    arm's), in its order; their keys stay, so the family of comparisons applies as is."""
-    main = base.arm("mpo").task
-    return {a.key: a for a in base.arms if a.task == main}
-
-
-def arm_keys(env: str | Callable[..., Any] | None = None, budget: str | Budget = "full") -> tuple[str, ...]:
-    """The arm keys ``arms=`` accepts: every arm of the configuration (``env`` None), or
-    the arms of the main task that a user env can run."""
-    base = _base(budget, "cpu")
-    return tuple(_template_arms(base) if env is not None else (a.key for a in base.arms))
+def _checked(arms: str | Sequence[str] | None, counts: Mapping[str, tuple[int | None, int]]) -> list[str] | None:
+    """The one check of what a caller chooses (``compare``'s arguments and the command's
+    flags alike): ``counts`` maps a name to (value, least); ``arms`` is a sequence of keys or
+    "mpo,ppo" as the command line writes it. Returns the arm keys, None for all."""
+    for name, (value, least) in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            flag = name.replace("_", "-")
+            raise InvalidOptionError(f"{name} (--{flag}) must be an int >= {least}, got {value!r}")
+    if arms is None:
+        return None
+    keys = [key.strip() for key in (arms.split(",") if isinstance(arms, str) else arms) if key.strip()]
+    if not keys:
+        raise InvalidOptionError("arms (--arms): give at least one arm key, e.g. mpo,ppo")
+    return keys
 
 
 def build_config(
     env: str | Callable[..., Any] | None = None,
     *,
     env_params: Mapping[str, Any] | None = None,
-    arms: Sequence[str] | None = None,
+    arms: str | Sequence[str] | None = None,
     seeds: int | None = None,
     first_seed: int | None = None,
     budget: str | Budget = "full",
@@ -118,20 +70,16 @@ def build_config(
     ``env`` and no other argument, exactly QUICK, FULL or GPU), with the user env as its
     one task, the chosen arms, seeds and workers. A user env is built once here, so a bad
     spec fails before anything is written. Raises InvalidOptionError or InvalidConfigError."""
-    for name, value, least in (("seeds", seeds, 1), ("workers", workers, 1), ("first_seed", first_seed, 0)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise InvalidOptionError(f"{name} must be an int >= {least}, got {value!r}")
-    if isinstance(arms, str):  # "mpo,ppo", as the command line writes it
-        arms = [key.strip() for key in arms.split(",") if key.strip()]
+    keys = _checked(arms, {"seeds": (seeds, 1), "workers": (workers, 1), "first_seed": (first_seed, 0)})
     # The seeds first: their range is checked (ReproduceConfig), and the env is tried on them.
-    config = _base(budget, device).with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
+    config = base_config(budget, device).with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
     if env is not None:
         spec = env_spec(env)
         # Built and played once here, so a bad env fails before anything is written.
         task = check_user_env(spec, dict(env_params or {}), config.first_seed)
-        template = _template_arms(config)
+        template = template_arms(config)
         main_family = template["mpo"].family
-        chosen = [a for a in template.values() if a.family == main_family] if arms is None else template.values()
+        chosen = [a for a in template.values() if a.family == main_family] if keys is None else template.values()
         # A user env has no oracle to clone: its arms start from the random initialisation
         # (base=None); the critic warm-up needs only the policy's rollouts, so it stays.
         config = dataclasses.replace(
@@ -139,59 +87,11 @@ def build_config(
         )
     elif env_params:
         raise InvalidOptionError("env_params (--env-param) needs an env (--env module:factory)")
-    if arms is not None:
-        config = config.with_arms(arms)
+    if keys is not None:
+        config = config.with_arms(keys)
     if env is not None and env_spec(env).startswith("__main__:"):
         config = dataclasses.replace(config, workers=1)  # __main__ may not import in a worker
     return config
-
-
-def budget_name(config: ReproduceConfig) -> str | None:
-    """``quick``, ``small``, ``pilot`` or ``full`` when ``config`` runs that named budget, else
-    None (a Budget of the caller's)."""
-    if config.name == PILOT.name and config.budget == PILOT.budget:
-        return "pilot"
-    for full in (FULL, GPU):
-        for name, budget in (("quick", QUICK.budget), ("small", _small(full.budget)), ("full", full.budget)):
-            if config.budget == budget:
-                return name
-    return None
-
-
-def is_committed(config: ReproduceConfig) -> bool:
-    """Whether ``config`` is the committed full configuration (FULL, or GPU) unchanged:
-    the run ``make reproduce`` writes the page from."""
-    return config.config_hash() in (FULL.config_hash(), GPU.config_hash())
-
-
-def command_line(config: ReproduceConfig) -> str:
-    """The ``mpo-rs reproduce`` flags that run ``config`` (without ``--out``), or "" when
-    only the Python API can (a Budget of the caller's)."""
-    budget = budget_name(config)
-    if budget is None:
-        return ""
-    parts = ["mpo-rs reproduce"]
-    if budget != "full":
-        parts.append("--quick" if budget == "quick" else f"--budget {budget}")
-    if config.device == "cuda":
-        parts.append("--device cuda")
-    base = _base(budget, config.device)
-    user = [t for t in config.tasks if ":" in t.name]
-    if user:
-        parts.append(f"--env {user[0].name}")
-        parts += [f"--env-param {k}={json.dumps(v)}" for k, v in user[0].params]
-        template = _template_arms(base)
-        default = [a.key for a in template.values() if a.family == template["mpo"].family]
-    else:
-        default = [a.key for a in base.arms]
-    keys = [a.key for a in config.arms]
-    if keys != default:
-        parts.append(f"--arms {','.join(keys)}")
-    if config.seeds != base.seeds:
-        parts.append(f"--seeds {config.seeds}")
-    if config.first_seed != base.first_seed:
-        parts.append(f"--first-seed {config.first_seed}")
-    return " ".join(parts)
 
 
 # --------------------------------------------------------------------------- running it
@@ -201,7 +101,7 @@ def command_line(config: ReproduceConfig) -> str:
 class CompareResult:
     """What :func:`compare` returns: where the report is, the configuration run, the
     results (``results.json``'s content) and the paired comparisons of the Holm-corrected
-    family (:class:`~mpo_rs.reproduce.report.Comparison`: ``diff``, ``low``, ``high``,
+    family (:class:`~mpo_rs.reproduce.analysis.Comparison`: ``diff``, ``low``, ``high``,
     ``half_width``, ``n``, ``p_holm``, ``verdict``, Welch's interval beside them)."""
 
     out: Path
@@ -239,7 +139,7 @@ def run_config(
 
         if not torch.cuda.is_available():
             raise InvalidOptionError("--device cuda: torch sees no CUDA device")
-    from .command import claim_output_dir
+    from .output import claim_output_dir
     from .report import write_report
     from .run import finished_runs, refuse_edited_env, run_all
 
@@ -264,7 +164,7 @@ def run_config(
     }
     results = write_report(runs, config, target, meta, docs_dir=docs, note=note)
     note(f"done in {meta['wall_s'] / 60:.1f} min")
-    from .report import Comparison
+    from .analysis import Comparison
 
     return CompareResult(target, config, results, [Comparison(**c) for c in results["family_comparisons"]])
 
@@ -273,7 +173,7 @@ def compare(
     env: str | Callable[..., Any] | None,
     *,
     env_params: Mapping[str, Any] | None = None,
-    arms: Sequence[str] | None = None,
+    arms: str | Sequence[str] | None = None,
     seeds: int | None = None,
     first_seed: int | None = None,
     budget: str | Budget = "small",

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._native import InvalidOptionError, check_output_dir
-from .._native import claim_output_dir as native_claim
-from .api import BUDGETS, build_config, run_config
+from .._native import InvalidOptionError
+from .api import build_config, run_config
+from .budgets import BUDGETS
 
 __all__ = ["add_parser", "run"]
 
@@ -98,36 +98,6 @@ def _env_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def claim_output_dir(out: Path, config_hash: str, *, overwrite: bool) -> None:
-    """Takes ``out`` for a run of the configuration ``config_hash``, by the output-safety
-    rule of rust/logs (``mpo_rs._native.claim_output_dir``): a new or empty directory, or
-    an earlier output of ``reproduce`` with the same configuration (its finished runs are
-    resumed). A directory that reproduce did not write, or one of another configuration,
-    is refused with InvalidOptionError unless ``overwrite``; nothing is deleted."""
-    try:
-        previous = check_output_dir(out, "reproduce", overwrite=overwrite, label="--out")
-    except InvalidOptionError as e:
-        # Advise --overwrite only where it would lift the refusal (not for a file, a FIFO,
-        # a device, a dangling link or an input: those messages say what helps).
-        if overwrite or not _overwrite_helps(out):
-            raise
-        raise InvalidOptionError(f"{e}, or pass --overwrite to write into it anyway") from None
-    if previous is not None and previous != config_hash and not overwrite:
-        raise InvalidOptionError(
-            f"--out {out} holds the runs of another configuration ({previous}, not {config_hash}); "
-            "choose a new directory, or pass --overwrite to write this one's beside them"
-        )
-    native_claim(out, "reproduce", config_hash, overwrite=overwrite, label="--out")
-
-
-def _overwrite_helps(out: Path) -> bool:
-    try:
-        check_output_dir(out, "reproduce", overwrite=True, label="--out")
-    except InvalidOptionError:
-        return False
-    return True
-
-
 def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) -> Path:
     """Runs the command (through :func:`mpo_rs.reproduce.api.run_config`, as ``compare``
     does); returns the output directory. Raises InvalidOptionError (usage),
@@ -139,21 +109,10 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         raise InvalidOptionError(
             "--docs writes the committed page; it takes the full run, not --quick, --budget or --env"
         )
-    arms = None
-    if args.arms is not None:
-        arms = [key.strip() for key in args.arms.split(",") if key.strip()]
-        if not arms:
-            raise InvalidOptionError("--arms: give at least one arm key, e.g. --arms mpo,ppo")
-    for name in ("workers", "seeds"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise InvalidOptionError(f"--{name} must be at least 1, got {value}")
-    if args.first_seed is not None and args.first_seed < 0:
-        raise InvalidOptionError(f"--first-seed must be at least 0, got {args.first_seed}")
     config = build_config(
         args.env,
         env_params=_env_params(args.env_param),
-        arms=arms,
+        arms=args.arms,  # checked there, as compare's are
         seeds=args.seeds,
         first_seed=args.first_seed,
         budget=budget,

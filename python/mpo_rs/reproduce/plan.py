@@ -236,7 +236,7 @@ def _rows(pilot_results: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]
     rows: list[Mapping[str, Any]] = []
     for item in pilot_results:
         if "evals" in item and "curve" in item:
-            from .report import summarize_run
+            from .rows import summarize_run
 
             rows.append(summarize_run(dict(item)))
         else:

@@ -31,8 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from _mpo_rs_cli import Terminated
-
 from .._deps import missing
 from .._outputs import table_bytes, write_file
 
@@ -457,7 +455,7 @@ def run_all(
             _run_here(config, jobs, order, finished)
         else:
             _run_in_pool(workers, jobs, order, finished)
-    except (KeyboardInterrupt, Terminated) as stop:
+    except KeyboardInterrupt as stop:  # Ctrl-C, or the console script's SIGTERM/SIGHUP (its signum)
         # Counted on disk: a stop that lands between a run's save and its count must not
         # undercount what the resume will find.
         kept = len(finished_runs(config, out_dir))

@@ -1,0 +1,386 @@
+"""The claims and the family: the paired comparisons of arms (:class:`Comparison`), the
+paper's claims with their verdicts (:func:`claims`) and the pre-registered family with
+Holm's correction (:func:`family_comparisons`), computed from the rows alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE
+from .config import BETA_SWEEP, LAMBDA_GRID, TASK_PREFIX, ReproduceConfig
+from .plan import PLAN
+from .rows import arm_labels, by_seed, nanmedian, task_title
+from .stats import (
+    Paired,
+    combine,
+    diff_ci,
+    difference_of_group_means,
+    holm,
+    holm_verdict,
+    paired_diff_ci,
+    verdict,
+)
+
+FAMILY: tuple[tuple[str, str, str], ...] = tuple(PLAN.family())
+"""The family of comparisons corrected for multiplicity, fixed in advance by the committed
+analysis plan (:data:`mpo_rs.reproduce.plan.PLAN`: Table 1 on every task, MPO against its
+public relatives, the β and (λ, λ_intra) claims on the main task, each on both metrics), as
+(metric, A, B) for the claim "A beats B"; Holm's correction runs over all of them (a
+comparison that cannot be made counts as p = 1)."""
+
+
+FAMILY_ALPHA = PLAN.alpha
+"""The family-wise error rate of the Holm-corrected comparisons."""
+
+
+def family(config: ReproduceConfig) -> tuple[tuple[str, str, str], ...]:
+    """The family of comparisons of ``config``, corrected for multiplicity: those of
+    :data:`FAMILY` whose two arms it runs (a chosen subset of arms fixes a smaller family
+    with it). Every use of the family in this module goes through here."""
+    keys = {arm.key for arm in config.arms}
+    return tuple(c for c in FAMILY if c[1] in keys and c[2] in keys)
+
+
+CRITIC_EV_FLOOR = 0.1
+"""A critic whose explained variance at the end of training (mean over seeds) stays below
+this has not learned; the summary says so (GAE and MAE then run on near-constant values)."""
+
+
+METRIC_NAMES = {
+    "final_success": "final held-out success",
+    "auc_success": "mean held-out success over training",
+}
+"""How a metric of the family is named in the summary (another by its key)."""
+
+
+def verdict_rule(config: ReproduceConfig) -> str:
+    """The verdict rule as the page states it (the code is :func:`claims`)."""
+    fam = family(config)
+    pairs = len({(a, b) for _, a, b in fam})
+    metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(m for m, _, _ in fam))
+    text = (
+        "Runs share their seeds across arms (same initialisation, tasks and sampler draws), so the "
+        'primary analysis is paired by seed: for a claim "A beats B", the per-seed differences A - B '
+        "over the seeds run on both arms give a mean and a Student-t 95% interval on n - 1 degrees of "
+        "freedom; Welch's unpaired interval of the difference of the seed means is shown beside it. "
+    )
+    if fam:
+        text += (
+            f'The {len(fam)} comparisons listed under "Power achieved" ({pairs} pair(s) of arms, each on {metrics}) '
+            f"form one family, fixed in advance by the analysis plan "
+            f"`{PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
+            "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
+            f"adjusted p-value is below {FAMILY_ALPHA:g} and the difference is positive, **not reproduced** when "
+            f"it is below {FAMILY_ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "
+            "intervals shown for them are the uncorrected 95% ones, so one may exclude 0 while Holm does not "
+            "reject). Every other comparison"
+        )
+    else:
+        text += "Every comparison"
+    return text + (
+        " is decided by its paired 95% interval: above 0 **reproduced**, below 0 **not "
+        "reproduced**, containing 0 **inconclusive** (uncorrected: read them as exploratory). A claim "
+        "made of several comparisons is reproduced when all are, not reproduced when any is reversed."
+    )
+
+
+@dataclass
+class Comparison:
+    """A - B for one metric over seeds: the paired analysis (``diff``, ``low``, ``high``: the
+    mean per-seed difference and its 95% interval over ``n`` seeds run on both arms; ``p``:
+    the paired t-test's two-sided p-value), Welch's unpaired interval beside it, and for a
+    comparison in :data:`FAMILY` its Holm-adjusted p-value. One-sample comparisons (``b``
+    empty) test A - offset and have no Welch interval."""
+
+    what: str
+    metric: str
+    a: str
+    b: str
+    diff: float
+    low: float
+    high: float
+    verdict: str
+    n: int = 0
+    p: float = math.nan
+    welch_low: float = math.nan
+    welch_high: float = math.nan
+    p_holm: float = math.nan
+    half_width: float = math.nan
+
+    def text(self) -> str:
+        if not math.isfinite(self.diff):
+            return f"{self.what}: not measured"
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return f"{self.what}: {self.diff:+.3f} (no CI, {self.n} paired seed(s))"
+        out = f"{self.what}: {self.diff:+.3f} [{self.low:+.3f}, {self.high:+.3f}] (±{self.half_width:.3f}, n={self.n}"
+        if math.isfinite(self.p_holm):
+            out += f", Holm p={self.p_holm:.3g}"
+        out += ")"
+        if math.isfinite(self.welch_low) and math.isfinite(self.welch_high):
+            out += f"; Welch [{self.welch_low:+.3f}, {self.welch_high:+.3f}]"
+        return out
+
+
+@dataclass
+class Claim:
+    number: int
+    paper: str
+    comparisons: list[Comparison]
+    verdict: str
+    note: str = ""
+
+
+def _compare(rows: list[dict[str, Any]], metric: str, a: str, b: str, what: str, offset: float = 0.0) -> Comparison:
+    mine = by_seed(rows, metric, a)
+    if b == "":  # one-sample: A - offset
+        paired = paired_diff_ci(mine, dict.fromkeys(mine, offset))
+        welch = (math.nan, math.nan)
+    else:
+        theirs = by_seed(rows, metric, b)
+        paired = paired_diff_ci(mine, theirs)
+        welch = diff_ci(mine.values(), theirs.values())[1:]
+    return Comparison(
+        what,
+        metric,
+        a,
+        b,
+        paired.diff,
+        paired.low,
+        paired.high,
+        verdict(paired.low, paired.high),
+        n=paired.n,
+        p=paired.p,
+        welch_low=welch[0],
+        welch_high=welch[1],
+        half_width=(paired.high - paired.low) / 2,
+    )
+
+
+def _family_holm(
+    rows: list[dict[str, Any]], fam: tuple[tuple[str, str, str], ...]
+) -> dict[tuple[str, str, str], float]:
+    """Holm-adjusted p-values of the family's paired tests, keyed like the family."""
+    ps = [_compare(rows, metric, a, b, "").p for metric, a, b in fam]
+    return dict(zip(fam, holm(ps), strict=True))
+
+
+def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
+    """The paper's claims, each measured on the runs: final held-out success unless said."""
+    present = {r["arm"] for r in rows}
+    label = arm_labels(config)
+    keys = {arm.key for arm in config.arms}
+    main = task_title(config.arm("mpo").task) if "mpo" in keys else "KeyDoor"
+    out: list[Claim] = []
+    adjusted = _family_holm(rows, family(config))
+
+    def claim(number: int, paper: str, comps: list[Comparison], note: str = "") -> None:
+        comps = [c for c in comps if c.a in present and (c.b == "" or c.b in present)]
+        for c in comps:
+            key = (c.metric, c.a, c.b)
+            if key in adjusted:
+                c.p_holm = adjusted[key]
+                c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+        out.append(Claim(number, paper, comps, combine([c.verdict for c in comps]), note))
+
+    claim(
+        1,
+        "Value structure lives on turns: between-turn differences are a median 89.5% of the "
+        "within-trajectory value variance (Fig. 2).",
+        [
+            _compare(rows, "between_share", key, "", f"{label[key]} critic: median between-turn share - 0.5", 0.5)
+            for key in ("mpo", "ppo")
+        ],
+        f"Measured with `mpo-rs diagnose` on held-out rollouts of each trained critic ({main}). "
+        "Reproduced when the share is above one half with 95% confidence.",
+    )
+    claim(
+        2,
+        "MPO beats GRPO, GSPO and PPO (Table 1).",
+        [c for b in ("grpo", "gspo", "ppo") for c in _on_plan_metrics(rows, "mpo", b, f"MPO - {label[b]}")],
+    )
+    claim(
+        3,
+        "Turn-level IS matters: MPO w/ token IS loses to MPO, yet still beats PPO (Table 1).",
+        [
+            *_on_plan_metrics(rows, "mpo", "mpo_token_is", "MPO - MPO w/ token IS"),
+            *_on_plan_metrics(rows, "mpo_token_is", "ppo", "MPO w/ token IS - PPO"),
+        ],
+    )
+    beta_keys = {b: k for b, k in BETA_SWEEP.items()}
+    claim(
+        4,
+        "β has an inverted U with its best at 1.0; β = 0 already beats PPO (Table 3).",
+        [
+            c
+            for b in sorted(beta_keys)
+            if b != 1.0
+            for c in _on_plan_metrics(rows, beta_keys[1.0], beta_keys[b], f"β=1 - β={b:g}")
+        ]
+        + _on_plan_metrics(rows, beta_keys[0.0], "ppo", "β=0 - PPO"),
+    )
+    claim(
+        5,
+        "(λ, λ_intra) = (0.80, 0.95) is best (Table 2).",
+        [
+            c
+            for (lam, intra), key in LAMBDA_GRID.items()
+            if (lam, intra) != (0.80, 0.95)
+            for c in _on_plan_metrics(rows, LAMBDA_GRID[(0.80, 0.95)], key, f"(0.80, 0.95) - ({lam:.2f}, {intra:.2f})")
+        ],
+    )
+    claim(
+        6,
+        "Training dynamics (Fig. 4): MPO's validation success leads throughout; its critic's "
+        "explained variance ends higher than PPO's; its entropy falls faster than GRPO's; it "
+        "learns to use more turns.",
+        [
+            _compare(rows, "auc_success", "mpo", "grpo", "mean validation success over training, MPO - GRPO"),
+            _compare(rows, "auc_success", "mpo", "ppo", "mean validation success over training, MPO - PPO"),
+            _compare(rows, "final_explained_variance", "mpo", "ppo", "final critic EV, MPO - PPO"),
+            _compare(rows, "entropy_drop", "mpo", "grpo", "entropy drop, MPO - GRPO"),
+            _compare(rows, "final_turns", "guess_mpo", "guess_grpo", "GuessNumber turns per episode, MPO - GRPO"),
+            _compare(rows, "final_turns", "guess_mpo", "guess_ppo", "GuessNumber turns per episode, MPO - PPO"),
+        ],
+        f"Success and entropy on {main}"
+        + (", whose episodes always last max_turns turns" if main == "KeyDoor" else "")
+        + (
+            "; turns on GuessNumber, where the episode ends at the right guess, so more turns there means "
+            "searching longer, not more tool calls"
+            if "guess_mpo" in keys
+            else ""
+        )
+        + " (training batches, mean over the last tenth of the updates).",
+    )
+    ks = sorted({int(k[len("final_pass@") :]) for r in rows for k in r if k.startswith("final_pass@")})
+    claim(
+        7,
+        "Test-time scaling: MPO leads GRPO and PPO at every k of pass@k.",
+        [
+            _compare(rows, f"final_pass@{k}", "mpo", b, f"pass@{k}, MPO - {label[b]}")
+            for k in ks
+            for b in ("grpo", "ppo")
+        ],
+        "pass@k on held-out tasks, unbiased estimator from the evaluation samples.",
+    )
+    claim(
+        8,
+        "Not a claim of the paper; the question this harness was asked: on a sparse terminal reward, "
+        "advantages in reward units beat advantages whitened over the batch (verl's default for GAE) "
+        "for the critic-based arms.",
+        [
+            _compare(rows, "final_success", "ppo", "ppo_whiten", "PPO - PPO, whitened"),
+            _compare(rows, "final_success", "mpo", "mpo_whiten", "MPO - MPO, whitened"),
+        ],
+        "The pilot that fixed the advantage-scale rule (seed 0) found it; "
+        + (
+            "these runs include seed 0, so they do not test it independently."
+            if 0 in config.seed_list
+            else "these runs do not reuse its seed."
+        ),
+    )
+    out.append(_prediction_claim(rows, config, adjusted))
+    return out
+
+
+def _on_plan_metrics(rows: list[dict[str, Any]], a: str, b: str, what: str) -> list[Comparison]:
+    """A - B on each of the plan's metrics, the primary first."""
+    return [_compare(rows, m, a, b, f"{what} ({METRIC_NAMES.get(m, m)})") for m in PLAN.metrics]
+
+
+def ppo_critic_share(rows: list[dict[str, Any]], task: str) -> float:
+    """The median over seeds of the between-turn share of ``task``'s trained PPO critic (NaN
+    when there is none): what claim 9, the estimates table and the design section read."""
+    ppo = f"{TASK_PREFIX.get(task, '')}ppo"
+    return nanmedian([float(r.get("between_share", math.nan)) for r in rows if r["arm"] == ppo])
+
+
+PREDICTION_BASELINES = ("ppo", "grpo")
+"""The arms MPO's gain is measured against in the diagnose-predicts-benefit question."""
+
+
+def _prediction_claim(
+    rows: list[dict[str, Any]], config: ReproduceConfig, adjusted: dict[tuple[str, str, str], float]
+) -> Claim:
+    """Claim 9, the question no anchor answers: does ``mpo-rs diagnose`` predict where MPO
+    helps? Per task, MPO's paired gain over PPO and over GRPO on the primary metric beside
+    the median between-turn share of that task's trained PPO critic (its diagnosis; PPO's
+    critic is not shaped by MAE); then, per baseline, the mean gain on the tasks whose share
+    reads "on turns" (>= ON_TURNS_SHARE) minus that on the tasks whose share reads "within
+    turns" (< WITHIN_TURNS_SHARE), with its interval (:func:`difference_of_group_means`).
+    Reproduced ("it predicts") when that difference is positive with 95% confidence."""
+    label = arm_labels(config)
+    present = {r["arm"] for r in rows}
+    metric = PLAN.metrics[0]
+    comps: list[Comparison] = []
+    groups: dict[str, dict[str, list[Paired]]] = {b: {"on": [], "off": []} for b in PREDICTION_BASELINES}
+    for spec in config.tasks:
+        prefix = TASK_PREFIX.get(spec.name, "")
+        mpo = f"{prefix}mpo"
+        share = ppo_critic_share(rows, spec.name)
+        if mpo not in present or not math.isfinite(share):
+            continue
+        side = "on" if share >= ON_TURNS_SHARE else "off" if share < WITHIN_TURNS_SHARE else None
+        for b in PREDICTION_BASELINES:
+            other = f"{prefix}{b}"
+            if other not in present:
+                continue
+            what = f"{task_title(spec.name)} (PPO critic's median share {share:.2f}): MPO - {label.get(other, other)}"
+            c = _compare(rows, metric, mpo, other, what)
+            if (metric, mpo, other) in adjusted:  # a Table 1 comparison: the family's correction
+                c.p_holm = adjusted[(metric, mpo, other)]
+                c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+            comps.append(c)
+            if side is not None:
+                groups[b][side].append(Paired(c.diff, c.low, c.high, c.n, c.p))
+    contrasts = []
+    for b in PREDICTION_BASELINES:
+        on, off = groups[b]["on"], groups[b]["off"]
+        diff, low, high = difference_of_group_means(on, off)
+        contrasts.append(
+            Comparison(
+                f"MPO - {b.upper()} gain where the share is >= {ON_TURNS_SHARE:g} ({len(on)} task(s)) "
+                f"minus where it is < {WITHIN_TURNS_SHARE:g} ({len(off)} task(s))",
+                metric,
+                "",
+                "",
+                diff,
+                low,
+                high,
+                verdict(low, high),
+                n=len(on) + len(off),
+                half_width=(high - low) / 2,
+            )
+        )
+    return Claim(
+        9,
+        "Not a claim of the paper; the advice a user needs before switching estimators: does "
+        "`mpo-rs diagnose` predict where MPO helps? MPO's paired gain over PPO and over GRPO "
+        f"({METRIC_NAMES.get(metric, metric)}) is larger on tasks whose critic's value lives on turns "
+        f"(median between-turn share >= {ON_TURNS_SHARE:g}, diagnose's reading) than on tasks where it "
+        f"moves within turns (< {WITHIN_TURNS_SHARE:g}).",
+        comps + contrasts,
+        combine([c.verdict for c in contrasts]),
+        "The share is the trained PPO critic's, measured by `mpo-rs diagnose` on held-out rollouts "
+        "(median over seeds). The tasks are few, so this contrast is a coarse check: read the per-task "
+        "gains beside it.",
+    )
+
+
+def family_comparisons(rows: list[dict[str, Any]], found: list[Claim], config: ReproduceConfig) -> list[Comparison]:
+    """The comparisons of the family, in its order, Holm-adjusted (the same numbers a claim
+    that shows one of them has; a family may compare arms no claim of the paper names, e.g.
+    on a task of its own). ``found`` is accepted for the callers' symmetry and not read."""
+    fam = family(config)
+    adjusted = _family_holm(rows, fam)
+    label = arm_labels(config)
+    out = []
+    for key in fam:
+        # Named here, the same way whichever claim (if any) also shows it.
+        metric, a, b = key
+        comp = _compare(rows, metric, a, b, f"{label.get(a, a)} - {label.get(b, b)}")
+        comp.p_holm = adjusted[key]
+        comp.verdict = holm_verdict(comp.diff, comp.p_holm, FAMILY_ALPHA)
+        out.append(comp)
+    return out
