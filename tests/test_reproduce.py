@@ -318,42 +318,42 @@ def test_arms_differ_only_in_their_knobs(config):
         fields = _learner_fields(arm, config)
         differ = {k for k in fields if fields[k] != reference[k]}
         assert differ <= KNOBS, (arm.key, differ)  # same budget: epochs, minibatch, clip, ...
-    mpo = dataclasses.asdict(by_key["mpo"])
+    mpo = by_key["mpo"].identity()
 
     def ablated(key):
-        other = dataclasses.asdict(by_key[key])
+        other = by_key[key].identity()
         return {k for k in mpo if mpo[k] != other[k]} - {"key", "label", "family"}
 
     assert ablated("mpo_token_is") == {"ratio"}
     for b, key in BETA_SWEEP.items():
         assert ablated(key) == (set() if b == 1.0 else {"beta"})
-        assert by_key[key].beta == b
+        assert by_key[key].estimator.options["beta"] == b
     for (lam, intra), key in LAMBDA_GRID.items():
         assert ablated(key) <= {"lam", "lam_intra"}
-        assert (by_key[key].lam, by_key[key].lam_intra) == (lam, intra)
+        assert (by_key[key].estimator.options["lam"], by_key[key].estimator.options["lam_intra"]) == (lam, intra)
     for task in ("multi_hop", "frozen_lake", "key_door", "guess_number"):  # Table 1 on every task
         prefix = TASK_PREFIX[task]
         for key in ("grpo", "gspo", "ppo", "mpo_token_is", "mpo"):
-            other = dataclasses.asdict(by_key[prefix + key])
-            main = dataclasses.asdict(by_key[key])
+            other = by_key[prefix + key].identity()
+            main = by_key[key].identity()
             assert {k for k in main if main[k] != other[k]} - {"key", "label", "family"} == {"task"}
     # The relatives: AReaL's turn-level GAE is the beta = 0 arm under a token ratio.
     assert ablated("areal_turn_gae") == {"beta", "ratio"}
-    areal, beta0 = dataclasses.asdict(by_key["areal_turn_gae"]), dataclasses.asdict(by_key["mpo_beta0"])
+    areal, beta0 = by_key["areal_turn_gae"].identity(), by_key["mpo_beta0"].identity()
     assert {k for k in areal if areal[k] != beta0[k]} - {"key", "label", "family"} == {"ratio"}
     if "ragen_bilevel" in by_key:
         ragen = by_key["ragen_bilevel"]
-        assert (ragen.estimator, ragen.ratio, ragen.advantage_scale) == ("bilevel", "token", "none")
+        assert (ragen.estimator.name, ragen.ratio, ragen.advantage_scale) == ("bilevel", "token", "none")
     assert ablated("mpo_whiten") == {"advantage_scale"}
-    ppo, ppo_whiten = dataclasses.asdict(by_key["ppo"]), dataclasses.asdict(by_key["ppo_whiten"])
+    ppo, ppo_whiten = by_key["ppo"].identity(), by_key["ppo_whiten"].identity()
     assert {k for k in ppo if ppo[k] != ppo_whiten[k]} - {"key", "label", "family"} == {"advantage_scale"}
     # One advantage-scale rule: no arm of the headline comparison whitens over the batch.
-    assert {a.advantage_scale for a in config.arms if a.family != "scale"} <= {"group-std", "none"}
-    assert {a.advantage_scale for a in config.arms if a.family == "scale"} == {"whiten"}
+    assert {a.advantage_scale for a in config.arms if a.group != "scale"} <= {"group-std", "none"}
+    assert {a.advantage_scale for a in config.arms if a.group == "scale"} == {"whiten"}
     for key in ("grpo", "gspo", "ppo", "mpo_token_is"):
-        assert by_key[key].task == MAIN_TASK == "search" and by_key[key].lam_critic == 1.0
+        assert by_key[key].task == MAIN_TASK == "search" and by_key[key].identity()["lam_critic"] == 1.0
     assert (by_key["grpo"].ratio, by_key["gspo"].ratio, by_key["ppo"].ratio) == ("token", "sequence", "token")
-    assert by_key["ppo"].estimator == "gae" and by_key["ppo"].advantage_scale == "none"
+    assert by_key["ppo"].estimator.name == "gae" and by_key["ppo"].advantage_scale == "none"
     assert by_key["grpo"].advantage_scale == by_key["gspo"].advantage_scale == "group-std"
 
 
@@ -368,7 +368,7 @@ def test_committed_configurations():
     assert door.max_turns * door.action_tokens >= 100
     gpu_door = make("key_door", **GPU.task("key_door").kwargs())
     assert gpu_door.max_turns > door.max_turns and GPU.model.width > FULL.model.width and GPU.device == "cuda"
-    assert {a.family for a in ARMS} == {"table1", "relatives", "beta", "lambda", "scale"}
+    assert {a.group for a in ARMS} == {"table1", "relatives", "beta", "lambda", "scale"}
     assert {a.task for a in ARMS} == {spec.name for spec in FULL.tasks}
     # The pilot that fixed the advantage-scale rule ran seed 0; the sizing pilot runs seeds of its own.
     assert 0 not in FULL.seed_list and not set(FULL.seed_list) & set(PILOT.seed_list)
@@ -597,7 +597,7 @@ def _synthetic_rows(level: dict[str, float], ev: float = 0.5) -> list[dict]:
                     "seed": seed,
                     "final_success": value,
                     "auc_success": value / 2,
-                    "final_explained_variance": ev if arm.estimator != "grpo" else math.nan,
+                    "final_explained_variance": ev if arm.trains_critic else math.nan,
                     "entropy_drop": 0.1,
                     "final_turns": 3.0,
                     "between_share": 0.2,
@@ -785,7 +785,7 @@ def test_figure_groups_follow_the_configuration():
     from mpo_rs.reproduce.figures import figure_groups
 
     present = {a.key for a in FULL.arms}
-    groups = {(g.task, g.family): g for g in figure_groups(FULL, present)}
+    groups = {(g.task, g.group): g for g in figure_groups(FULL, present)}
     assert list(groups) == [
         ("key_door", "table1"),
         ("search", "table1"),
@@ -800,7 +800,7 @@ def test_figure_groups_follow_the_configuration():
     assert [k for k, _ in groups["search", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
     assert [k for k, _ in groups["search", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
     sub = figure_groups(FULL, {"mpo", "ppo"})
-    assert [(g.task, g.family, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
+    assert [(g.task, g.group, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
 
 
 def test_curve_figure_axes_chance_and_clipping():

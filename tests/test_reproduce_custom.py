@@ -74,11 +74,11 @@ def test_arms_subset_and_unknown_keys() -> None:
     # The default on a user env: Table 1's arms, retargeted; the knobs are the committed arms'.
     default = build_config(ENV, budget="quick")
     main = FULL.arm("mpo").task
-    assert [a.key for a in default.arms] == [a.key for a in FULL.arms if a.family == "table1" and a.task == main]
+    assert [a.key for a in default.arms] == [a.key for a in FULL.arms if a.group == "table1" and a.task == main]
     assert default.base is None  # no oracle to clone on a user env
     for arm in default.arms:
         committed = QUICK.arm(arm.key)
-        assert arm.estimator_spec() == committed.estimator_spec() and arm.ratio == committed.ratio
+        assert arm.estimator == committed.estimator and arm.ratio == committed.ratio
     with pytest.raises(InvalidOptionError, match=r"unknown arm\(s\) 'guess_mpo'; known: grpo, gspo, ppo") as info:
         build_config(ENV, arms=["mpo", "guess_mpo"], budget="quick")
     assert "mpo_beta0" in str(info.value) and "guess_ppo" not in str(info.value)

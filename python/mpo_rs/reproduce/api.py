@@ -78,8 +78,8 @@ def build_config(
         # Built and played once here, so a bad env fails before anything is written.
         task = check_user_env(spec, dict(env_params or {}), config.first_seed)
         template = template_arms(config)
-        main_family = template["mpo"].family
-        chosen = [a for a in template.values() if a.family == main_family] if keys is None else template.values()
+        main_group = template["mpo"].group
+        chosen = [a for a in template.values() if a.group == main_group] if keys is None else template.values()
         # A user env has no oracle to clone: its arms start from the random initialisation
         # (base=None); the critic warm-up needs only the policy's rollouts, so it stays.
         config = dataclasses.replace(

@@ -100,7 +100,7 @@ def command_line(config: ReproduceConfig) -> str:
         parts.append(f"--env {user[0].name}")
         parts += [f"--env-param {k}={json.dumps(v)}" for k, v in user[0].params]
         template = template_arms(base)
-        default = [a.key for a in template.values() if a.family == template["mpo"].family]
+        default = [a.key for a in template.values() if a.group == template["mpo"].group]
     else:
         default = [a.key for a in base.arms]
     keys = [a.key for a in config.arms]

@@ -63,8 +63,6 @@ __all__ = [
     "get_config",
 ]
 
-ADVANTAGE_SCALES = ("group-std", "whiten", "none")
-
 ADVANTAGE_SCALE_RULE = (
     "No arm's advantages are rescaled by statistics of the batch: GRPO and GSPO keep their defining "
     "(score - group mean) / group std (a group whose rollouts all score the same contributes 0); PPO and "
@@ -75,6 +73,11 @@ ADVANTAGE_SCALE_RULE = (
 )
 """The advantage-scale rule, as the report states it."""
 
+# The knobs an arm's configuration hash has always recorded, with the values an estimator that
+# lacks one was recorded with: the hash of an unchanged arm stays what it was, so earlier
+# outputs resume and the committed runs stay the committed configuration's.
+_RECORDED_KNOBS = {"lam": None, "lam_intra": 0.95, "beta": 1.0, "lam_critic": 1.0, "high_level_gamma": None}
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -84,53 +87,57 @@ class Arm:
     """Unique id (file names, tables)."""
     label: str
     """Name in tables and figures."""
-    family: str
+    group: str
     """``table1`` (on every task), ``relatives`` (MPO's public relatives), ``beta``,
-    ``lambda`` or ``scale`` (on the main task)."""
+    ``lambda`` or ``scale`` (on the main task): the arms a figure shows together."""
     task: str
     """Registry name of the environment (``mpo_rs.envs.make``)."""
-    estimator: str
-    """``grpo``, ``gae``, ``mae`` or ``bilevel``; with the knobs below, :meth:`estimator_spec`."""
+    estimator: Estimator
+    """The advantage estimator with its options, as the learner takes it: GRPO (``grpo``,
+    (score - group mean) / group std), MAE, token GAE or the bi-level GAE; options it leaves
+    out take the options table's defaults."""
     ratio: str
     """Importance-sampling ratio: ``token``, ``turn`` or ``sequence`` (GSPO)."""
-    advantage_scale: str
-    """``group-std`` (GRPO: (score - group mean) / group std), ``whiten`` (over the batch's
-    policy tokens, as verl does for GAE) or ``none``."""
-    lam: float | None = None
-    """GAE's lambda, MAE's turn-level lambda or the bi-level GAE's lambda; None for GRPO."""
-    lam_intra: float = 0.95
-    beta: float = 1.0
-    lam_critic: float = 1.0
-    """Lambda of the critic's targets: 1 = Monte-Carlo returns, for every critic."""
-    high_level_gamma: float | None = None
-    """The bi-level GAE's turn-level discount; None for the other estimators."""
+    whiten: bool = False
+    """Whiten the advantages over the batch's policy tokens, as verl does for GAE (the
+    ``scale`` group's ablation); no other arm rescales them."""
+
+    def __post_init__(self) -> None:
+        if self.whiten and not self.trains_critic:
+            raise InvalidConfigError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
 
     @property
     def trains_critic(self) -> bool:
         """Whether the arm's advantages need a critic (everything but the group family): the
         arms that get the critic warm-up."""
-        return self.estimator != "grpo"
+        return self.estimator.family != "group"
 
-    def estimator_spec(self) -> Estimator:
-        """The arm's estimator with its options, for the learner: MAE with ``lam``,
-        ``lam_intra``, ``beta`` and ``lam_critic``; GAE with ``lam`` and ``lam_critic``;
-        the bi-level GAE with ``lam`` and ``high_level_gamma``; GRPO (``advantage_scale="group-std"``) or Dr. GRPO (no division by
-        the group's std). Options the arm leaves None take the table's defaults."""
-        if self.estimator == "grpo":
-            return Estimator("grpo" if self.advantage_scale == "group-std" else "drgrpo")
-        knobs: dict[str, Any] = {"lam": self.lam, "lam_critic": self.lam_critic}
-        if self.estimator == "mae":
-            knobs.update(lam_intra=self.lam_intra, beta=self.beta)
-        if self.estimator == "bilevel":
-            # RAGEN's returns are A + V: the table's bilevel row has no lam_critic.
-            knobs = {"lam": self.lam, "high_level_gamma": self.high_level_gamma}
-        return Estimator(self.estimator, **{k: v for k, v in knobs.items() if v is not None})
+    @property
+    def advantage_scale(self) -> str:
+        """``group-std`` (GRPO), ``whiten`` or ``none``, as the page names the scale."""
+        if self.whiten:
+            return "whiten"
+        return "group-std" if self.estimator.name == "grpo" else "none"
 
-    def __post_init__(self) -> None:
-        if self.advantage_scale not in ADVANTAGE_SCALES:
-            raise InvalidConfigError(f"Arm {self.key}: advantage_scale must be one of {ADVANTAGE_SCALES}")
-        if self.estimator == "grpo" and self.advantage_scale == "whiten":
-            raise InvalidConfigError(f"Arm {self.key}: GRPO arms scale by the group std or not at all")
+    def identity(self) -> dict[str, Any]:
+        """What the configuration hash records of the arm: its names, the estimator's name
+        (``grpo`` for the group family) and the knobs of :data:`_RECORDED_KNOBS`, the ratio and
+        the advantage scale."""
+        options = self.estimator.options
+        knobs = {name: options.get(name, recorded) for name, recorded in _RECORDED_KNOBS.items()}
+        if self.estimator.name == "bilevel":
+            knobs["lam_critic"] = 1.0  # RAGEN's returns are A + V: the bi-level row has no lam_critic
+        name = "grpo" if not self.trains_critic else self.estimator.name
+        return {
+            "key": self.key,
+            "label": self.label,
+            "family": self.group,
+            "task": self.task,
+            "estimator": name,
+            "ratio": self.ratio,
+            "advantage_scale": self.advantage_scale,
+            **knobs,
+        }
 
 
 MAIN_TASK = "search"
@@ -144,18 +151,23 @@ CONTROL_TASKS = ("key_door", "guess_number")
 """The controls: KeyDoor fails the premise; GuessNumber's chance is above the base band."""
 
 
-def _mpo(key: str, label: str, family: str, task: str = MAIN_TASK, **knobs: Any) -> Arm:
-    base = dict(estimator="mae", ratio="turn", advantage_scale="none", lam=0.8, lam_intra=0.95, beta=1.0)
-    base.update(knobs)
-    return Arm(key, label, family, task, **base)  # type: ignore[arg-type]
+def _mpo(key: str, label: str, group: str, task: str = MAIN_TASK, ratio: str = "turn", **knobs: Any) -> Arm:
+    """An MPO arm: MAE with (λ, λ_intra, β) = (0.8, 0.95, 1) unless ``knobs`` say otherwise."""
+    whiten = knobs.pop("whiten", False)
+    options = {"lam": 0.8, "lam_intra": 0.95, "beta": 1.0, "lam_critic": 1.0} | knobs
+    return Arm(key, label, group, task, Estimator("mae", **options), ratio, whiten)
+
+
+_PPO = Estimator("gae", lam=0.95, lam_critic=1.0)
+"""PPO's token GAE: λ = 0.95, Monte-Carlo critic targets (λ_critic = 1), as every critic's."""
 
 
 def _table1(task: str) -> tuple[Arm, ...]:
     p = TASK_PREFIX[task]
     return (
-        Arm(f"{p}grpo", "GRPO", "table1", task, "grpo", "token", "group-std"),
-        Arm(f"{p}gspo", "GSPO", "table1", task, "grpo", "sequence", "group-std"),
-        Arm(f"{p}ppo", "PPO", "table1", task, "gae", "token", "none", lam=0.95),
+        Arm(f"{p}grpo", "GRPO", "table1", task, Estimator("grpo"), "token"),
+        Arm(f"{p}gspo", "GSPO", "table1", task, Estimator("grpo"), "sequence"),
+        Arm(f"{p}ppo", "PPO", "table1", task, _PPO, "token"),
         _mpo(f"{p}mpo_token_is", "MPO w/ token IS", "table1", task, ratio="token"),
         _mpo(f"{p}mpo", "MPO", "table1", task),
     )
@@ -172,19 +184,8 @@ def _relatives(task: str) -> tuple[Arm, ...]:
     # from the turn's return; not mean-preserving. lam = high_level_gamma = 0.95 as RAGEN's and
     # VAGEN's scripts set them, gamma the table's default. RAGEN whitens the advantages over the
     # batch; here, by the one advantage-scale rule, they stay in reward units.
-    out.append(
-        Arm(
-            f"{p}ragen_bilevel",
-            "bi-level GAE (RAGEN)",
-            "relatives",
-            task,
-            "bilevel",
-            "token",
-            "none",
-            lam=0.95,
-            high_level_gamma=0.95,
-        )
-    )
+    bilevel = Estimator("bilevel", lam=0.95, high_level_gamma=0.95)
+    out.append(Arm(f"{p}ragen_bilevel", "bi-level GAE (RAGEN)", "relatives", task, bilevel, "token"))
     return tuple(out)
 
 
@@ -205,8 +206,8 @@ def _arms() -> tuple[Arm, ...]:
     )
     # The advantage scale: the critic-based arms of Table 1, whitened over the batch as verl does.
     scale = (
-        Arm("ppo_whiten", "PPO, whitened", "scale", MAIN_TASK, "gae", "token", "whiten", lam=0.95),
-        _mpo("mpo_whiten", "MPO, whitened", "scale", advantage_scale="whiten"),
+        Arm("ppo_whiten", "PPO, whitened", "scale", MAIN_TASK, _PPO, "token", whiten=True),
+        _mpo("mpo_whiten", "MPO, whitened", "scale", whiten=True),
     )
     return table1 + relatives + beta + grid + scale
 
@@ -381,6 +382,7 @@ class ReproduceConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["tasks"] = [task.identity() for task in self.tasks]
+        out["arms"] = [arm.identity() for arm in self.arms]
         return out
 
     def config_hash(self) -> str:

@@ -50,53 +50,53 @@ CLIP = {"success": (0.0, 1.0), "turns": (0.0, math.inf), "response_length": (0.0
 """Where a curve's interval is clipped: a rate to [0, 1], a count to >= 0."""
 
 
-FAMILY_TITLES = {
+GROUP_TITLES = {
     "table1": "Table 1",
     "beta": "β",
     "lambda": "(λ, λ_intra)",
     "scale": "Advantage scale",
     "turns": "Table 1 arms",
 }
-"""How a family of arms is titled in figures (another family by its name)."""
+"""How a group of arms is titled in figures (another group by its name)."""
 
 
 SWEEPS = {
     "beta": [(k, f"β={b:g}") for b, k in sorted(BETA_SWEEP.items())],
     "lambda": [(k, f"({lam:.2f}, {i:.2f})") for (lam, i), k in LAMBDA_GRID.items()],
 }
-"""Families shown as a sweep that includes the MPO arm, as bars only (no curves)."""
+"""Groups shown as a sweep that includes the MPO arm, as bars only (no curves)."""
 
 
 ANCHORS = {"scale": ("ppo", "mpo")}
-"""Arms a family's figures show beside its own (the arms it ablates)."""
+"""Arms a group's figures show beside its own (the arms it ablates)."""
 
 
 @dataclass
 class FigureGroup:
-    """The arms of one family on one task, as one set of curves and one panel of bars."""
+    """The arms of one group on one task, as one set of curves and one panel of bars."""
 
     task: str
-    family: str
+    group: str
     title: str
     arms: list[tuple[str, str]]
 
 
 def figure_groups(config: ReproduceConfig, present: set[str]) -> list[FigureGroup]:
-    """Per task (in the configuration's order), per family of arms run on it: the arms to
-    draw, with a sweep's MPO arm and a family's anchors."""
+    """Per task (in the configuration's order), per group of arms run on it: the arms to
+    draw, with a sweep's MPO arm and a group's anchors."""
     groups = []
     for spec in config.tasks:
         mine = [a for a in config.arms if a.task == spec.name and a.key in present]
-        for fam in dict.fromkeys(a.family for a in mine):
-            if fam in SWEEPS:
-                arms = SWEEPS[fam]
+        for group in dict.fromkeys(a.group for a in mine):
+            if group in SWEEPS:
+                arms = SWEEPS[group]
             else:
-                anchors = [a for a in mine if a.key in ANCHORS.get(fam, ()) and a.family != fam]
-                arms = [(a.key, a.label) for a in (*anchors, *(a for a in mine if a.family == fam))]
+                anchors = [a for a in mine if a.key in ANCHORS.get(group, ()) and a.group != group]
+                arms = [(a.key, a.label) for a in (*anchors, *(a for a in mine if a.group == group))]
             arms = [(k, name) for k, name in arms if k in present and k in {a.key for a in mine}]
             if arms:
-                title = f"{FAMILY_TITLES.get(fam, fam)} ({task_title(spec.name).strip('`')})"
-                groups.append(FigureGroup(spec.name, fam, title, arms))
+                title = f"{GROUP_TITLES.get(group, group)} ({task_title(spec.name).strip('`')})"
+                groups.append(FigureGroup(spec.name, group, title, arms))
     return groups
 
 

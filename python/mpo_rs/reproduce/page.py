@@ -9,7 +9,7 @@ import math
 from ..envs.premise import premise_verdict
 from .analysis import CRITIC_EV_FLOOR, FAMILY_ALPHA, METRIC_NAMES, Comparison, ppo_critic_share, verdict_rule
 from .budgets import budget_name, command_line, is_committed
-from .config import ADVANTAGE_SCALE_RULE, BASE_BAND, CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS
+from .config import ADVANTAGE_SCALE_RULE, BASE_BAND, CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS, Arm
 from .page_text import CONTROLS_SECTION, ci_text, fmt, my_task_section, spread
 from .plan import PLAN
 from .rows import task_title
@@ -279,9 +279,7 @@ class Page(Summary):
             mine = [r for r in rows if r["arm"] == arm.key]
             if not mine:
                 continue
-            knobs = arm.estimator if arm.estimator == "grpo" else f"{arm.estimator} λ={arm.lam:g}"
-            if arm.estimator == "mae":
-                knobs += f" λ_intra={arm.lam_intra:g} β={arm.beta:g}"
+            knobs = _knobs(arm)
             cells = [arm.label, task_title(arm.task), knobs, arm.ratio, arm.advantage_scale]
             cells.append(ci_text([r["final_success"] for r in mine]))
             cells += [ci_text([r.get(f"final_pass@{k}", math.nan) for r in mine]) for k in ks]
@@ -345,3 +343,14 @@ class Page(Summary):
             "",
         ]
         return lines
+
+
+def _knobs(arm: Arm) -> str:
+    """The estimator column: ``grpo``, else the estimator's name and λ, and MAE's λ_intra and β."""
+    name, options = arm.identity()["estimator"], arm.estimator.options
+    if not arm.trains_critic:
+        return name
+    knobs = f"{name} λ={options['lam']:g}"
+    if name == "mae":
+        knobs += f" λ_intra={options['lam_intra']:g} β={options['beta']:g}"
+    return knobs

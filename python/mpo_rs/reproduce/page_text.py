@@ -106,7 +106,7 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
     quick, small, full = (base_config(name, "cpu").budget for name in ("quick", "small", "full"))
     keys = arm_keys("user")
     base = base_config("full", "cpu")
-    table1 = [k for k in keys if base.arm(k).family == base.arm("mpo").family]
+    table1 = [k for k in keys if base.arm(k).group == base.arm("mpo").group]
     return [
         "## Does MPO help on my task?",
         "",

@@ -90,10 +90,10 @@ def write_report(
             "(so an interval may exclude 0 in grey)."
         )
     for group in groups:
-        if group.family in SWEEPS:
+        if group.group in SWEEPS:
             continue
         title = f"Learning curves, {group.title}"
-        slug = "".join(ch if ch.isalnum() else "_" for ch in f"{group.task}_{group.family}")
+        slug = "".join(ch if ch.isalnum() else "_" for ch in f"{group.task}_{group.group}")
         figures[title], captions[title] = plot_curves(
             runs, group.arms, group.title, img / f"curves_{slug}.png", chance.get(group.task, (None, ""))[0]
         )

@@ -66,12 +66,12 @@ __all__ = [
 
 def learner_config(arm: Arm, config: ReproduceConfig, seed: int) -> LearnerConfig:
     """The learner's configuration for ``arm``: the shared budget plus the arm's knobs
-    (its estimator with options, :meth:`Arm.estimator_spec`; ratio; advantage scale)."""
+    (its estimator with its options, its ratio, whether it whitens)."""
     budget = config.budget
     return LearnerConfig(
-        estimator=arm.estimator_spec(),
+        estimator=arm.estimator,
         ratio=arm.ratio,
-        advantage_scale="whiten" if arm.advantage_scale == "whiten" else "none",
+        advantage_scale="whiten" if arm.whiten else "none",
         clip_low=budget.clip,
         clip_high=budget.clip,
         entropy_coef=budget.entropy_coef,

@@ -186,7 +186,7 @@ class Summary:
         counts = [len([x for x in self._values(a.key, "final_success") if math.isfinite(x)]) for a in arms]
         if counts and min(counts) < 2:
             out.append("one seed per arm, so there are no intervals and nothing is decided")
-        critics = [a for a in arms if a.estimator != "grpo"]
+        critics = [a for a in arms if a.trains_critic]
         ev = {a.label: nanmean(self._values(a.key, "final_explained_variance")) for a in critics}
         low = {name: v for name, v in ev.items() if math.isfinite(v) and v < CRITIC_EV_FLOOR}
         if critics and len(low) == len(critics):
