@@ -347,9 +347,9 @@ class Page(Summary):
 
 def _knobs(arm: Arm) -> str:
     """The estimator column: ``grpo``, else the estimator's name and λ, and MAE's λ_intra and β."""
-    name, options = arm.identity()["estimator"], arm.estimator.options
     if not arm.trains_critic:
-        return name
+        return "grpo"
+    name, options = arm.estimator.name, arm.estimator.options
     knobs = f"{name} λ={options['lam']:g}"
     if name == "mae":
         knobs += f" λ_intra={options['lam_intra']:g} β={options['beta']:g}"
