@@ -447,6 +447,11 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     assert {c["verdict"] for c in results["claims"]} <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
     page = (out / "reproduction.md").read_text()
     assert "| # | the paper |" in page and "img/final_success.png" in page
+    # The page is a function of results.json: it renders again from it alone.
+    from mpo_rs.reproduce.report import page_from_results
+
+    figures = [(f["title"], f["path"], f["caption"]) for f in results["figures"]]
+    assert page_from_results(results, QUICK, figures) == page
     for arm in QUICK.arms:
         assert arm.label in page
     # The smoke test's page says what it is and repeats nothing that holds only for the full run.

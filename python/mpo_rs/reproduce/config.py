@@ -67,7 +67,7 @@ ADVANTAGE_SCALE_RULE = (
     "No arm's advantages are rescaled by statistics of the batch: GRPO and GSPO keep their defining "
     "(score - group mean) / group std (a group whose rollouts all score the same contributes 0); PPO and "
     "MPO use their advantages in reward units. Batch whitening over the policy tokens (verl's default for "
-    "GAE) is the ablation of the `scale` family. The rule was fixed after a pilot (seed 0, an earlier budget "
+    "GAE) is the ablation of the `scale` group. The rule was fixed after a pilot (seed 0, an earlier budget "
     "of 120 updates x 32 episodes and 2 epochs, before the final runs) in which PPO and MPO, whitened, never solved a held-out task while GRPO reached 0.83 and the "
     "same arms unwhitened reached 0.25; the final runs use other seeds."
 )

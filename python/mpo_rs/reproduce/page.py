@@ -80,7 +80,7 @@ class Page(Summary):
             f"**{meta['wall_s'] / 60:.1f} min** for {len(self.rows)} runs ({meta['started']})" + self._resumed() + ".",
             "",
             "The toy runs compare *orderings*, not the paper's values. Each claim is decided by a rule in "
-            "`mpo_rs/reproduce/report.py` and `stats.py`. " + verdict_rule(config) + " Unless said otherwise the "
+            "`mpo_rs/reproduce/analysis.py` and `stats.py`. " + verdict_rule(config) + " Unless said otherwise the "
             f"metric is the success rate on {budget.eval_tasks} held-out tasks x {budget.eval_samples} samples at "
             "temperature 1 after the last update.",
             "",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from .stats import (
     direction_words,
 )
 
-__all__ = ["page_from_results", "write_report"]
+__all__ = ["docs_figure", "page_figures", "page_from_results", "rerender", "write_report"]
 
 
 def _write_tables(
@@ -140,6 +142,10 @@ def write_report(
             f"{comp.what} ({comp.metric}): {words} (paired 95%, {comp.n} seeds, Holm p={fmt(comp.p_holm)}: "
             f"{comp.verdict})"
         )
+    # What the page shows besides the results, so that it re-renders from results.json alone.
+    results["figures"] = [
+        {"title": t, "path": str(p.relative_to(out)), "caption": captions.get(t, "")} for t, p in figures.items()
+    ]
     write_file(out / "results.json", json.dumps(results, indent=1, default=_json_default, allow_nan=True))
     write_file(out / "reproduction.md", page.markdown({t: str(p.relative_to(out)) for t, p in figures.items()}))
     note(f"wrote {out / 'reproduction.md'} and {out / 'results.json'}")
@@ -148,9 +154,8 @@ def write_report(
         dest = output_subdir(docs, Path("img") / "reproduction")
         rel: dict[str, str] = {}
         for title, path in figures.items():
-            name = path.name if path.parent == img else f"{path.parent.name}_{path.name}"
-            write_file(dest / name, path.read_bytes())
-            rel[title] = f"img/reproduction/{name}"
+            rel[title] = docs_figure(str(path.relative_to(out)))
+            write_file(dest / Path(rel[title]).name, path.read_bytes())
         write_file(docs / "reproduction.md", page.markdown(rel))
         note(f"wrote {docs / 'reproduction.md'} and {len(rel)} figures under {dest}")
     return results
@@ -180,6 +185,48 @@ def _json_default(x: Any) -> Any:
     return str(x)
 
 
+def docs_figure(path: str) -> str:
+    """Where the docs page keeps the figure at ``path`` (relative to the output directory):
+    under ``img/reproduction/``, a figure of a subdirectory (``diagnosis/mpo/x.png``) prefixed
+    with that directory's name (``mpo_x.png``)."""
+    parts = Path(path).parts
+    name = parts[-1] if parts[:-1] == ("img",) else f"{parts[-2]}_{parts[-1]}"
+    return f"img/reproduction/{name}"
+
+
+def page_figures(page: str) -> list[tuple[str, str, str]]:
+    """A page's figures as (title, path, caption), read from its "Figures" section: for a run
+    whose results.json predates ``results["figures"]``."""
+    section = page.split("\n## Figures\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for block in re.split(r"\n### ", "\n" + section.strip("\n"))[1:]:
+        title, rest = block.split("\n", 1)
+        image = re.match(r"\n!\[(.*)\]\((.*)\)\n", rest + "\n")
+        if image is None or image.group(1) != title:
+            raise ValueError(f"the Figures section has a block without its image: {title!r}")
+        out.append((title, image.group(2), rest[image.end() :].strip("\n")))
+    return out
+
+
+def rerender(docs_dir: str | os.PathLike[str]) -> str:
+    """The committed page, rendered again by today's code from ``DOCS/full/results.json``
+    (its configuration must be a committed one): ``python -m mpo_rs.reproduce.report DOCS``
+    writes it to ``DOCS/reproduction.md``. Only the wording can change; every number is the
+    committed run's."""
+    from .config import CONFIGS
+
+    docs = Path(docs_dir)
+    results = json.loads((docs / "full" / "results.json").read_text())
+    committed = {c.config_hash(): c for c in CONFIGS.values()}
+    if results["config_hash"] not in committed:
+        raise ValueError(f"{docs / 'full' / 'results.json'} is not of a committed configuration")
+    if "figures" in results:
+        figures = [(f["title"], docs_figure(f["path"]), f["caption"]) for f in results["figures"]]
+    else:
+        figures = page_figures((docs / "reproduction.md").read_text())
+    return page_from_results(results, committed[results["config_hash"]], figures, docs_dir=docs)
+
+
 def page_from_results(
     results: dict[str, Any],
     config: ReproduceConfig,
@@ -197,3 +244,9 @@ def page_from_results(
     captions = {title: caption for title, _, caption in figures if caption}
     page = Page(config, rows, found, family_comps, chance, results["meta"], captions, _design_inputs(config, docs_dir))
     return page.markdown({title: rel for title, rel, _ in figures})
+
+
+if __name__ == "__main__":
+    docs = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    write_file(docs / "reproduction.md", rerender(docs))
+    print(f"wrote {docs / 'reproduction.md'}")

@@ -1,0 +1,141 @@
+"""A critic of known quality: the on-policy tabular reference critic of a built-in task.
+
+The value of a policy token is the expected return given the history before it. For the
+built-in tasks that history has a small sufficient summary, the task's *belief state*
+(:func:`mpo_rs.envs.premise.belief_model`: what the observations say about what is hidden),
+and inside a turn the tokens of the turn so far. The reference critic is a table keyed on
+(belief key, the turn's tokens so far), fitted to the Monte-Carlo returns of the policy's
+own rollouts: the exact on-policy value for a policy that acts on the belief state, the best
+a critic of that information can do for one that does not.
+
+Its explained variance is measured **cross-fitted**: the rollouts of every task are split in
+two halves (alternately), each half's values come from the table of the other half (a key the other half never
+reached falls back to the belief key alone, then to the mean return; a rare key is shrunk
+toward them), so a table that memorises its own returns gains nothing. The two halves share
+their tasks, as a critic that reads the prompt does: where the belief state holds the task
+itself (FrozenLake's map), the table learns it from the task's other rollouts, so it needs
+several rollouts per task (eight or more). That is the task's *critic ceiling* for the policy,
+and the between-turn share of these values is the premise measured on that policy (not on
+the noisy oracle the premise measurement of docs/envs.md plays).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..envs.premise import belief_model
+
+__all__ = ["SHRINKAGE", "TabularCritic", "belief_keys", "cross_fitted_values", "reference_measurement"]
+
+Key = tuple[Hashable, tuple[int, ...]]
+
+
+def belief_keys(
+    env: Any, token_ids: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], offsets: npt.NDArray[np.int64]
+) -> list[Key]:
+    """(belief key, the turn's tokens before this one) of every policy token, in order.
+
+    A trajectory's tokens are the first observation, then turns of policy tokens each
+    followed by the observation it got (the last one possibly empty); the belief is updated
+    from each (action, observation) pair, as :mod:`mpo_rs.envs.premise` does."""
+    model = belief_model(env)
+    keys: list[Key] = []
+    for start, end in itertools.pairwise(offsets):
+        tokens, policy = token_ids[start:end].tolist(), mask[start:end].tolist()
+        runs: list[tuple[bool, list[int]]] = []
+        for token, own in zip(tokens, policy, strict=True):
+            if runs and runs[-1][0] == own:
+                runs[-1][1].append(token)
+            else:
+                runs.append((own, [token]))
+        if not runs or runs[0][0]:
+            raise ValueError("a trajectory must open with its first observation")
+        belief = model.initial(runs[0][1])
+        for i in range(1, len(runs), 2):
+            action = runs[i][1]
+            observation = runs[i + 1][1] if i + 1 < len(runs) else []
+            b_key = model.key(belief)
+            keys.extend((b_key, tuple(action[:j])) for j in range(len(action)))
+            if i + 1 < len(runs):
+                belief = model.update(belief, action, observation)
+    return keys
+
+
+SHRINKAGE = 8.0
+"""Prior weight, in rollouts, of a key's parent estimate: a key seen n times gets
+(n * its mean + SHRINKAGE * the parent's) / (n + SHRINKAGE), the full key shrunk toward its
+belief key and that toward the mean return, so a key seen a few times is not its few returns."""
+
+
+class TabularCritic:
+    """Mean Monte-Carlo return per key, shrunk toward the belief key's and that toward the
+    mean return (:data:`SHRINKAGE`); a key not seen in fitting gets its parent's estimate."""
+
+    def __init__(self, keys: Sequence[Key], returns: npt.NDArray[np.float64], shrinkage: float = SHRINKAGE) -> None:
+        full: dict[Key, list[float]] = {}
+        coarse: dict[Hashable, list[float]] = {}
+        for key, g in zip(keys, returns.tolist(), strict=True):
+            for acc in (full.setdefault(key, [0.0, 0.0]), coarse.setdefault(key[0], [0.0, 0.0])):
+                acc[0] += g
+                acc[1] += 1.0
+        self._mean = float(np.mean(returns)) if len(returns) else 0.0
+        self._coarse = {k: (s + shrinkage * self._mean) / (n + shrinkage) for k, (s, n) in coarse.items()}
+        self._full = {k: (s + shrinkage * self._coarse[k[0]]) / (n + shrinkage) for k, (s, n) in full.items()}
+
+    def __call__(self, keys: Sequence[Key]) -> npt.NDArray[np.float64]:
+        return np.array([self._full.get(k, self._coarse.get(k[0], self._mean)) for k in keys], dtype=np.float64)
+
+
+def cross_fitted_values(
+    keys: Sequence[Key], returns: npt.NDArray[np.float64], fold: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Each policy token's value from the table of the tokens of the other fold (0 or 1)."""
+    values = np.empty(len(keys), dtype=np.float64)
+    for f in (0, 1):
+        mine = np.flatnonzero(fold == f)
+        other = np.flatnonzero(fold != f)
+        table = TabularCritic([keys[int(i)] for i in other], returns[other])
+        values[mine] = table([keys[int(i)] for i in mine])
+    return values
+
+
+def _index_in_group(group_ids: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """Each trajectory's place among the rollouts of its task (0, 1, 2, ...)."""
+    seen: dict[Any, int] = {}
+    out = np.empty(len(group_ids), dtype=np.int64)
+    for i, g in enumerate(group_ids.tolist()):
+        out[i] = seen.get(g, 0)
+        seen[g] = out[i] + 1
+    return out
+
+
+def reference_measurement(env: Any, batch: Any) -> dict[str, Any]:
+    """The reference critic on ``batch`` (a :class:`~mpo_rs.torch.batch.RolloutBatch` of the
+    policy's rollouts of ``env``'s task, in groups): ``explained_variance`` (cross-fitted, on
+    the policy tokens, against the trajectory's score), ``median_between_share`` of its values
+    and ``keys`` (distinct full keys)."""
+    from ..diagnose import summarize_value_structure, value_structure
+    from ..torch.metrics import explained_variance
+
+    mask = np.asarray(batch.mask, dtype=bool)
+    offsets = np.asarray(batch.offsets, dtype=np.int64)
+    keys = belief_keys(env, np.asarray(batch.token_ids), mask, offsets)
+    lengths = np.diff(offsets)
+    scores = np.asarray(batch.trajectory_scores(), dtype=np.float64)
+    per_token = np.repeat(np.arange(len(lengths)), lengths)[mask]
+    returns = scores[per_token]
+    fold = (_index_in_group(np.asarray(batch.group_ids)) % 2)[per_token].astype(np.int64)
+    values = cross_fitted_values(keys, returns, fold)
+    full = np.zeros(mask.size, dtype=np.float32)
+    full[mask] = values
+    summary = summarize_value_structure(value_structure(full, mask, offsets), outcome=scores)
+    return {
+        "explained_variance": explained_variance(values, returns),
+        "median_between_share": summary["all"]["median_between_share"],
+        "keys": len(set(keys)),
+    }

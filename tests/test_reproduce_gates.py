@@ -1,0 +1,106 @@
+"""The instrument's yardsticks: the on-policy reference critic (against the exact values of
+the noisy oracle, which acts on the belief state) and the gates' verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mpo_rs.envs import make
+from mpo_rs.envs.premise import NoisyOracle, belief_model, rollout
+from mpo_rs.reproduce.gates import GATES, judge, learning_measurement
+from mpo_rs.reproduce.reference import TabularCritic, belief_keys, cross_fitted_values
+from mpo_rs.torch.metrics import explained_variance
+
+
+def _oracle_rollouts(task: str, eps: float, tasks: int, group: int, seed: int = 0):
+    env = make(task)
+    oracle = NoisyOracle(belief_model(env), eps)
+    rng = np.random.default_rng(seed)
+    rs = [rollout(env, oracle, 50_000 + i // group, rng) for i in range(tasks * group)]
+    tokens = np.concatenate([r.tokens for r in rs]).astype(np.int64)
+    mask = np.concatenate([r.mask for r in rs]).astype(bool)
+    offsets = np.cumsum([0] + [len(r.tokens) for r in rs])
+    exact = np.concatenate([np.asarray(r.values)[np.asarray(r.mask, bool)] for r in rs])
+    returns = np.concatenate([[r.score] * int(np.sum(r.mask)) for r in rs])
+    fold = np.concatenate([[(i % group) % 2] * int(np.sum(r.mask)) for i, r in enumerate(rs)])
+    return env, tokens, mask, offsets, exact, returns, fold
+
+
+@pytest.mark.parametrize("task", ["search", "multi_hop"])
+def test_the_reference_critic_recovers_the_exact_values_of_a_belief_state_policy(task):
+    env, tokens, mask, offsets, exact, returns, fold = _oracle_rollouts(task, 0.2, tasks=128, group=16)
+    keys = belief_keys(env, tokens, mask, offsets)
+    assert len(keys) == int(mask.sum())  # one key per policy token
+    values = cross_fitted_values(keys, returns, fold)
+    ev_exact, ev_table = explained_variance(exact, returns), explained_variance(values, returns)
+    # Cross-fitted on 2,048 rollouts: a little below the exact values' explained variance, not above.
+    assert ev_exact - 0.06 < ev_table < ev_exact + 0.02, (ev_exact, ev_table)
+    assert float(np.mean(np.abs(values - exact))) < 0.05
+
+
+def test_the_cross_fitted_table_cannot_memorise_noise():
+    env, tokens, mask, offsets, _, returns, fold = _oracle_rollouts("search", 0.2, tasks=32, group=16)
+    keys = belief_keys(env, tokens, mask, offsets)
+    noise = np.random.default_rng(1).permutation(returns)  # returns that no key predicts
+    own = TabularCritic(keys, noise)(keys)  # fitted on the same tokens: memorises some of it
+    assert explained_variance(own, noise) > 0.0
+    assert explained_variance(cross_fitted_values(keys, noise, fold), noise) < 0.02
+
+
+def _rows(final: dict[str, float], base: float = 0.2, spread: float = 0.02) -> list[dict]:
+    rows = []
+    for arm, value in final.items():
+        for seed in range(4):
+            rows.append(
+                {
+                    "arm": arm,
+                    "seed": seed,
+                    "final_success": value + spread * (seed - 1.5),
+                    "base_success": base,
+                    "warmup_explained_variance": 0.3,
+                    "final_explained_variance": 0.35,
+                }
+            )
+    return rows
+
+
+def _base(entropy=0.5, distinct=0.6, ceiling=0.5, share=0.9):
+    return [{"entropy": entropy, "distinct_groups": distinct, "critic_ceiling": ceiling, "between_share": share}]
+
+
+def test_a_task_that_trains_and_is_predictable_passes_every_gate():
+    learned = learning_measurement(_rows({"grpo": 0.5, "ppo": 0.45, "mpo": 0.5}), "")
+    results = {r.gate: r for r in judge("premise", _base(), learned)}
+    assert set(results) == {"learning", "exploration", "predictability", "premise"}
+    assert all(r.passed for r in results.values()), results
+
+
+@pytest.mark.parametrize(
+    ("change", "gate"),
+    [
+        ({"final": {"grpo": 0.25, "ppo": 0.5, "mpo": 0.5}}, "learning"),  # GRPO gains 0.05 only
+        ({"base": {"entropy": 0.05}}, "exploration"),
+        ({"base": {"distinct": 0.2}}, "exploration"),
+        ({"base": {"ceiling": 0.2}}, "predictability"),
+        ({"base": {"ceiling": 0.8}}, "predictability"),  # learned critics at 0.3 < half of 0.8
+        ({"base": {"share": 0.7}}, "premise"),
+    ],
+)
+def test_each_gate_fails_on_its_own(change, gate):
+    final = change.get("final", {"grpo": 0.5, "ppo": 0.45, "mpo": 0.5})
+    learned = learning_measurement(_rows(final), "")
+    results = {r.gate: r for r in judge("premise", _base(**change.get("base", {})), learned)}
+    assert [g for g, r in results.items() if not r.passed] == [gate]
+
+
+def test_the_negative_control_must_fail_the_premise_and_a_gate_not_measured_is_not_passed():
+    results = {r.gate: r for r in judge("control", _base(share=0.3), None)}
+    assert results["premise"].passed and results["learning"].passed is None
+    assert "predictability" not in results
+    assert not {r.gate: r for r in judge("control", _base(share=0.6), None)}["premise"].passed
+    nan = {r.gate: r for r in judge("premise", _base(ceiling=math.nan), None)}
+    assert nan["predictability"].passed is None
+    assert GATES.learning_lower_bound == 0.10 and GATES.premise_share == 0.8
