@@ -55,7 +55,7 @@ test-rust:
 	cargo test -p mpo-core -p mpo-logs --release -q
 
 test-python: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 stubtest: build
 	$(PY) -m mypy.stubtest mpo_rs._native

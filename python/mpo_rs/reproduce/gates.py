@@ -73,13 +73,16 @@ class GateResult:
     """None where the gate does not apply to the task's role or was not measured."""
 
 
-def base_measurement(config: Any, task: str, seed: int, *, tasks: int = 64, group: int = 16) -> dict[str, Any]:
+def base_measurement(
+    config: Any, task: str, seed: int, *, tasks: int = 64, group: int = 16, cache: Path | None = None
+) -> dict[str, Any]:
     """The base policy of (``task``, ``seed``) measured on ``tasks`` tasks of its critic
     warm-up's purpose, ``group`` rollouts each at temperature 1: ``success``, ``entropy``
     (mean -log pi of the sampled policy tokens), ``distinct_groups`` (the share of the
     tasks whose first ``config.budget.group_size`` rollouts -- a GRPO group -- do not all
     score the same) and the reference critic's ``explained_variance`` and
-    ``median_between_share`` (:func:`~mpo_rs.reproduce.reference.reference_measurement`)."""
+    ``median_between_share`` (:func:`~mpo_rs.reproduce.reference.reference_measurement`).
+    ``cache``: a directory that keeps the base policies (``OUT/base`` of a run's layout)."""
     import torch
 
     from ..torch.sampler import sample
@@ -89,7 +92,7 @@ def base_measurement(config: Any, task: str, seed: int, *, tasks: int = 64, grou
     from .seeds import task_seeds
 
     spec = config.task(task)
-    policy, info = base_policy(config, task, seed)
+    policy, info = base_policy(config, task, seed, cache)  # made once per cache, as a run's are
     seeds = task_seeds("warmup", seed, 0, tasks)
     gen = torch.Generator().manual_seed(seed * 7 + 3)
     policy.eval()
@@ -125,12 +128,13 @@ def learning_measurement(rows: Sequence[Mapping[str, Any]], task_prefix: str, ga
     for key in _prefixed(task_prefix, gates.learning_arms):
         mine = [r for r in rows if r["arm"] == key]
         final = {int(r["seed"]): float(r["final_success"]) for r in mine}
-        base = {int(r["seed"]): float(r["base_success"]) for r in mine}
+        # A run that predates the base's measurement (no base_success) pairs with nothing.
+        base = {int(r["seed"]): float(r.get("base_success", math.nan)) for r in mine}
         out["learning"][key] = paired_diff_ci(final, base)._asdict()
     for key in _prefixed(task_prefix, gates.critic_arms):
         mine = [r for r in rows if r["arm"] == key]
         out["critics"][key] = {
-            "warmup": mean_ci([float(r["warmup_explained_variance"]) for r in mine])[0],
+            "warmup": mean_ci([float(r.get("warmup_explained_variance", math.nan)) for r in mine])[0],
             "end": mean_ci([float(r["final_explained_variance"]) for r in mine])[0],
         }
     return out
@@ -223,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--group", type=int, default=16, help="rollouts per task")
     p.add_argument("--results", type=Path, help="a finished run's results.json for the learning gates")
     p.add_argument("--only", nargs="*", help="these tasks only")
-    p.add_argument("--json", type=Path, help="also write the measurements here")
+    p.add_argument("--cache", type=Path, help="keep the base policies here (a rerun takes them)")
+    p.add_argument("--json", type=Path, help="also write the measurements here (after each task)")
     args = p.parse_args(argv)
     config = CONFIGS[args.config]
     rows = json.loads(args.results.read_text())["runs"] if args.results else None
@@ -232,18 +237,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only and spec.name not in args.only:
             continue
         role = "premise" if spec.name in PREMISE_TASKS else "control" if spec.name == CONTROL_TASKS[0] else "chance"
-        base = [
-            base_measurement(config, spec.name, s, tasks=args.tasks, group=args.group)
-            for s in config.seed_list[: args.seeds]
-        ]
+        base = []
+        for s in config.seed_list[: args.seeds]:
+            base.append(base_measurement(config, spec.name, s, tasks=args.tasks, group=args.group, cache=args.cache))
+            print(f"{spec.name} seed {s}: {json.dumps(base[-1])}", file=sys.stderr, flush=True)
         learned = learning_measurement(rows, TASK_PREFIX[spec.name]) if rows is not None else None
         judged[spec.name] = judge(role, base, learned)
         record.append({"task": spec.name, "role": role, "base": base, "learned": learned})
-        print(f"{spec.name}: {json.dumps(base)}", file=sys.stderr)
+        if args.json:
+            payload = {"config": args.config, "gates": dataclasses.asdict(GATES), "tasks": record}
+            args.json.write_text(json.dumps(payload, indent=1, default=str))
     print(_table(judged))
-    if args.json:
-        payload = {"config": args.config, "gates": dataclasses.asdict(GATES), "tasks": record}
-        args.json.write_text(json.dumps(payload, indent=1, default=str))
     return 0
 
 
