@@ -5,6 +5,7 @@ small run (>= 0.8 on search, < 0.5 on key_door)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -366,3 +367,60 @@ def test_docs_premise_json_is_the_table_of_docs_envs_md():
     assert envs[start : start + len(rendered)] == rendered
     assert premise_verdict(PREMISE_SHARE) == "holds" and premise_verdict(PREMISE_SHARE - 1e-9) == "fails"
     assert premise_verdict(None) == "fails"
+
+
+# ---------------------------------------------------------------- Search with a spread of difficulty
+
+
+SPREAD = (0.05, 0.9)
+
+
+def test_search_difficulty_is_drawn_per_task_and_shown_in_the_prompt():
+    env = Search(hit_probs=list(SPREAD))
+    assert env.vocab_size == Search().vocab_size + 2 and env.token_names[-2:] == ["level0", "level1"]
+    levels, hits = [], {0: [0, 0], 1: [0, 0]}
+    for seed in range(400):
+        first = env.reset(seed)
+        assert len(first) == 3 and first[2] == env.first_level + env.level
+        levels.append(env.level)
+        observation, _, _ = env.step([se.SEARCH, first[1], se.END])
+        hits[env.level][0] += len(observation) == 4
+        hits[env.level][1] += 1
+    assert 0.4 < np.mean(levels) < 0.6  # uniform over the levels
+    assert hits[0][0] / hits[0][1] < 0.15 and hits[1][0] / hits[1][1] > 0.8
+    # The topic and the answer are the seed's as without the spread (the level is drawn after them).
+    plain = Search()
+    for seed in range(50):
+        assert plain.reset(seed) == env.reset(seed)[:2] and plain.hidden == env.hidden
+
+
+def test_search_without_a_spread_draws_what_it_always_drew():
+    env, rng = make("search"), np.random.default_rng(0)
+    values = NoisyOracle(belief_model(env), 0.3)
+    digest = hashlib.sha256()
+    for seed in range(300):
+        r = rollout(env, values, seed, rng)
+        digest.update(repr((r.tokens, r.score, [round(v, 9) for v in r.values])).encode())
+    assert digest.hexdigest()[:16] == "0766cd4daf3d4c3b"  # measured before the spread existed
+
+
+@pytest.mark.parametrize("eps", [0.2, 0.4])
+def test_search_with_a_spread_exact_values_match_monte_carlo_and_the_oracle(eps):
+    env = make("search", hit_probs=list(SPREAD))
+    values = NoisyOracle(belief_model(env), eps)
+    rng = np.random.default_rng(7)
+    seeds = range(1000)
+    exact = float(np.mean([values.value(values.model.initial(env.reset(s))) for s in seeds]))
+    successes = sum(play(env, values, s, rng) for s in seeds)
+    assert _close(successes, len(seeds), exact), (successes / len(seeds), exact)
+    for seed in range(20):
+        observations = [env.reset(seed)]
+        b = values.model.initial(observations[0])
+        assert list(values.model.oracle(b)) == env.oracle_action(observations)
+
+
+def test_search_spread_bad_parameters():
+    with pytest.raises(InvalidConfigError, match=r"Search: hit_probs must be a list of at least two probabilities"):
+        Search(hit_probs=[0.5])
+    with pytest.raises(InvalidConfigError, match=r"Search: hit_probs\[1\] must be a number in \[0, 1\], got 2"):
+        Search(hit_probs=[0.5, 2])

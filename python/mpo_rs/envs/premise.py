@@ -200,45 +200,46 @@ class _GuessNumberModel(_Model):
 
 
 class _SearchModel(_Model):
-    """b = (turn, candidates left as a sorted tuple of answer indices, topic id)."""
+    """b = (turn, candidates left as a sorted tuple of answer indices, topic id, level or None)."""
 
     def __init__(self, env: Search) -> None:
         super().__init__(env)
         self.W = [tuple(a) for a in env.well_formed_actions()]
 
     def initial(self, observation: Sequence[int]) -> Belief:
-        return (0, tuple(range(self.env.num_answers)), int(observation[1]))
+        level = int(observation[2]) - self.env.first_level if len(observation) == 3 else None
+        return (0, tuple(range(self.env.num_answers)), int(observation[1]), level)
 
     def update(self, b: Belief, action: Sequence[int], observation: Sequence[int]) -> Belief:
-        t, left, topic = b
+        t, left, topic, level = b
         obs = [int(x) for x in observation]
         if len(obs) == 4 and obs[0] == se.RESULT and obs[1] == topic:
             pair = {obs[2] - self.env.first_answer, obs[3] - self.env.first_answer}
             left = tuple(j for j in left if j in pair)
-        return (t + 1, left, topic)
+        return (t + 1, left, topic, level)
 
     def key(self, b: Belief) -> Any:
-        return (b[0], len(b[1]))
+        return (b[0], len(b[1]), b[3])
 
     def oracle(self, b: Belief) -> tuple[int, ...]:
-        t, left, topic = b
+        t, left, topic, _ = b
         if len(left) == 1 or t == self.T - 1:
             return (se.ANSWER, self.env.first_answer + left[0], se.END)
         return (se.SEARCH, topic, se.END)
 
     def outcomes(self, b: Belief, a: Any) -> list[Outcome]:
-        t, left, topic = b
+        t, left, topic, level = b
         if a is not MALFORMED and a[0] == se.ANSWER:
             return [(1.0, 1.0 / len(left) if a[1] - self.env.first_answer in left else 0.0, True, None)]
         if a is MALFORMED or a[1] != topic or t + 1 == self.T:
-            return self._spent(b, (t + 1, left, topic))
-        n, hit = self.env.num_answers, self.env.hit_prob
-        out: list[Outcome] = [(1.0 - hit, 0.0, False, (t + 1, left, topic))]
+            return self._spent(b, (t + 1, left, topic, level))
+        n, hit = self.env.num_answers, self.env.task_hit_prob(level)
+        out: list[Outcome] = [(1.0 - hit, 0.0, False, (t + 1, left, topic, level))]
         for z in left:  # the answer, uniform over the candidates left; the distractor uniform over the rest
             for d in range(n):
                 if d != z:
                     nxt = tuple(j for j in left if j in (z, d))
-                    out.append((hit / (len(left) * (n - 1)), 0.0, False, (t + 1, nxt, topic)))
+                    out.append((hit / (len(left) * (n - 1)), 0.0, False, (t + 1, nxt, topic, level)))
         return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..exceptions import InvalidRolloutError
+from ..exceptions import InvalidConfigError, InvalidRolloutError
 from .protocol import SeedStream, check_action, check_param, check_probability, check_seed, uniform
 
 __all__ = ["Search"]
@@ -17,10 +17,15 @@ FIRST_TOPIC = 7
 class Search:
     """Find the answer to a question by searching; a search returns noisy hints, or nothing.
 
-    Ids: ``question result none error search answer end``, then ``topic0 ..`` and ``ans0 ..``.
+    Ids: ``question result none error search answer end``, then ``topic0 ..`` and ``ans0 ..``
+    (and ``level0 ..`` with ``hit_probs``).
 
     - The first observation is ``[question, topic_k]``; the topic and the hidden answer
-      (uniform in ``[0, num_answers)``) are drawn from the seed.
+      (uniform in ``[0, num_answers)``) are drawn from the seed. With ``hit_probs`` (a
+      spread of difficulty visible in the prompt, as real benchmarks have easy and hard
+      questions) the seed then draws a level ``l`` uniformly, the first observation is
+      ``[question, topic_k, level_l]`` and the task's hit probability is ``hit_probs[l]``;
+      without it every task has ``hit_prob`` and the draws are what they always were.
     - A turn is exactly three tokens, a tool call: ``[search, topic_j, end]`` or
       ``[answer, ans_j, end]``. Anything else is malformed: the observation is ``[error]``
       and the turn is spent.
@@ -41,30 +46,47 @@ class Search:
 
     name = "search"
 
-    def __init__(self, max_turns: int = 10, num_topics: int = 4, num_answers: int = 16, hit_prob: float = 0.1) -> None:
+    def __init__(
+        self,
+        max_turns: int = 10,
+        num_topics: int = 4,
+        num_answers: int = 16,
+        hit_prob: float = 0.1,
+        hit_probs: Sequence[float] | None = None,
+    ) -> None:
         self.max_turns = check_param("Search", "max_turns", max_turns, 2)
         self.num_topics = check_param("Search", "num_topics", num_topics, 1)
         self.num_answers = check_param("Search", "num_answers", num_answers, 2)
         self.hit_prob = check_probability("Search", "hit_prob", hit_prob)
+        self.hit_probs = _levels(hit_probs)
         self.action_tokens = 3
         self.first_answer = FIRST_TOPIC + self.num_topics
-        self.vocab_size = self.first_answer + self.num_answers
+        self.first_level = self.first_answer + self.num_answers
+        self.vocab_size = self.first_level + len(self.hit_probs or ())
         self.token_names = (
             ["question", "result", "none", "error", "search", "answer", "end"]
             + [f"topic{k}" for k in range(self.num_topics)]
             + [f"ans{j}" for j in range(self.num_answers)]
+            + [f"level{i}" for i in range(len(self.hit_probs or ()))]
         )
         self.topic: int | None = None
         self.hidden: int | None = None
+        self.level: int | None = None
+        """The task's difficulty level (an index into ``hit_probs``; None without them)."""
         self._stream = SeedStream(0)
         self._turn = 0
         self._done = True
 
     def __repr__(self) -> str:
+        spread = "" if self.hit_probs is None else f", hit_probs={self.hit_probs}"
         return (
             f"Search(max_turns={self.max_turns}, num_topics={self.num_topics}, "
-            f"num_answers={self.num_answers}, hit_prob={self.hit_prob})"
+            f"num_answers={self.num_answers}, hit_prob={self.hit_prob}{spread})"
         )
+
+    def task_hit_prob(self, level: int | None) -> float:
+        """The hit probability of a task of ``level`` (None: ``hit_prob``)."""
+        return self.hit_prob if level is None or self.hit_probs is None else self.hit_probs[level]
 
     def well_formed_actions(self) -> list[tuple[int, int, int]]:
         """Every well-formed action: the searches, then the answers."""
@@ -76,9 +98,12 @@ class Search:
         self._stream = SeedStream(check_seed("Search", seed))
         self.topic = self._stream.below(self.num_topics)
         self.hidden = self._stream.below(self.num_answers)
+        self.level = None if self.hit_probs is None else self._stream.below(len(self.hit_probs))
         self._turn = 0
         self._done = False
-        return [QUESTION, FIRST_TOPIC + self.topic]
+        if self.level is None:
+            return [QUESTION, FIRST_TOPIC + self.topic]
+        return [QUESTION, FIRST_TOPIC + self.topic, self.first_level + self.level]
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
         if self._done:
@@ -93,7 +118,7 @@ class Search:
         observation = [ERROR]
         if end == END and command == SEARCH and FIRST_TOPIC <= content < self.first_answer:
             observation = [RESULT, content, NONE]
-            if content - FIRST_TOPIC == self.topic and uniform(self._stream) < self.hit_prob:
+            if content - FIRST_TOPIC == self.topic and uniform(self._stream) < self.task_hit_prob(self.level):
                 distractor = self._stream.below(self.num_answers - 1)
                 distractor += distractor >= self.hidden  # type: ignore[operator]
                 pair = [self.first_answer + self.hidden, self.first_answer + distractor]  # type: ignore[operator]
@@ -116,7 +141,7 @@ class Search:
     def candidates(self, observations: Sequence[Sequence[int]]) -> list[int]:
         """The answer indices every hit for the question's topic named (all before a hit)."""
         left = set(range(self.num_answers))
-        topic = observations[0][1] if len(observations[0]) == 2 else None
+        topic = observations[0][1] if len(observations[0]) == self._first_length() else None
         for observation in observations[1:]:
             if len(observation) == 4 and observation[0] == RESULT and observation[1] == topic:
                 left &= {observation[2] - self.first_answer, observation[3] - self.first_answer}
@@ -132,9 +157,25 @@ class Search:
                 f"Search.oracle_action: {len(observations)} observations, expected 1..{self.max_turns}"
             )
         first = list(observations[0])
-        if len(first) != 2 or first[0] != QUESTION or not FIRST_TOPIC <= first[1] < self.first_answer:
+        if (
+            len(first) != self._first_length()
+            or first[0] != QUESTION
+            or not FIRST_TOPIC <= first[1] < self.first_answer
+        ):
             raise InvalidRolloutError(f"Search.oracle_action: unexpected first observation {first}")
         left = self.candidates(observations)
         if len(left) == 1 or turn == self.max_turns - 1:
             return [ANSWER, self.first_answer + left[0], END]
         return [SEARCH, first[1], END]
+
+    def _first_length(self) -> int:
+        return 2 if self.hit_probs is None else 3
+
+
+def _levels(hit_probs: Sequence[float] | None) -> tuple[float, ...] | None:
+    """``hit_probs`` as a tuple of probabilities (at least two), or None."""
+    if hit_probs is None:
+        return None
+    if isinstance(hit_probs, (str, bytes)) or not isinstance(hit_probs, Sequence) or len(hit_probs) < 2:
+        raise InvalidConfigError(f"Search: hit_probs must be a list of at least two probabilities, got {hit_probs!r}")
+    return tuple(check_probability("Search", f"hit_probs[{i}]", p) for i, p in enumerate(hit_probs))
