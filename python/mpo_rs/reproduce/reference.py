@@ -3,8 +3,8 @@
 The value of a policy token is the expected return given the history before it. For the
 built-in tasks that history has a small sufficient summary, the task's *belief state*
 (:func:`mpo_rs.envs.premise.belief_model`: what the observations say about what is hidden),
-and inside a turn the tokens of the turn so far. The reference critic is a table keyed on
-(belief key, the turn's tokens so far), fitted to the Monte-Carlo returns of the policy's
+and inside a turn what of the turn's tokens so far decides it (:func:`prefix_summary`). The
+reference critic is a table keyed on both, fitted to the Monte-Carlo returns of the policy's
 own rollouts: the exact on-policy value for a policy that acts on the belief state, the best
 a critic of that information can do for one that does not.
 
@@ -30,15 +30,38 @@ import numpy.typing as npt
 
 from ..envs.premise import belief_model
 
-__all__ = ["SHRINKAGE", "TabularCritic", "belief_keys", "cross_fitted_values", "reference_measurement"]
+__all__ = [
+    "SHRINKAGE",
+    "TabularCritic",
+    "belief_keys",
+    "cross_fitted_values",
+    "prefix_summary",
+    "reference_measurement",
+]
 
-Key = tuple[Hashable, tuple[int, ...]]
+Key = tuple[Hashable, tuple[Any, ...]]
+
+
+def prefix_summary(model: Any, belief: Any, prefix: Sequence[int]) -> tuple[Any, ...]:
+    """What of the turn's tokens so far decides the turn: where some actions are well formed
+    (``model.W``), the prefix itself while it can still become one, else only that it is
+    malformed (the turn is spent whatever follows); where only one token of the turn matters
+    (``model.decisive``), that token once it is out. The exact values of
+    :class:`~mpo_rs.envs.premise.NoisyOracle` depend on the prefix through this alone."""
+    prefix = tuple(int(t) for t in prefix)
+    if model.W is None:
+        position = model.decisive(belief)
+        return (len(prefix), None if position is None or len(prefix) <= position else prefix[position])
+    if any(action[: len(prefix)] == prefix for action in model.W):
+        return prefix
+    return (len(prefix), "malformed")
 
 
 def belief_keys(
     env: Any, token_ids: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], offsets: npt.NDArray[np.int64]
 ) -> list[Key]:
-    """(belief key, the turn's tokens before this one) of every policy token, in order.
+    """(belief key, :func:`prefix_summary` of the turn's tokens before it) of every policy
+    token, in order.
 
     A trajectory's tokens are the first observation, then turns of policy tokens each
     followed by the observation it got (the last one possibly empty); the belief is updated
@@ -60,7 +83,7 @@ def belief_keys(
             action = runs[i][1]
             observation = runs[i + 1][1] if i + 1 < len(runs) else []
             b_key = model.key(belief)
-            keys.extend((b_key, tuple(action[:j])) for j in range(len(action)))
+            keys.extend((b_key, prefix_summary(model, belief, action[:j])) for j in range(len(action)))
             if i + 1 < len(runs):
                 belief = model.update(belief, action, observation)
     return keys
