@@ -39,7 +39,7 @@ import numpy as np
 
 from .stats import mean_ci, paired_diff_ci
 
-__all__ = ["GATES", "GateResult", "Gates", "base_measurement", "judge", "learning_measurement"]
+__all__ = ["GATES", "GateResult", "Gates", "base_measurement", "candidate", "judge", "learning_measurement"]
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,27 @@ def _table(judged: Mapping[str, list[GateResult]]) -> str:
     return "\n".join(lines)
 
 
+def candidate(config: Any, only: Sequence[str] | None, params: Mapping[str, Any], gates: Gates = GATES) -> Any:
+    """``config`` restricted to the tasks ``only`` (all: None), with ``params`` set on them,
+    and to the arms the gates read (:attr:`Gates.learning_arms`, :attr:`Gates.critic_arms`)."""
+    from .config import TASK_PREFIX, TaskSpec
+
+    tasks = []
+    for spec in config.tasks:
+        if only and spec.name not in only:
+            continue
+        merged = dict(spec.params) | dict(params)
+        tasks.append(TaskSpec(spec.name, tuple(sorted((k, _frozen(v)) for k, v in merged.items()))))
+    names = {spec.name for spec in tasks}
+    wanted = set(gates.learning_arms) | set(gates.critic_arms)
+    arms = tuple(a for a in config.arms if a.task in names and a.key[len(TASK_PREFIX[a.task]) :] in wanted)
+    return dataclasses.replace(config, name=f"{config.name}-gates", tasks=tuple(tasks), arms=arms)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from .config import CONFIGS, CONTROL_TASKS, PREMISE_TASKS, TASK_PREFIX
 
@@ -227,11 +248,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--group", type=int, default=16, help="rollouts per task")
     p.add_argument("--results", type=Path, help="a finished run's results.json for the learning gates")
     p.add_argument("--only", nargs="*", help="these tasks only")
+    p.add_argument("--task-param", action="append", default=[], metavar="KEY=JSON", help="a parameter of the tasks")
+    p.add_argument(
+        "--train",
+        type=Path,
+        metavar="OUT",
+        help="first train the arms the gates read on every seed of the configuration, into OUT (resumable)",
+    )
     p.add_argument("--cache", type=Path, help="keep the base policies here (a rerun takes them)")
     p.add_argument("--json", type=Path, help="also write the measurements here (after each task)")
     args = p.parse_args(argv)
+    params = {k: json.loads(v) for k, _, v in (pair.partition("=") for pair in args.task_param)}
     config = CONFIGS[args.config]
+    if params or args.train:
+        config = candidate(config, args.only, params)
     rows = json.loads(args.results.read_text())["runs"] if args.results else None
+    if args.train:
+        from .api import run_config
+
+        rows = run_config(config, args.train, note=lambda line: print(line, file=sys.stderr, flush=True)).results[
+            "runs"
+        ]
+        args.cache = args.cache or args.train  # the runs' base policies, made once
     judged, record = {}, []
     for spec in config.tasks:
         if args.only and spec.name not in args.only:
@@ -243,9 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{spec.name} seed {s}: {json.dumps(base[-1])}", file=sys.stderr, flush=True)
         learned = learning_measurement(rows, TASK_PREFIX[spec.name]) if rows is not None else None
         judged[spec.name] = judge(role, base, learned)
-        record.append({"task": spec.name, "role": role, "base": base, "learned": learned})
+        record.append({"task": spec.name, "params": dict(spec.params), "role": role, "base": base, "learned": learned})
         if args.json:
-            payload = {"config": args.config, "gates": dataclasses.asdict(GATES), "tasks": record}
+            payload = {"config": config.name, "gates": dataclasses.asdict(GATES), "tasks": record}
             args.json.write_text(json.dumps(payload, indent=1, default=str))
     print(_table(judged))
     return 0
