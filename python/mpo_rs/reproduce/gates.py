@@ -217,10 +217,26 @@ def _table(judged: Mapping[str, list[GateResult]]) -> str:
     return "\n".join(lines)
 
 
-def candidate(config: Any, only: Sequence[str] | None, params: Mapping[str, Any], gates: Gates = GATES) -> Any:
+def candidate(
+    config: Any,
+    only: Sequence[str] | None,
+    params: Mapping[str, Any],
+    *,
+    base_eps: float | None = None,
+    lr: float | None = None,
+    gates: Gates = GATES,
+) -> Any:
     """``config`` restricted to the tasks ``only`` (all: None), with ``params`` set on them,
-    and to the arms the gates read (:attr:`Gates.learning_arms`, :attr:`Gates.critic_arms`)."""
+    and to the arms the gates read (:attr:`Gates.learning_arms`, :attr:`Gates.critic_arms`);
+    ``base_eps`` the noise of their base policies' demonstrations, ``lr`` every arm's (and
+    the critic's) learning rate."""
     from .config import TASK_PREFIX, TaskSpec
+
+    if base_eps is not None and config.base is not None:
+        noise = tuple((t, base_eps if not only or t in only else e) for t, e in config.base.noise)
+        config = dataclasses.replace(config, base=dataclasses.replace(config.base, noise=noise))
+    if lr is not None:
+        config = dataclasses.replace(config, budget=dataclasses.replace(config.budget, lr=lr, critic_lr=lr))
 
     tasks = []
     for spec in config.tasks:
@@ -255,13 +271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="OUT",
         help="first train the arms the gates read on every seed of the configuration, into OUT (resumable)",
     )
+    p.add_argument("--base-eps", type=float, help="the demonstrations' noise of the tasks' base policies")
+    p.add_argument("--lr", type=float, help="every arm's and critic's learning rate")
     p.add_argument("--cache", type=Path, help="keep the base policies here (a rerun takes them)")
     p.add_argument("--json", type=Path, help="also write the measurements here (after each task)")
     args = p.parse_args(argv)
     params = {k: json.loads(v) for k, _, v in (pair.partition("=") for pair in args.task_param)}
     config = CONFIGS[args.config]
-    if params or args.train:
-        config = candidate(config, args.only, params)
+    if params or args.train or args.base_eps is not None or args.lr is not None:
+        config = candidate(config, args.only, params, base_eps=args.base_eps, lr=args.lr)
     rows = json.loads(args.results.read_text())["runs"] if args.results else None
     if args.train:
         from .api import run_config
