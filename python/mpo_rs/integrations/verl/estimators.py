@@ -28,6 +28,30 @@ __all__ = [
 ]
 
 
+def _with_critic(
+    name: str,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    config: Any,
+    values: Tensor | None,
+    observation_rewards: str,
+) -> tuple[Tensor, Tensor]:
+    """A critic estimator of the plug-in: the critic's values, the options of ``config``
+    resolved once, one call of :func:`mpo_rs.torch.padded.advantages`."""
+    values = critic_values(values, name)
+    options = estimator_options(name, config)
+    advantages, returns = padded.advantages(
+        response_mask,
+        token_level_rewards,
+        values=values,
+        observation_rewards=observation_rewards,
+        whiten=options.whiten,
+        estimator=options.estimator,
+    )
+    assert returns is not None  # a critic estimator's
+    return advantages, returns
+
+
 def compute_mpo_gae_advantage(
     token_level_rewards: Tensor,
     response_mask: Tensor,
@@ -42,16 +66,8 @@ def compute_mpo_gae_advantage(
     ``algorithm.mpo.whiten=false``). Rewards on observation tokens are ignored, as verl's
     loop ignores them. Advantages and returns are 0 off the LLM tokens.
     """
-    values = critic_values(values, "mpo_gae")
-    options = estimator_options("mpo_gae", config)  # lam_critic = lam: verl's returns = advantages + values
-    return padded.gae_advantages(
-        values,
-        response_mask,
-        token_level_rewards,
-        observation_rewards="drop",
-        whiten=options.whiten,
-        estimator=options.estimator,
-    )
+    # lam_critic = lam (the config's): verl's returns = advantages + values.
+    return _with_critic("mpo_gae", token_level_rewards, response_mask, config, values, observation_rewards="drop")
 
 
 def compute_mpo_mae_advantage(
@@ -68,16 +84,7 @@ def compute_mpo_mae_advantage(
     and ``algorithm.gamma`` (discount per interaction). A reward on an observation token is
     credited to the LLM token before it. Returns are the critic's targets (``lam_critic``).
     """
-    values = critic_values(values, "mpo_mae")
-    options = estimator_options("mpo_mae", config)
-    return padded.mae_advantages(
-        values,
-        response_mask,
-        token_level_rewards,
-        observation_rewards="credit",
-        whiten=options.whiten,
-        estimator=options.estimator,
-    )
+    return _with_critic("mpo_mae", token_level_rewards, response_mask, config, values, observation_rewards="credit")
 
 
 def compute_mpo_bilevel_gae_advantage(
@@ -94,15 +101,8 @@ def compute_mpo_bilevel_gae_advantage(
     returns = unwhitened advantages + values). A reward on an observation token is credited
     to the LLM token before it (the end of the turn it answers).
     """
-    values = critic_values(values, "mpo_bilevel_gae")
-    options = estimator_options("mpo_bilevel_gae", config)
-    return padded.bilevel_advantages(
-        values,
-        response_mask,
-        token_level_rewards,
-        observation_rewards="credit",
-        whiten=options.whiten,
-        estimator=options.estimator,
+    return _with_critic(
+        "mpo_bilevel_gae", token_level_rewards, response_mask, config, values, observation_rewards="credit"
     )
 
 
@@ -134,12 +134,9 @@ def _group_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
         options = estimator_options(name, config)
-        out = padded.group_advantages(
-            token_level_rewards,
-            response_mask,
-            _group_ids(index, _rows(response_mask), name),
-            whiten=options.whiten,
-            estimator=options.estimator,
+        ids = _group_ids(index, _rows(response_mask), name)
+        out, _ = padded.advantages(
+            response_mask, token_level_rewards, group_ids=ids, whiten=options.whiten, estimator=options.estimator
         )
         return out, out
 
