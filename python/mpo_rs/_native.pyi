@@ -59,8 +59,8 @@ _TurnArrays = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np
 def segment_turns(mask: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> _TurnArrays: ...
 def advantages(
     estimator: Estimator,
-    mask: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.uint8] | None = None,
+    offsets: npt.NDArray[np.int64] | None = None,
     values: npt.NDArray[np.float32] | None = None,
     rewards: npt.NDArray[np.float32] | None = None,
     scores: npt.NDArray[np.float32] | None = None,

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._arrays import as_numpy, flags, float32, int64, mask_u8, optional_float32, ragged_float32
+from ._arrays import as_numpy, flags, float32, int64, mask_u8, ragged_float32
 from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import Estimator, resolve
 
@@ -159,14 +159,17 @@ def _critic_inputs(
     one_reward_source(rewards=rewards, scores=scores, turn_rewards=turn_rewards)
     if check_scores is not None and turn_rewards is None:
         raise InvalidBatchError("`check_scores` checks that `turn_rewards` sum to each score; give `turn_rewards` too")
-    n_rows = max(int(offsets.shape[0]) - 1, 0)
-    out: dict[str, Any] = {
-        "rewards": optional_float32(rewards, "rewards"),
-        "scores": optional_float32(scores, "scores"),
-        "truncated": None if truncated is None else flags(truncated, "truncated"),
-    }
-    if turn_rewards is not None:
+    # Only what is given: fewer keywords for the native call to parse (its per-call cost).
+    out: dict[str, Any] = {}
+    if rewards is not None:
+        out["rewards"] = float32(rewards, "rewards")
+    elif scores is not None:
+        out["scores"] = float32(scores, "scores")
+    else:
+        n_rows = max(int(offsets.shape[0]) - 1, 0)
         out["turn_rewards"], out["turn_offsets"] = ragged_float32(turn_rewards, "turn_rewards", n_rows)
+    if truncated is not None:
+        out["truncated"] = flags(truncated, "truncated")
     if check_scores is not None:
         out["check_scores"] = float32(check_scores, "check_scores")
     # Judged by Rust (type and domain) whether or not a check is asked for.
@@ -208,7 +211,7 @@ def _estimate(
             raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {n_rows} (one per trajectory)")
         inputs["group_index"] = codes
     v = None if values is None else float32(values, "values")
-    return _native.advantages(est, mask_u8(mask), o, values=v, **inputs)
+    return _native.advantages(est, mask_u8(mask), o, v, **inputs)
 
 
 def advantages(
@@ -399,15 +402,8 @@ def group_advantages(
     n = s.shape[0]
     if codes.shape[0] != n:
         raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {n} (one per score)")
-    # One policy token per trajectory: the per-token result is the per-trajectory one.
-    _, _, _, _, per_trajectory = _native.advantages(
-        est,
-        np.ones(n, dtype=np.uint8),
-        np.arange(n + 1, dtype=np.int64),
-        scores=s,
-        group_index=codes,
-        n_groups=n_groups,
-    )
+    # No mask and offsets: one policy token per trajectory, the per-trajectory result.
+    _, _, _, _, per_trajectory = _native.advantages(est, None, None, None, None, s, codes, n_groups)
     return cast("npt.NDArray[np.float32]", per_trajectory)
 
 

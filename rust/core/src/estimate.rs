@@ -63,7 +63,17 @@ pub fn estimate(estimator: &Estimator, batch: &Batch<'_>) -> Result<Estimate> {
             return Err(MpoError::Input("the group estimators read one score per trajectory: give `scores`".into()));
         };
         let per_trajectory = crate::group_advantages(scores, groups.index, groups.n_groups, params)?;
-        let advantages = crate::broadcast_to_tokens(&per_trajectory, b.mask, b.offsets)?;
+        // One policy token per trajectory (the numpy `group_advantages` layout): the tokens'
+        // advantages are the trajectories', without a parallel broadcast of a few values.
+        let one_token_each = b.mask.len() == per_trajectory.len()
+            && b.mask.iter().all(|&m| m == 1)
+            && b.offsets.len() == per_trajectory.len() + 1
+            && b.offsets.iter().enumerate().all(|(j, &o)| o == j as i64);
+        let advantages = if one_token_each {
+            per_trajectory.clone()
+        } else {
+            crate::broadcast_to_tokens(&per_trajectory, b.mask, b.offsets)?
+        };
         return Ok(Estimate {
             advantages,
             returns: None,
@@ -151,6 +161,13 @@ mod tests {
         let per = crate::group_advantages(&SCORES, &[0, 0], 1, &GroupParams::default()).unwrap();
         assert_eq!(out.advantages, crate::broadcast_to_tokens(&per, &MASK, &OFFSETS).unwrap());
         assert_eq!(out.per_trajectory, Some(per));
+        // One policy token per trajectory: the tokens' advantages are the trajectories'.
+        let one_each = Batch { mask: &[1, 1], offsets: &[0, 1, 2], ..b };
+        let out = estimate(&Estimator::Group(GroupParams::default()), &one_each).unwrap();
+        assert_eq!(Some(out.advantages), out.per_trajectory);
+        let b = Batch { mask: &[1, 1], offsets: &[0, 2, 2], ..one_each };
+        let out = estimate(&Estimator::Group(GroupParams::default()), &b).unwrap();
+        assert_eq!(out.advantages.len(), 2);
     }
 
     #[test]

@@ -133,18 +133,20 @@ type Estimated<'py> =
 
 /// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn),
 /// per_trajectory): every estimator through [`mpo_core::estimate`]; the outputs an
-/// estimator does not define are None. Group ids are dense codes in `0..n_groups`.
+/// estimator does not define are None. Group ids are dense codes in `0..n_groups`. Without
+/// `mask` and `offsets` each trajectory is one policy token (a group estimator's scores
+/// alone: the per-token result is the per-trajectory one).
 #[pyfunction]
 #[pyo3(signature = (
-    estimator, mask, offsets, values=None, rewards=None, scores=None, group_index=None, n_groups=0,
+    estimator, mask=None, offsets=None, values=None, rewards=None, scores=None, group_index=None, n_groups=0,
     truncated=None, turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
 ))]
 #[allow(clippy::too_many_arguments)] // the batch's optional inputs of `mpo_rs.advantages`
 fn advantages<'py>(
     py: Python<'py>,
     estimator: &Bound<'py, Estimator>,
-    mask: PyReadonlyArray1<'py, u8>,
-    offsets: PyReadonlyArray1<'py, i64>,
+    mask: Option<PyReadonlyArray1<'py, u8>>,
+    offsets: Option<PyReadonlyArray1<'py, i64>>,
     values: Option<PyReadonlyArray1<'py, f32>>,
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
@@ -157,10 +159,19 @@ fn advantages<'py>(
     check_tolerance: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Estimated<'py>> {
     let core = estimator.get().core;
-    let (m, o) = (slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     let v = values.as_ref().map(|a| slice(a, "values")).transpose()?;
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
+    let one_each: (Vec<u8>, Vec<i64>);
+    let (m, o) = match (&mask, &offsets) {
+        (Some(m), Some(o)) => (slice(m, "mask")?, slice(o, "offsets")?),
+        (None, None) => {
+            let n = s.map_or(0, <[f32]>::len);
+            one_each = (vec![1; n], (0..=n as i64).collect());
+            (&one_each.0[..], &one_each.1[..])
+        }
+        _ => return Err(InvalidBatchError::new_err("give both `mask` and `offsets`, or neither")),
+    };
     let groups = match &group_index {
         Some(g) => Some(mpo_core::Groups { index: slice(g, "group_ids")?, n_groups }),
         None => None,
