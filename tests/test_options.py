@@ -359,3 +359,27 @@ def test_every_exception_class_is_created_once_in_the_extension():
     err = ex.MissingDependencyError("`x` needs y: pip install 'mpo-rs[y]'", name="y")
     assert err.name == "y"
     assert pickle.loads(pickle.dumps(ex.InvalidConfigError("bad"))).args == ("bad",)
+
+
+def test_columns_are_the_column_spec_and_the_keywords_build_them(tmp_path):
+    from mpo_rs import Columns, _native
+
+    spec = [r["name"] for r in _native.column_spec() if r["role"] != "output" and r["name"] != "step"]
+    assert list(Columns().chosen()) == spec
+    assert Columns() == Columns(mask="loss_mask", values="values", group="group_id")
+    assert Columns().keywords("mask", "score") == {"mask_col": "loss_mask", "score_col": None}
+    table = log_table().rename_columns(["m", "v", "r", "g"])
+    by_value = mpo_rs.arrow.with_advantages(table, columns=Columns(mask="m", values="v", rewards="r", group="g"))
+    by_keywords = mpo_rs.arrow.with_advantages(table, mask_col="m", values_col="v", rewards_col="r", group_col="g")
+    assert by_value.equals(by_keywords)
+    with pytest.raises(InvalidOptionError, match=r"not both \(`mask_col` with `columns`\)"):
+        mpo_rs.arrow.with_advantages(table, columns=Columns(mask="m"), mask_col="m")
+    with pytest.raises(InvalidOptionError, match="the mask column must be a column name, got None"):
+        Columns(mask=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match=r"`columns` must be an mpo_rs\.Columns, got dict"):
+        mpo_rs.arrow.with_advantages(table, columns={"mask": "m"})
+    pq.write_table(table, tmp_path / "in.parquet")
+    mpo_rs.arrow.advantages_parquet(
+        tmp_path / "in.parquet", tmp_path / "out.parquet", columns=Columns(mask="m", values="v", rewards="r", group="g")
+    )
+    assert pq.read_table(tmp_path / "out.parquet").column("advantages").equals(by_value.column("advantages"))

@@ -60,22 +60,22 @@ def test_mae_and_gae_equal_the_numpy_estimators_on_the_flat_layout(seed):
     np.testing.assert_array_equal(ret.reshape(-1).numpy(), want.returns)
 
 
-def test_options_are_forwarded_unchanged_to_the_numpy_functions(monkeypatch):
+def test_options_are_judged_by_the_options_table():
     values, mask, rewards, _, _ = padded_batch(2)
-    seen = {}
-    real = estimators.mae_advantages
-
-    def spy(*args, **kwargs):
-        seen.update(kwargs)
-        return real(*args, **{k: v for k, v in kwargs.items() if k != "some_future_option"})
-
-    monkeypatch.setattr(estimators, "mae_advantages", spy)
-    mt.mae_advantages(values, mask, rewards, lam=0.5, some_future_option="x")
-    assert seen["lam"] == 0.5 and seen["some_future_option"] == "x"
-    # A keyword nobody knows reaches the numpy function, which refuses it.
-    monkeypatch.setattr(estimators, "mae_advantages", real)
+    adv, _ = mt.mae_advantages(values, mask, rewards, lam=0.5)
+    flat = estimators.mae_advantages(
+        values.reshape(-1).numpy(),
+        mask.reshape(-1).numpy(),
+        np.arange(mask.shape[0] + 1) * mask.shape[1],
+        rewards=rewards.reshape(-1).numpy(),
+        lam=0.5,
+    )
+    assert adv.reshape(-1).numpy().tobytes() == flat.advantages.tobytes()
+    # A keyword nobody knows reaches the options table, which refuses it.
     with pytest.raises(mpo_rs.InvalidOptionError, match="`lam_intr` is not an option of the mae estimator"):
         mt.mae_advantages(values, mask, rewards, lam_intr=0.9)
+    with pytest.raises(mpo_rs.InvalidOptionError, match="`lam_intr` is not an option of the mae estimator"):
+        mt.padded.advantages(mask, rewards, values=values, lam_intr=0.9)
     # Ranges are the estimator's.
     with pytest.raises(mpo_rs.InvalidOptionError, match=r"`lam` = 1\.5 is out of range"):
         mt.mae_advantages(values, mask, rewards, lam=1.5)
@@ -84,15 +84,15 @@ def test_options_are_forwarded_unchanged_to_the_numpy_functions(monkeypatch):
 def test_cpu_float32_inputs_and_results_are_not_copied(monkeypatch):
     values, mask, rewards, _, _ = padded_batch(3)
     seen = {}
-    real = estimators.mae_advantages
+    real = estimators._estimate
 
-    def spy(values_flat, mask_flat, offsets, **kwargs):
+    def spy(est, mask_flat, offsets, values_flat, **kwargs):
         seen["values"], seen["rewards"], seen["mask"] = values_flat, kwargs["rewards"], mask_flat
-        result = real(values_flat, mask_flat, offsets, **kwargs)
-        seen["advantages"] = result.advantages
+        result = real(est, mask_flat, offsets, values_flat, **kwargs)
+        seen["advantages"] = result[0]
         return result
 
-    monkeypatch.setattr(estimators, "mae_advantages", spy)
+    monkeypatch.setattr(estimators, "_estimate", spy)
     adv, _ = mt.mae_advantages(values, mask, rewards)
     assert np.shares_memory(seen["values"], values.numpy())
     assert np.shares_memory(seen["rewards"], rewards.numpy())

@@ -1,7 +1,9 @@
 """mpo_rs: Rust-accelerated multiscale advantage estimation (MPO) for LLM-agent RL.
 
-The estimators (``segment_turns``, ``mae_advantages``, ``gae_advantages``,
-``bilevel_advantages``, ``group_advantages``) need only numpy; ``Estimator`` names one with its options. Errors
+The estimators need only numpy: ``advantages`` computes any of them in one call into the
+Rust core, and ``mae_advantages``, ``gae_advantages``, ``bilevel_advantages`` and
+``group_advantages`` are its typed aliases, one per family (``segment_turns`` splits turns);
+``Columns`` names the columns of a rollout log for ``mpo_rs.arrow``, Ray and the command; ``Estimator`` names one with its options. Errors
 are the classes of ``mpo_rs.exceptions`` (``MpoError``, a ValueError, and its subclasses). ``mpo_rs.torch`` (the losses, the learner) needs
 the ``torch`` extra and is imported on demand. A module or command whose optional
 dependency is not installed raises ``MissingDependencyError`` (an ImportError) whose one-line
@@ -13,11 +15,14 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from ._native import get_num_threads, set_num_threads
+from .columns import Columns
 from .estimators import (
     BiLevelResult,
+    Estimate,
     GAEResult,
     MAEResult,
     Turns,
+    advantages,
     bilevel_advantages,
     broadcast_to_tokens,
     gae_advantages,
@@ -43,6 +48,8 @@ except PackageNotFoundError:  # running from a source tree without metadata
 
 __all__ = [
     "BiLevelResult",
+    "Columns",
+    "Estimate",
     "Estimator",
     "GAEResult",
     "InvalidBatchError",
@@ -55,6 +62,7 @@ __all__ = [
     "MpoError",
     "Turns",
     "__version__",
+    "advantages",
     "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",

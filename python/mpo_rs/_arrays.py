@@ -107,10 +107,6 @@ def mask_u8(x: Any, name: str = "mask") -> npt.NDArray[np.uint8]:
     return arr.astype(np.uint8)
 
 
-def optional_float32(x: Any, name: str) -> npt.NDArray[np.float32] | None:
-    return None if x is None else float32(x, name)
-
-
 def _is_row(x: Any) -> bool:
     """Whether an element of a list is itself a sequence (a row of a ragged input)."""
     return isinstance(x, (list, tuple)) or getattr(x, "ndim", 0) >= 1

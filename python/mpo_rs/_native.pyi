@@ -16,14 +16,11 @@ __all__ = [
     "MissingCriticValuesError",
     "MissingDependencyError",
     "MpoError",
-    "bilevel_advantages",
+    "advantages",
     "broadcast_to_tokens",
     "closest_name",
-    "gae_advantages",
     "get_num_threads",
-    "group_advantages",
     "group_baselines",
-    "mae_advantages",
     "segment_turns",
     "set_num_threads",
     "value_structure",
@@ -60,50 +57,27 @@ class Estimator:
 _TurnArrays = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]]
 
 def segment_turns(mask: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> _TurnArrays: ...
-def mae_advantages(
-    values: npt.NDArray[np.float32],
-    mask: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
-    rewards: npt.NDArray[np.float32] | None,
-    scores: npt.NDArray[np.float32] | None,
+def advantages(
     estimator: Estimator,
+    mask: npt.NDArray[np.uint8] | None = None,
+    offsets: npt.NDArray[np.int64] | None = None,
+    values: npt.NDArray[np.float32] | None = None,
+    rewards: npt.NDArray[np.float32] | None = None,
+    scores: npt.NDArray[np.float32] | None = None,
+    group_index: npt.NDArray[np.int64] | None = None,
+    n_groups: int = 0,
     truncated: npt.NDArray[np.bool_] | None = None,
     turn_rewards: npt.NDArray[np.float32] | None = None,
     turn_offsets: npt.NDArray[np.int64] | None = None,
     check_scores: npt.NDArray[np.float32] | None = None,
     check_tolerance: object = None,
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
-def gae_advantages(
-    values: npt.NDArray[np.float32],
-    mask: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
-    rewards: npt.NDArray[np.float32] | None,
-    scores: npt.NDArray[np.float32] | None,
-    estimator: Estimator,
-    truncated: npt.NDArray[np.bool_] | None = None,
-    turn_rewards: npt.NDArray[np.float32] | None = None,
-    turn_offsets: npt.NDArray[np.int64] | None = None,
-    check_scores: npt.NDArray[np.float32] | None = None,
-    check_tolerance: object = None,
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
-def bilevel_advantages(
-    values: npt.NDArray[np.float32],
-    mask: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
-    rewards: npt.NDArray[np.float32] | None,
-    scores: npt.NDArray[np.float32] | None,
-    estimator: Estimator,
-    turn_rewards: npt.NDArray[np.float32] | None = None,
-    turn_offsets: npt.NDArray[np.int64] | None = None,
-    check_scores: npt.NDArray[np.float32] | None = None,
-    check_tolerance: object = None,
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], _TurnArrays]: ...
-def group_advantages(
-    scores: npt.NDArray[np.float32],
-    group_index: npt.NDArray[np.int64],
-    n_groups: int,
-    estimator: Estimator,
-) -> npt.NDArray[np.float32]: ...
+) -> tuple[
+    npt.NDArray[np.float32],
+    npt.NDArray[np.float32] | None,
+    npt.NDArray[np.float32] | None,
+    _TurnArrays | None,
+    npt.NDArray[np.float32] | None,
+]: ...
 def group_baselines(
     scores: npt.NDArray[np.float32],
     group_index: npt.NDArray[np.int64],

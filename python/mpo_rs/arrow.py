@@ -28,14 +28,12 @@ from . import _native
 from . import observation_rewards as _observation
 from ._deps import missing
 from .columns import (
-    GROUP,
-    MASK,
     OUTPUT_COLUMNS,
     REWARDS,
     SCORE,
     TRUNCATED,
     TURN_REWARDS,
-    VALUES,
+    Columns,
     missing_column,
     missing_column_hint,
 )
@@ -46,24 +44,18 @@ from .options import ESTIMATORS, Estimator, resolve
 __all__ = [
     "ESTIMATORS",
     "OUTPUT_COLUMNS",
+    "Columns",
     "InvalidOptionError",
     "advantages_parquet",
     "with_advantages",
 ]
 
 
-class _Columns(NamedTuple):
-    """The column keywords of :func:`with_advantages`, in the spec's names, and the two
-    settings that go with them to ``_native.arrow_advantages``."""
+class _Run(NamedTuple):
+    """The columns of a run and the two settings that go with them to
+    ``_native.arrow_advantages``."""
 
-    mask: str
-    values: str
-    rewards: str | None
-    score: str | None
-    group: str
-    turn_rewards: str | None = None
-    truncated: str | None = None
-    check_score: str | None = None
+    columns: Columns
     check_tolerance: float = CHECK_TOLERANCE
     observation_rewards: str = _observation.DEFAULT
 
@@ -77,19 +69,17 @@ def with_advantages(
     table: Any,
     *,
     estimator: str | Estimator = "mae",
-    mask_col: str = MASK,
-    values_col: str = VALUES,
-    rewards_col: str | None = None,
-    score_col: str | None = None,
-    group_col: str = GROUP,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
-    check_score_col: str | None = None,
+    columns: Columns | None = None,
     check_tolerance: float = CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     **options: Any,
 ) -> Any:
     """Returns ``table`` with the advantage columns appended.
+
+    ``columns`` (an :class:`mpo_rs.Columns`; None: the defaults) names the log's columns;
+    the column keywords ``mask_col``, ``values_col``, ``rewards_col``, ``score_col``,
+    ``group_col``, ``turn_rewards_col``, ``truncated_col`` and ``check_score_col`` are sugar
+    that builds one (``mask_col="m"`` is ``columns=Columns(mask="m")``).
 
     ``estimator`` is a name or an :class:`mpo_rs.Estimator`: ``"mae"`` (default), ``"gae"``,
     ``"bilevel"``, or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
@@ -121,27 +111,16 @@ def with_advantages(
     the column and the token: null lists or elements, list lengths that disagree within a
     row, mask values other than 0/1, NaN/Inf where read, rewards on observation tokens.
     """
+    cols, options = Columns.split(columns, options)
     est = resolve(estimator, options, "mae")
-    columns = _Columns(
-        mask_col,
-        values_col,
-        rewards_col,
-        score_col,
-        group_col,
-        turn_rewards_col,
-        truncated_col,
-        check_score_col,
-        check_tolerance,
-        _observation.check(observation_rewards),
-    )
-    names = _wanted_columns(columns)
+    run = _Run(cols, check_tolerance, _observation.check(observation_rewards))
     try:
-        return _with_advantages(table, est, names, columns)
+        return _with_advantages(table, est, _wanted_columns(cols), run)
     except InvalidBatchError as e:
-        raise _with_missing_column_hint(e, table, columns) from None
+        raise _with_missing_column_hint(e, table, cols) from None
 
 
-def _with_advantages(table: Any, est: Estimator, names: list[str], columns: _Columns) -> Any:
+def _with_advantages(table: Any, est: Estimator, names: list[str], columns: _Run) -> Any:
     polars = _module_of(table, "polars")
     if polars is not None:
         return _with_advantages_polars(polars, table, names, est, columns)
@@ -175,10 +154,6 @@ def _with_advantages(table: Any, est: Estimator, names: list[str], columns: _Col
     )
 
 
-_COLUMN_KEYS = tuple(k for k in _Columns._fields if k not in ("check_tolerance", "observation_rewards"))
-"""The spec's names of the columns in a ``_Columns`` tuple, in its order."""
-
-
 def _input_column_names(table: Any) -> list[str] | None:
     """The column names of a ``with_advantages`` input, as the user passed it."""
     for attr in ("column_names", "columns"):
@@ -203,10 +178,10 @@ def _input_column_names(table: Any) -> list[str] | None:
 _MISSING_ONE = re.compile(r"missing column `([^`]+)` \((?:did you mean `[^`]*`\? )?columns are: [^)]*\)")
 
 
-def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: _Columns) -> InvalidBatchError:
+def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: Columns) -> InvalidBatchError:
     """A "missing column" error from Rust lists the columns it was passed (only those the
     estimator reads); name the input's own columns and the keyword that maps one."""
-    hint = missing_column_hint(str(e), {key: getattr(columns, key) for key in _COLUMN_KEYS})
+    hint = missing_column_hint(str(e), columns.chosen())
     if hint is None:
         return e
     message = str(e)
@@ -223,14 +198,7 @@ def advantages_parquet(
     output: str | os.PathLike[str],
     *,
     estimator: str | Estimator = "mae",
-    mask_col: str = MASK,
-    values_col: str = VALUES,
-    rewards_col: str | None = None,
-    score_col: str | None = None,
-    group_col: str = GROUP,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
-    check_score_col: str | None = None,
+    columns: Columns | None = None,
     check_tolerance: float = CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     progress: Callable[[str, int, int, int, float], object] | None = None,
@@ -246,7 +214,7 @@ def advantages_parquet(
     Ctrl-C, stops the run. Returns the run's summary: files, row_groups, rows, tokens,
     policy_tokens, turns, input_bytes, output_bytes, seconds.
 
-    ``estimator``, ``options``, ``observation_rewards`` and the column keywords are those of
+    ``estimator``, ``options``, ``observation_rewards``, ``columns`` and the column keywords are those of
     :func:`with_advantages` (the rewards column is written out as given).
 
     OUTPUT must be new or an earlier output of the tool (the output-safety rule,
@@ -258,25 +226,19 @@ def advantages_parquet(
     options or paths (OUTPUT equal to INPUT, an OUTPUT that is not an earlier output, two
     names of one input file, ...), and :class:`OSError` for I/O failures.
     """
+    cols, options = Columns.split(columns, options)
     return _native.advantages_parquet(
         os.fspath(input),
         os.fspath(output),
         resolve(estimator, options, "mae"),
-        mask_col,
-        values_col,
-        rewards_col,
-        score_col,
-        group_col,
+        **cols.keywords(),
         progress=progress,
-        turn_rewards_col=turn_rewards_col,
-        truncated_col=truncated_col,
-        check_score_col=check_score_col,
         check_tolerance=check_tolerance,  # judged by Rust, with or without a check column
         observation_rewards=_observation.check(observation_rewards),
     )
 
 
-def _wanted_columns(c: _Columns) -> list[str]:
+def _wanted_columns(c: Columns) -> list[str]:
     """Columns worth exporting to Rust (exporting only these keeps wide logs cheap)."""
     names = [c.mask, c.values, c.group, c.truncated or TRUNCATED]
     named = [x for x in (c.rewards, c.score, c.turn_rewards) if x is not None]
@@ -317,29 +279,22 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def _native_table(data: Any, estimator: Estimator, c: _Columns) -> Any:
+def _native_table(data: Any, estimator: Estimator, run: _Run) -> Any:
     return _native.arrow_advantages(
         data,
         estimator,
-        c.mask,
-        c.values,
-        c.rewards,
-        c.score,
-        c.group,
-        turn_rewards_col=c.turn_rewards,
-        truncated_col=c.truncated,
-        check_score_col=c.check_score,
-        check_tolerance=c.check_tolerance,
-        observation_rewards=c.observation_rewards,
+        **run.columns.keywords(),
+        check_tolerance=run.check_tolerance,
+        observation_rewards=run.observation_rewards,
     )
 
 
-def _compute(data: Any, estimator: Estimator, columns: _Columns) -> Any:
+def _compute(data: Any, estimator: Estimator, columns: _Run) -> Any:
     """The output columns as a pyarrow Table, one chunk per input batch."""
     return _pyarrow().table(_native_table(data, estimator, columns))
 
 
-def _with_advantages_polars(pl: Any, frame: Any, names: list[str], estimator: Estimator, columns: _Columns) -> Any:
+def _with_advantages_polars(pl: Any, frame: Any, names: list[str], estimator: Estimator, columns: _Run) -> Any:
     if isinstance(frame, pl.Series):
         if not isinstance(frame.dtype, pl.Struct):
             raise InvalidBatchError(
@@ -357,7 +312,7 @@ def _with_advantages_polars(pl: Any, frame: Any, names: list[str], estimator: Es
     return frame.hstack(new.get_columns())
 
 
-def _with_advantages_struct_chunks(pa: Any, chunked: Any, estimator: Estimator, columns: _Columns) -> Any:
+def _with_advantages_struct_chunks(pa: Any, chunked: Any, estimator: Estimator, columns: _Run) -> Any:
     batches = [pa.RecordBatch.from_struct_array(chunk) for chunk in chunked.chunks]
     table = pa.Table.from_batches(batches, schema=pa.schema(list(chunked.type)))
     out = _compute(table, estimator, columns)

@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO
 from . import columns, diagnose, observation_rewards
 from ._native import closest_name
 from .arrow import advantages_parquet
+from .columns import Columns
 from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
@@ -271,7 +272,9 @@ def _with_column_hint(e: BaseException, args: argparse.Namespace) -> BaseExcepti
     if not isinstance(e, InvalidBatchError):
         return e
     chosen = {
-        r["name"]: getattr(args, f"{r['name']}_col") for r in columns.COLUMN_SPEC if hasattr(args, f"{r['name']}_col")
+        r["name"]: getattr(args, columns.keyword(r["name"]))
+        for r in columns.COLUMN_SPEC
+        if hasattr(args, columns.keyword(r["name"]))
     }
     hint = columns.missing_column_hint(str(e), chosen, columns.flag)
     return e if hint is None else InvalidBatchError(f"{e}; {hint}")
@@ -285,14 +288,7 @@ def _advantages(args: argparse.Namespace) -> int:
                 args.input,
                 args.output,
                 estimator=args.estimator,
-                mask_col=args.mask_col,
-                values_col=args.values_col,
-                rewards_col=args.rewards_col,
-                score_col=args.score_col,
-                group_col=args.group_col,
-                turn_rewards_col=args.turn_rewards_col,
-                truncated_col=args.truncated_col,
-                check_score_col=args.check_score_col,
+                columns=Columns(**{name: getattr(args, columns.keyword(name)) for name in Columns().chosen()}),
                 check_tolerance=args.check_tolerance,
                 observation_rewards=args.observation_rewards,
                 progress=progress.update if progress.enabled else None,

@@ -11,11 +11,12 @@ options come from ``Estimator.option_table()``; none spells a column name of its
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._native import closest_name, column_spec
+from ._native import InvalidOptionError, closest_name, column_spec
 
 __all__ = [
     "COLUMN_SPEC",
@@ -28,6 +29,7 @@ __all__ = [
     "TRUNCATED",
     "TURN_REWARDS",
     "VALUES",
+    "Columns",
     "add_flags",
     "default",
     "flag",
@@ -130,3 +132,65 @@ def add_flags(
             help = f"{r['doc']}, {r['type']} (default: {r['default']}{when})"
         default = None if r["role"] in ("optional", "named") else r["default"]
         group.add_argument(flag(name), default=default, metavar="NAME", help=help.replace("%", "%%"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """The columns of a rollout log the advantage tools read (``mpo_rs.arrow``, the Ray
+    adapter, ``mpo-rs advantages``): one field per column of the spec but ``step`` (the
+    diagnostics' alone), holding the column's name in the log. A column the spec always
+    reads defaults to its default name; the others to None: read when present (``rewards``,
+    ``score``, ``turn_rewards`` -- the first of them present is the reward signal --
+    ``truncated``) or only when named (``check_score``). The entry points also take the
+    fields as keywords (``mask_col="m"``), which build a ``Columns``."""
+
+    mask: str = MASK
+    values: str = VALUES
+    rewards: str | None = None
+    score: str | None = None
+    group: str = GROUP
+    turn_rewards: str | None = None
+    check_score: str | None = None
+    truncated: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in self.chosen().items():
+            if not (isinstance(value, str) or (value is None and row(name)["role"] != "input")):
+                kind = "a column name" if row(name)["role"] == "input" else "a column name or None"
+                raise InvalidOptionError(f"the {name} column must be {kind}, got {value!r:.80}")
+
+    @classmethod
+    def split(cls, columns: Columns | None, keywords: dict[str, Any]) -> tuple[Columns, dict[str, Any]]:
+        """``columns`` (None: the defaults) with the column keywords of ``keywords``
+        (``mask_col=...``; None: not given) applied, and the other keywords (the estimator's
+        options). Columns given both ways are refused (:class:`mpo_rs.InvalidOptionError`)."""
+        keys = {k for k in keywords if k.endswith("_col") and k.removesuffix("_col") in _FIELDS}
+        given = {k.removesuffix("_col"): keywords[k] for k in keys if keywords[k] is not None}
+        rest = {k: v for k, v in keywords.items() if k not in keys}
+        if columns is None:
+            return cls(**given), rest
+        if not isinstance(columns, Columns):
+            raise InvalidOptionError(f"`columns` must be an mpo_rs.Columns, got {type(columns).__name__}")
+        if given:
+            both = ", ".join(f"`{keyword(k)}`" for k in given)
+            raise InvalidOptionError(f"give the columns as `columns=` or as keywords, not both ({both} with `columns`)")
+        return columns, rest
+
+    def chosen(self) -> dict[str, str | None]:
+        """The spec's names to the names in the log (None: the column's default rule)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def keywords(self, *names: str) -> dict[str, Any]:
+        """The columns as the native functions' keywords (``mask_col``), all or ``names``."""
+        return {keyword(k): v for k, v in self.chosen().items() if not names or k in names}
+
+    def refuse(self, *names: str, where: str) -> None:
+        """Refuses (:class:`mpo_rs.InvalidOptionError`) a column of ``names`` that is set:
+        ``where`` does not read it, and a setting must not be lost."""
+        for name in names:
+            if getattr(self, name) != getattr(_DEFAULT_COLUMNS, name):
+                raise InvalidOptionError(f"{where} does not read the {name} column (`{keyword(name)}`)")
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Columns))
+_DEFAULT_COLUMNS = Columns()

@@ -5,9 +5,12 @@ flat arrays, ``mask`` marks the tokens the policy generated. Every function here
 its inputs (see ``_arrays``), releases the GIL and runs the Rust core in parallel over
 trajectories; results are float32 numpy arrays owned by the caller.
 
-Each estimator function takes ``estimator=`` (a name or an :class:`mpo_rs.Estimator`) and
-the estimator's options as keywords (``lam=0.9``); names, defaults and domains come from
-the options table (``mpo_rs.Estimator.option_table()``, docs/estimators.md).
+:func:`advantages` computes any estimator of the options table: it takes ``estimator=`` (a
+name or an :class:`mpo_rs.Estimator`), the estimator's options as keywords (``lam=0.9``;
+names, defaults and domains come from ``mpo_rs.Estimator.option_table()``,
+docs/estimators.md) and the inputs the estimator reads, and makes one call into the Rust
+core, which dispatches on the estimator. The functions of one family (``mae_advantages``,
+``gae_advantages``, ``bilevel_advantages``, ``group_advantages``) are typed aliases of it.
 """
 
 from __future__ import annotations
@@ -21,16 +24,18 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._arrays import as_numpy, flags, float32, int64, mask_u8, optional_float32, ragged_float32
-from .exceptions import InvalidBatchError
+from ._arrays import as_numpy, flags, float32, int64, mask_u8, ragged_float32
+from .exceptions import InvalidBatchError, InvalidOptionError
 from .options import Estimator, resolve
 
 __all__ = [
     "CHECK_TOLERANCE",
     "BiLevelResult",
+    "Estimate",
     "GAEResult",
     "MAEResult",
     "Turns",
+    "advantages",
     "bilevel_advantages",
     "broadcast_to_tokens",
     "gae_advantages",
@@ -94,6 +99,24 @@ class BiLevelResult:
     turns: Turns
 
 
+@dataclass(frozen=True, eq=False)
+class Estimate:
+    """What :func:`advantages` computes; what the estimator does not define is None."""
+
+    estimator: Estimator
+    advantages: npt.NDArray[np.float32]
+    """Per token, 0 off-policy (a group estimator's per-trajectory advantage on its policy
+    tokens)."""
+    returns: npt.NDArray[np.float32] | None
+    """Per token, the critic's targets (mae, gae, bilevel)."""
+    turn_advantages: npt.NDArray[np.float32] | None
+    """Per turn (mae, bilevel)."""
+    turns: Turns | None
+    """The segmentation ``turn_advantages`` index (mae, bilevel)."""
+    per_trajectory: npt.NDArray[np.float32] | None
+    """One advantage per trajectory (the group estimators)."""
+
+
 CHECK_TOLERANCE = 1e-4
 """Tolerance of the check that per-turn rewards sum to the trajectory's score
 (``check_scores``): ``|sum_t r_t - score| <= tol * max(1, |score|)``."""
@@ -136,14 +159,17 @@ def _critic_inputs(
     one_reward_source(rewards=rewards, scores=scores, turn_rewards=turn_rewards)
     if check_scores is not None and turn_rewards is None:
         raise InvalidBatchError("`check_scores` checks that `turn_rewards` sum to each score; give `turn_rewards` too")
-    n_rows = max(int(offsets.shape[0]) - 1, 0)
-    out: dict[str, Any] = {
-        "rewards": optional_float32(rewards, "rewards"),
-        "scores": optional_float32(scores, "scores"),
-        "truncated": None if truncated is None else flags(truncated, "truncated"),
-    }
-    if turn_rewards is not None:
+    # Only what is given: fewer keywords for the native call to parse (its per-call cost).
+    out: dict[str, Any] = {}
+    if rewards is not None:
+        out["rewards"] = float32(rewards, "rewards")
+    elif scores is not None:
+        out["scores"] = float32(scores, "scores")
+    else:
+        n_rows = max(int(offsets.shape[0]) - 1, 0)
         out["turn_rewards"], out["turn_offsets"] = ragged_float32(turn_rewards, "turn_rewards", n_rows)
+    if truncated is not None:
+        out["truncated"] = flags(truncated, "truncated")
     if check_scores is not None:
         out["check_scores"] = float32(check_scores, "check_scores")
     # Judged by Rust (type and domain) whether or not a check is asked for.
@@ -154,6 +180,89 @@ def _critic_inputs(
 def segment_turns(mask: Any, offsets: Any) -> Turns:
     """Splits every trajectory into turns (maximal runs of ``mask == 1``)."""
     return Turns(*_native.segment_turns(mask_u8(mask), int64(offsets, "offsets")))
+
+
+# The native call's outputs: advantages, returns, turn_advantages, turns, per_trajectory.
+_Native = tuple[Any, Any, Any, Any, Any]
+
+
+def _estimate(
+    est: Estimator,
+    mask: Any,
+    offsets: Any,
+    values: Any = None,
+    rewards: Any = None,
+    scores: Any = None,
+    turn_rewards: Any = None,
+    group_ids: Any = None,
+    truncated: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = CHECK_TOLERANCE,
+) -> _Native:
+    """The one call into the Rust core (``_native.advantages``) of every layer, after the
+    inputs are coerced; the core dispatches on ``est`` and refuses what it lacks or would
+    not read."""
+    o = int64(offsets, "offsets")
+    inputs = _critic_inputs(o, rewards, scores, turn_rewards, truncated, check_scores, check_tolerance)
+    if group_ids is not None:
+        codes, inputs["n_groups"] = group_codes(group_ids)
+        n_rows = max(int(o.shape[0]) - 1, 0)
+        if codes.shape[0] != n_rows:
+            raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {n_rows} (one per trajectory)")
+        inputs["group_index"] = codes
+    v = None if values is None else float32(values, "values")
+    return _native.advantages(est, mask_u8(mask), o, v, **inputs)
+
+
+def advantages(
+    mask: Any,
+    offsets: Any,
+    *,
+    values: Any = None,
+    rewards: Any = None,
+    scores: Any = None,
+    turn_rewards: Any = None,
+    group_ids: Any = None,
+    truncated: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = CHECK_TOLERANCE,
+    estimator: str | Estimator | None = None,
+    **options: Any,
+) -> Estimate:
+    """Any estimator of the options table on a ragged batch, in one call into the Rust core.
+
+    ``estimator`` is a name (default ``"mae"``) or an :class:`mpo_rs.Estimator`; ``options``
+    override its options. Exactly one reward source is given: ``rewards`` (per token),
+    ``scores`` (per trajectory) or ``turn_rewards`` (per turn), as in
+    :func:`mae_advantages`. The critic estimators (mae, gae, bilevel) read ``values`` (one
+    per token; missing: :class:`mpo_rs.MissingCriticValuesError`), mae and gae also
+    ``truncated``; the group estimators (grpo, drgrpo, rloo) read ``scores`` and
+    ``group_ids`` (one per trajectory, the rule of :func:`group_codes`). An input the
+    estimator does not read is refused (:class:`mpo_rs.InvalidOptionError`), never
+    ignored. Returns an :class:`Estimate`; the results are bitwise those of the family's
+    function.
+    """
+    est = resolve(estimator, options, "mae")
+    adv, ret, turn_adv, turns, per_trajectory = _estimate(
+        est, mask, offsets, values, rewards, scores, turn_rewards, group_ids, truncated, check_scores, check_tolerance
+    )
+    return Estimate(est, adv, ret, turn_adv, None if turns is None else Turns(*turns), per_trajectory)
+
+
+# How a family's function names its family when handed another one.
+_FAMILY_WORDS = {"mae": "mae", "gae": "gae", "bilevel": "bilevel", "group": "group (grpo, drgrpo, rloo)"}
+
+
+def of_family(estimator: str | Estimator | None, options: dict[str, Any], family: str, function: str) -> Estimator:
+    """``estimator`` resolved (default: ``family``'s first name) for the function of one
+    family; another family raises :class:`mpo_rs.InvalidOptionError` naming both."""
+    est = resolve(estimator, options, "grpo" if family == "group" else family)
+    if est.family != family:
+        raise InvalidOptionError(
+            f"{function} computes the {_FAMILY_WORDS[family]} estimator; got the {est.name} estimator "
+            "(use the function of its family, or mpo_rs.advantages)"
+        )
+    return est
 
 
 def mae_advantages(
@@ -193,12 +302,11 @@ def mae_advantages(
     ``estimator`` is ``"mae"`` (default) or an ``Estimator("mae", ...)``; ``options``
     override its options (defaults: lam=0.8, lam_intra=0.95, beta=1, gamma=1,
     lam_critic=1). An unknown option raises :class:`mpo_rs.InvalidOptionError`.
+    :func:`advantages` with ``estimator="mae"``, typed.
     """
-    est = resolve(estimator, options, "mae")
-    o = int64(offsets, "offsets")
-    inputs = _critic_inputs(o, rewards, scores, turn_rewards, truncated, check_scores, check_tolerance)
-    adv, ret, turn_adv, turns = _native.mae_advantages(
-        float32(values, "values"), mask_u8(mask), o, estimator=est, **inputs
+    est = of_family(estimator, options, "mae", "mae_advantages")
+    adv, ret, turn_adv, turns, _ = _estimate(
+        est, mask, offsets, values, rewards, scores, turn_rewards, None, truncated, check_scores, check_tolerance
     )
     return MAEResult(adv, ret, turn_adv, Turns(*turns))
 
@@ -226,11 +334,12 @@ def gae_advantages(
 
     ``estimator`` is ``"gae"`` (default) or an ``Estimator("gae", ...)``; ``options``
     override its options (defaults: lam=0.95, gamma=1, lam_critic=1).
+    :func:`advantages` with ``estimator="gae"``, typed.
     """
-    est = resolve(estimator, options, "gae")
-    o = int64(offsets, "offsets")
-    inputs = _critic_inputs(o, rewards, scores, turn_rewards, truncated, check_scores, check_tolerance)
-    adv, ret = _native.gae_advantages(float32(values, "values"), mask_u8(mask), o, estimator=est, **inputs)
+    est = of_family(estimator, options, "gae", "gae_advantages")
+    adv, ret, _, _, _ = _estimate(
+        est, mask, offsets, values, rewards, scores, turn_rewards, None, truncated, check_scores, check_tolerance
+    )
     return GAEResult(adv, ret)
 
 
@@ -260,13 +369,11 @@ def bilevel_advantages(
 
     ``estimator`` is ``"bilevel"`` (default) or an ``Estimator("bilevel", ...)``; ``options``
     override its options (defaults, RAGEN's: lam=1, gamma=1, high_level_gamma=0.95).
+    :func:`advantages` with ``estimator="bilevel"``, typed.
     """
-    est = resolve(estimator, options, "bilevel")
-    o = int64(offsets, "offsets")
-    inputs = _critic_inputs(o, rewards, scores, turn_rewards, None, check_scores, check_tolerance)
-    del inputs["truncated"]
-    adv, ret, turn_adv, turns = _native.bilevel_advantages(
-        float32(values, "values"), mask_u8(mask), o, estimator=est, **inputs
+    est = of_family(estimator, options, "bilevel", "bilevel_advantages")
+    adv, ret, turn_adv, turns, _ = _estimate(
+        est, mask, offsets, values, rewards, scores, turn_rewards, None, None, check_scores, check_tolerance
     )
     return BiLevelResult(adv, ret, turn_adv, Turns(*turns))
 
@@ -286,14 +393,18 @@ def group_advantages(
     ``group_ids`` may be of any kind numpy can factorize: ints, strings, objects.
 
     ``estimator`` is ``"grpo"`` (default; takes ``eps``, ``norm_std``, ``leave_one_out``),
-    ``"drgrpo"``, ``"rloo"`` or an ``Estimator`` of the group family.
+    ``"drgrpo"``, ``"rloo"`` or an ``Estimator`` of the group family. :func:`advantages`
+    with a group estimator, one token per trajectory.
     """
-    est = resolve(estimator, options, "grpo")
+    est = of_family(estimator, options, "group", "group_advantages")
     s = float32(scores, "scores")
     codes, n_groups = group_codes(group_ids)
-    if codes.shape[0] != s.shape[0]:
-        raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {s.shape[0]} (one per score)")
-    return _native.group_advantages(s, codes, n_groups, est)
+    n = s.shape[0]
+    if codes.shape[0] != n:
+        raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {n} (one per score)")
+    # No mask and offsets: one policy token per trajectory, the per-trajectory result.
+    _, _, _, _, per_trajectory = _native.advantages(est, None, None, None, None, s, codes, n_groups)
+    return cast("npt.NDArray[np.float32]", per_trajectory)
 
 
 def as_group_ids(group_ids: Any) -> np.ndarray:

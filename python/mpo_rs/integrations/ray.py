@@ -39,15 +39,19 @@ except ModuleNotFoundError as _e:
 
 from .. import observation_rewards as _observation
 from .._native import GroupStatistics, annotate_batch, check_dataset_output, check_group_column, resolve_log_columns
-from ..columns import GROUP, MASK, VALUES
-from ..exceptions import InvalidBatchError
+from ..columns import Columns
+from ..exceptions import InvalidBatchError, InvalidOptionError
 from ..options import Estimator, resolve
 
 __all__ = ["add_advantages", "advantages_parquet", "group_statistics"]
 
 
+# What the Ray adapter reads of an mpo_rs.Columns (no check of turn rewards against a score).
+_READ = ("mask", "values", "rewards", "score", "group", "turn_rewards", "truncated")
+
+
 @dataclass(frozen=True)
-class _Columns:
+class _Resolved:
     """The columns as resolved on the driver (exactly one of rewards, score and turn_rewards
     is set)."""
 
@@ -63,24 +67,17 @@ class _Columns:
 
     @classmethod
     def resolve(
-        cls, dataset: ray.data.Dataset, estimator: Estimator, observation_rewards: object, **names: Any
-    ) -> _Columns:
+        cls, dataset: ray.data.Dataset, estimator: Estimator, observation_rewards: object, columns: Columns
+    ) -> _Resolved:
         # Checks the columns' presence and types here, so a bad call fails on the driver
         # rather than inside a remote task.
         mode = _observation.check(observation_rewards)
+        columns.refuse("check_score", where="the Ray adapter")
+        names = columns.keywords(*_READ)
         rewards, score, turn, read = resolve_log_columns(_arrow_schema(dataset), estimator, **names)
         statistics = tuple(dict.fromkeys(read))
-        return cls(
-            names["mask_col"],
-            names["values_col"],
-            rewards,
-            score,
-            turn,
-            names.get("truncated_col"),
-            names["group_col"],
-            statistics,
-            mode,
-        )
+        c = columns
+        return cls(c.mask, c.values, rewards, score, turn, c.truncated, c.group, statistics, mode)
 
     def keywords(self) -> dict[str, Any]:
         return {
@@ -99,22 +96,18 @@ def add_advantages(
     dataset: ray.data.Dataset,
     *,
     estimator: str | Estimator = "mae",
-    mask_col: str = MASK,
-    values_col: str = VALUES,
-    rewards_col: str | None = None,
-    score_col: str | None = None,
-    group_col: str = GROUP,
+    columns: Columns | None = None,
     observation_rewards: str = _observation.DEFAULT,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
     batch_size: int | None = None,
     **options: Any,
 ) -> ray.data.Dataset:
     """``dataset`` with the four advantage columns appended to every row.
 
     ``estimator`` (a name or an :class:`mpo_rs.Estimator`), the options of the Rust table
-    (``lam=0.9``, ``norm_std=False``, ...; None meaning the default) and the column names
-    (and ``observation_rewards``) are those of :func:`mpo_rs.arrow.with_advantages` and the
+    (``lam=0.9``, ``norm_std=False``, ...; None meaning the default) and the columns
+    (``columns``, an :class:`mpo_rs.Columns`, or the column keywords ``mask_col=``, ... that
+    build one; a check-score column is refused, this adapter does not check turn rewards)
+    and ``observation_rewards`` are those of :func:`mpo_rs.arrow.with_advantages` and the
     ``mpo-rs advantages`` command, resolved by the same :func:`mpo_rs.options.resolve`: an unknown option, or one
     the estimator does not take, raises :class:`mpo_rs.InvalidOptionError`. Options and
     the columns' types are checked here, on the driver, before any task runs.
@@ -126,21 +119,13 @@ def add_advantages(
     meets them, naming the column and the row within the batch; blocks whose group ids one
     log cannot hold together (the group-id rule) are refused naming the blocks.
     """
+    cols, options = Columns.split(columns, options)
     est = resolve(estimator, options, "mae")
-    names = {"mask_col": mask_col, "values_col": values_col, "rewards_col": rewards_col, "score_col": score_col}
-    columns = _Columns.resolve(
-        dataset,
-        est,
-        observation_rewards,
-        group_col=group_col,
-        turn_rewards_col=turn_rewards_col,
-        truncated_col=truncated_col,
-        **names,
-    )
+    resolved = _Resolved.resolve(dataset, est, observation_rewards, cols)
     # Put once: every task reads the same copy from the object store (see _statistics).
-    stats_ref = ray.put(_group_statistics(dataset, columns)) if est.family == "group" else None
+    stats_ref = ray.put(_group_statistics(dataset, resolved)) if est.family == "group" else None
     return dataset.map_batches(
-        functools.partial(_annotate, estimator=est, columns=columns, stats_ref=stats_ref),
+        functools.partial(_annotate, estimator=est, columns=resolved, stats_ref=stats_ref),
         batch_format="pyarrow",
         batch_size=batch_size,
         zero_copy_batch=True,
@@ -150,29 +135,23 @@ def add_advantages(
 def group_statistics(
     dataset: ray.data.Dataset,
     *,
-    rewards_col: str | None = None,
-    score_col: str | None = None,
-    group_col: str = GROUP,
-    mask_col: str = MASK,
+    columns: Columns | None = None,
     observation_rewards: str = _observation.DEFAULT,
-    turn_rewards_col: str | None = None,
+    **column_keywords: str | None,
 ) -> pa.Table:
     """Per-group ``count``, ``sum``, ``mean`` and ``m2`` (sum of squared deviations from the
     mean) of the row scores, one row per distinct ``group`` (sorted; int64, uint64, float64
     or large_string: the one type that holds every id exactly). A row's score is its
     ``score_col`` value, the sum of its token rewards or of its per-turn rewards (``turn_rewards_col``) (then rewards on observation tokens
     are refused, dropped or credited as ``observation_rewards`` says, as in ``mpo-rs
-    advantages``). Runs one Ray job."""
-    names = {"mask_col": mask_col, "values_col": VALUES, "rewards_col": rewards_col, "score_col": score_col}
-    columns = _Columns.resolve(
-        dataset,
-        Estimator("drgrpo"),
-        observation_rewards,
-        group_col=group_col,
-        turn_rewards_col=turn_rewards_col,
-        **names,
-    )
-    return _group_statistics(dataset, columns)
+    advantages``). ``columns`` (or the column keywords ``group_col=``, ``mask_col=``,
+    ``rewards_col=``, ``score_col=``, ``turn_rewards_col=``) as in :func:`add_advantages`;
+    the values and truncation columns are not read here. Runs one Ray job."""
+    cols, rest = Columns.split(columns, column_keywords)
+    if rest:
+        raise InvalidOptionError(f"group_statistics takes no `{next(iter(rest))}`")
+    cols.refuse("values", "truncated", where="group_statistics")
+    return _group_statistics(dataset, _Resolved.resolve(dataset, Estimator("drgrpo"), observation_rewards, cols))
 
 
 def advantages_parquet(
@@ -180,14 +159,8 @@ def advantages_parquet(
     output: str | os.PathLike[str],
     *,
     estimator: str | Estimator = "mae",
-    mask_col: str = MASK,
-    values_col: str = VALUES,
-    rewards_col: str | None = None,
-    score_col: str | None = None,
-    group_col: str = GROUP,
+    columns: Columns | None = None,
     observation_rewards: str = _observation.DEFAULT,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
     batch_size: int | None = None,
     read_parquet_args: Mapping[str, Any] | None = None,
     **options: Any,
@@ -211,6 +184,7 @@ def advantages_parquet(
     one file (a symlink or hard link beside its target would be read twice); these raise
     :class:`mpo_rs.InvalidOptionError` before anything is read. Inputs and outputs given as
     URIs are not checked."""
+    cols, options = Columns.split(columns, options)
     est = resolve(estimator, options, "mae")
     paths = [os.fspath(input)] if isinstance(input, (str, os.PathLike)) else [os.fspath(p) for p in input]
     local = [p for p in paths if os.path.exists(p)]
@@ -218,25 +192,15 @@ def advantages_parquet(
     check_dataset_output(local, None if "://" in out else out)
     read_args = dict(read_parquet_args or {})
     if est.family == "group" and local and len(local) == len(paths):
-        check_group_column(local, group_col)
+        check_group_column(local, cols.group)
         if "schema" not in read_args:
-            schema = _one_group_type(local, group_col)
+            schema = _one_group_type(local, cols.group)
             if schema is not None:
                 read_args["schema"] = schema
     source = paths[0] if isinstance(input, (str, os.PathLike)) else paths
     dataset = ray.data.read_parquet(source, **read_args)
     annotated = add_advantages(
-        dataset,
-        estimator=est,
-        mask_col=mask_col,
-        values_col=values_col,
-        rewards_col=rewards_col,
-        score_col=score_col,
-        group_col=group_col,
-        observation_rewards=observation_rewards,
-        turn_rewards_col=turn_rewards_col,
-        truncated_col=truncated_col,
-        batch_size=batch_size,
+        dataset, estimator=est, columns=cols, observation_rewards=observation_rewards, batch_size=batch_size
     )
     annotated.write_parquet(out)
 
@@ -271,7 +235,7 @@ def _arrow_schema(dataset: ray.data.Dataset) -> pa.Schema:
     return pa.schema(list(zip(schema.names, schema.types, strict=True)))
 
 
-def _group_statistics(dataset: ray.data.Dataset, columns: _Columns) -> pa.Table:
+def _group_statistics(dataset: ray.data.Dataset, columns: _Resolved) -> pa.Table:
     """The statistics pass: one partial table per block, merged here in block order."""
     partial = dataset.select_columns(list(columns.statistics)).map_batches(
         functools.partial(_partial_statistics, columns=columns),
@@ -286,7 +250,7 @@ def _group_statistics(dataset: ray.data.Dataset, columns: _Columns) -> pa.Table:
     return pa.table(GroupStatistics.merge(tables, labels=labels).to_arrow())
 
 
-def _partial_statistics(batch: pa.Table, columns: _Columns) -> pa.Table:
+def _partial_statistics(batch: pa.Table, columns: _Resolved) -> pa.Table:
     stats = GroupStatistics.scan(
         batch,
         group_col=columns.group,
@@ -314,6 +278,6 @@ def _statistics(stats_ref: Any) -> GroupStatistics:
     return stats
 
 
-def _annotate(batch: pa.Table, estimator: Estimator, columns: _Columns, stats_ref: Any) -> pa.Table:
+def _annotate(batch: pa.Table, estimator: Estimator, columns: _Resolved, stats_ref: Any) -> pa.Table:
     stats = None if stats_ref is None else _statistics(stats_ref)
     return pa.table(annotate_batch(batch, estimator, stats, **columns.keywords()))

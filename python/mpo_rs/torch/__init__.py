@@ -3,7 +3,8 @@
 * advantages from padded ``(B, L)`` tensors, the layout of trainers (verl, OpenRLHF, TRL,
   slime, NeMo-RL): :func:`mae_advantages`, :func:`gae_advantages`,
   :func:`bilevel_advantages`, :func:`group_advantages`, and :func:`whiten` (verl's ``masked_whiten``) -- from
-  :mod:`mpo_rs.torch.padded`; the critic-free MAE :func:`mae_group_advantages` (the group
+  :mod:`mpo_rs.torch.padded`, whose ``advantages`` takes any estimator (the name
+  ``mpo_rs.torch.advantages`` is the learner's estimator adapter); the critic-free MAE :func:`mae_group_advantages` (the group
   baseline as the value) -- from :mod:`mpo_rs.torch.critic_free`;
 * :class:`RolloutBatch` (:mod:`mpo_rs.torch.batch`), the flat batch of the learner;
 * :mod:`mpo_rs.torch.losses`: the clipped policy loss with turn / token / sequence ratios

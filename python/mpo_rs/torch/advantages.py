@@ -11,7 +11,6 @@ the critic discounted Monte-Carlo returns as targets (:func:`critic_targets_esti
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -64,14 +63,6 @@ def _monte_carlo(gamma: float) -> Estimator:
     return Estimator("gae", gamma=gamma, lam=1.0, lam_critic=1.0)
 
 
-# The critic families' functions; every result has ``advantages`` and ``returns``.
-_CRITIC_ESTIMATORS: dict[str, Callable[..., estimators.MAEResult | estimators.GAEResult | estimators.BiLevelResult]] = {
-    "mae": estimators.mae_advantages,
-    "gae": estimators.gae_advantages,
-    "bilevel": estimators.bilevel_advantages,
-}
-
-
 def estimate(
     estimator: Estimator, batch: RolloutBatch, values: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -86,18 +77,20 @@ def estimate(
     if estimator.family == "group":
         if batch.group_ids is None:
             raise InvalidRolloutError(f"estimator={estimator.name!r} needs `group_ids` in the batch")
-        per_trajectory = estimators.group_advantages(batch.trajectory_scores(), batch.group_ids, estimator=estimator)
-        advantages = estimators.broadcast_to_tokens(per_trajectory, batch.mask, batch.offsets)
+        scores = batch.trajectory_scores()
+        advantages, _, _, _, _ = estimators._estimate(
+            estimator, batch.mask, batch.offsets, scores=scores, group_ids=batch.group_ids
+        )
         if values is None:
             return advantages, None
-        targets = estimators.gae_advantages(
-            values, batch.mask, batch.offsets, **rewards, estimator=critic_targets_estimator(estimator)
+        # The critic trained beside a critic-free estimator learns the Monte-Carlo returns.
+        _, targets, _, _, _ = estimators._estimate(
+            critic_targets_estimator(estimator), batch.mask, batch.offsets, values, **rewards
         )
-        return advantages, targets.returns
+        return advantages, targets
     if values is None:
         raise InvalidRolloutError(
             f"estimator={estimator.name!r} needs values: give the learner a critic or the batch `values`"
         )
-    run = _CRITIC_ESTIMATORS[estimator.family]
-    result = run(values, batch.mask, batch.offsets, **rewards, estimator=estimator)
-    return result.advantages, result.returns
+    advantages, returns, _, _, _ = estimators._estimate(estimator, batch.mask, batch.offsets, values, **rewards)
+    return advantages, returns

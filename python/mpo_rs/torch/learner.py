@@ -51,6 +51,7 @@ except ModuleNotFoundError as _e:
 
 from .. import estimators
 from ..exceptions import InvalidOptionError, InvalidRolloutError
+from ..options import Estimator
 from .advantages import as_estimator, estimate
 from .batch import RolloutBatch
 from .batching import PaddedRows, chunks, pad_rows
@@ -220,14 +221,15 @@ class Learner:
         return (values_out if need_values else values), (log_probs_out if need_log_probs else log_probs)  # type: ignore[return-value]
 
     def compute_advantages(
-        self, batch: RolloutBatch, values: np.ndarray | None
+        self, batch: RolloutBatch, values: np.ndarray | None, estimator: Estimator | None = None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Per-token advantages (scaled as ``advantage_scale`` says) and critic targets
         from the Rust core (:func:`mpo_rs.torch.advantages.estimate`). Targets are None
         only for a group estimator without values; with values (a critic) it gets the
-        Monte-Carlo returns, its advantages stay critic-free."""
+        Monte-Carlo returns, its advantages stay critic-free. ``estimator``: the config's,
+        when the caller has it resolved already (:meth:`step` resolves it once)."""
         cfg = self.config
-        advantages, returns = estimate(as_estimator(cfg.estimator), batch, values)
+        advantages, returns = estimate(estimator or as_estimator(cfg.estimator), batch, values)
         if cfg.whitens and batch.mask.any():
             advantages = whiten(torch.from_numpy(advantages), torch.from_numpy(batch.mask)).numpy()
         return advantages, returns
@@ -269,7 +271,7 @@ class Learner:
         with clock.measure("forward"):
             values, old_log_probs = self._fill_in(batch)
         with clock.measure("estimation"):
-            advantages, returns = self.compute_advantages(batch, values)
+            advantages, returns = self.compute_advantages(batch, values, est)
 
         flat: dict[str, np.ndarray] = {
             "token_ids": batch.token_ids,

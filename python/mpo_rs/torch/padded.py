@@ -8,8 +8,10 @@ tokens ``j*L:(j+1)*L``), runs the Rust estimator and returns ``(B, L)`` tensors.
 
 Inputs may live on any device; the estimators run on the host. CPU float32 contiguous
 inputs are read without a copy, and CPU float32 results are returned without one.
-Keyword options (``lam``, ``gamma``, ``beta``, ..., or ``estimator=``) go unchanged to the
-numpy function of :mod:`mpo_rs.estimators`, which owns their names, defaults and checks.
+:func:`advantages` computes any estimator of the options table in one call into the Rust
+core (through :func:`mpo_rs.advantages`, which owns the options' names, defaults and
+checks); ``mae_advantages``, ``gae_advantages``, ``bilevel_advantages`` and
+``group_advantages`` are its typed aliases, one per family.
 
 Errors are typed and name the argument: ``mpo_rs.InvalidBatchError`` for data (a tensor of
 the wrong shape, not a tensor, a mask that is not 0/1, a float64 value beyond float32's
@@ -19,7 +21,7 @@ range), ``mpo_rs.InvalidOptionError`` for a setting (``observation_rewards``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,11 +35,13 @@ except ModuleNotFoundError as _e:
 
 from .. import _arrays, _native, estimators
 from .. import observation_rewards as _observation
-from ..exceptions import InvalidBatchError
+from ..exceptions import InvalidBatchError, MissingCriticValuesError
+from ..options import Estimator, resolve
 
 __all__ = [
     "OBSERVATION_REWARDS",
     "PaddedBatch",
+    "advantages",
     "bilevel_advantages",
     "gae_advantages",
     "group_advantages",
@@ -209,31 +213,85 @@ def _reward_source(
     return {"scores": _host_scores(scores, batch.shape[0])}
 
 
-def _with_critic(
-    estimate: Any,
-    values: Tensor,
+def advantages(
     response_mask: Tensor,
-    token_level_rewards: Tensor | None,
-    scores: Any,
-    observation_rewards: str,
-    whiten: bool,
-    options: dict[str, Any],
+    token_level_rewards: Tensor | None = None,
+    *,
+    values: Tensor | None = None,
+    scores: Any = None,
     turn_rewards: Any = None,
     truncated: Any = None,
+    group_ids: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = estimators.CHECK_TOLERANCE,
+    observation_rewards: str = _observation.DEFAULT,
+    whiten: bool = False,
+    estimator: str | Estimator | None = None,
+    **options: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """Any estimator of the options table over ``(B, L)`` rows, in one call into the Rust
+    core (:func:`mpo_rs.advantages`); ``estimator`` (default ``"mae"``) and ``options`` as
+    there. Returns ``(advantages, returns)``, ``(B, L)`` tensors, 0 off the policy tokens;
+    ``returns`` is None for the group estimators (no critic).
+
+    The critic estimators (mae, gae, bilevel) read ``values`` and exactly one reward source,
+    as :func:`mae_advantages` describes them. The group estimators read ``group_ids`` (one
+    per row) and one score per row: ``scores``, or the sum of the row's
+    ``token_level_rewards`` (as verl's ``grpo`` / ``rloo``). Results take the device and
+    floating dtype of ``token_level_rewards`` (of ``values`` with ``scores``, the mask's
+    and float32 for a group estimator with ``scores``).
+    """
+    est = resolve(estimator, options, "mae")
+    if est.family == "group":
+        return _group(est, response_mask, token_level_rewards, scores, group_ids, whiten, values, truncated), None
+    given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance, group_ids)
+    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
+
+
+class _Given(NamedTuple):
+    """The optional inputs of a critic estimator beside the token rewards."""
+
+    scores: Any
+    turn_rewards: Any
+    truncated: Any
+    check_scores: Any
+    check_tolerance: float
+    group_ids: Any = None
+
+
+def _critic(
+    est: Estimator,
+    values: Tensor | None,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None,
+    given: _Given,
+    observation_rewards: str,
+    whiten: bool,
 ) -> tuple[Tensor, Tensor]:
-    """The padded form of a critic estimator (``estimators.mae_advantages``,
-    ``gae_advantages`` or ``bilevel_advantages``): flatten, estimate, optionally whiten,
-    pad back."""
+    """The critic estimators' part of :func:`advantages`: flatten, estimate, optionally
+    whiten, pad back."""
+    if values is None:
+        raise MissingCriticValuesError(f"the {est.name} estimator needs the critic's `values` ((B, L))")
     if token_level_rewards is None:
         batch = PaddedBatch.of(response_mask, like=values, like_name="values")
     else:
         _check_tensor(values, "values")
         batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
-    source = _reward_source(batch, token_level_rewards, scores, observation_rewards, turn_rewards)
-    if truncated is not None:
-        source["truncated"] = _host(truncated)
+    source = _reward_source(batch, token_level_rewards, given.scores, observation_rewards, given.turn_rewards)
+    if given.truncated is not None:
+        source["truncated"] = _host(given.truncated)
+    if given.check_scores is not None:
+        source["check_scores"] = _host(given.check_scores)
     try:
-        result = estimate(batch.flat(values, "values"), batch.mask_u8, batch.offsets, **source, **options)
+        adv, ret, _, _, _ = estimators._estimate(
+            est,
+            batch.mask_u8,
+            batch.offsets,
+            batch.flat(values, "values"),
+            group_ids=given.group_ids,
+            check_tolerance=given.check_tolerance,
+            **source,
+        )
     except InvalidBatchError as e:
         if token_level_rewards is None or observation_rewards != "error" or "at observation token" not in str(e):
             raise
@@ -243,8 +301,32 @@ def _with_critic(
             "token before it in its row (a score written into a padded row's last column), or "
             '"drop" to ignore it'
         ) from None
-    advantages = batch.whitened(result.advantages) if whiten else result.advantages
-    return batch.padded(advantages), batch.padded(result.returns)
+    return batch.padded(batch.whitened(adv) if whiten else adv), batch.padded(ret)
+
+
+def _group(
+    est: Estimator,
+    response_mask: Tensor,
+    token_level_rewards: Tensor | None,
+    scores: Any,
+    group_ids: Any,
+    whiten: bool,
+    values: Any,
+    truncated: Any,
+) -> Tensor:
+    """The group estimators' part of :func:`advantages`: one score per row, then the core."""
+    batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
+    estimators.one_reward_source(token_level_rewards=token_level_rewards, scores=scores)
+    if token_level_rewards is not None:
+        row_scores = batch.row_scores(token_level_rewards)
+    else:
+        row_scores = _host_scores(scores, batch.shape[0])
+    if group_ids is None:
+        raise InvalidBatchError("`group_ids` is missing: give one group id per row")
+    adv, _, _, _, _ = estimators._estimate(
+        est, batch.mask_u8, batch.offsets, values, scores=row_scores, group_ids=group_ids, truncated=truncated
+    )
+    return batch.padded(batch.whitened(adv) if whiten else adv)
 
 
 def mae_advantages(
@@ -255,8 +337,11 @@ def mae_advantages(
     scores: Any = None,
     turn_rewards: Any = None,
     truncated: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = estimators.CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
+    estimator: str | Estimator | None = None,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
     """Multiscale advantage estimation (MPO) over ``(B, L)`` rows; a turn is a run of
@@ -274,20 +359,11 @@ def mae_advantages(
     where the mask is 0 (:data:`OBSERVATION_REWARDS`); ``whiten=True`` whitens the
     advantages over the batch's policy tokens (:func:`whiten`, on the host). Returns
     ``(advantages, returns)``, ``(B, L)`` tensors, 0 off the policy tokens, on the device and in the floating dtype of ``token_level_rewards``
-    (of ``values`` when ``scores`` are given).
+    (of ``values`` when ``scores`` are given). :func:`advantages` for the mae family, typed.
     """
-    return _with_critic(
-        estimators.mae_advantages,
-        values,
-        response_mask,
-        token_level_rewards,
-        scores,
-        observation_rewards,
-        whiten,
-        options,
-        turn_rewards,
-        truncated,
-    )
+    est = estimators.of_family(estimator, options, "mae", "mae_advantages")
+    given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance)
+    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
 
 
 def gae_advantages(
@@ -298,27 +374,21 @@ def gae_advantages(
     scores: Any = None,
     turn_rewards: Any = None,
     truncated: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = estimators.CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
+    estimator: str | Estimator | None = None,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
     """Token GAE over the policy tokens of each row, observation tokens skipped (verl's
     multi-turn convention). Arguments and results as
     :func:`mae_advantages`; ``options`` go to :func:`mpo_rs.estimators.gae_advantages`
     (``gamma``, ``lam``, ``lam_critic``, ...; verl's ``returns = advantages + values`` is
-    ``lam_critic=lam``)."""
-    return _with_critic(
-        estimators.gae_advantages,
-        values,
-        response_mask,
-        token_level_rewards,
-        scores,
-        observation_rewards,
-        whiten,
-        options,
-        turn_rewards,
-        truncated,
-    )
+    ``lam_critic=lam``). :func:`advantages` for the gae family, typed."""
+    est = estimators.of_family(estimator, options, "gae", "gae_advantages")
+    given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance)
+    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
 
 
 def bilevel_advantages(
@@ -328,26 +398,22 @@ def bilevel_advantages(
     *,
     scores: Any = None,
     turn_rewards: Any = None,
+    check_scores: Any = None,
+    check_tolerance: float = estimators.CHECK_TOLERANCE,
     observation_rewards: str = _observation.DEFAULT,
     whiten: bool = False,
+    estimator: str | Estimator | None = None,
     **options: Any,
 ) -> tuple[Tensor, Tensor]:
     """RAGEN's bi-level GAE over ``(B, L)`` rows; a turn is a run of policy tokens in a row.
     Arguments (the reward sources included) and results as :func:`mae_advantages`, without
     ``truncated`` (RAGEN's estimator defines none); ``options`` go to
     :func:`mpo_rs.estimators.bilevel_advantages` (``lam``, ``gamma``, ``high_level_gamma``).
-    RAGEN whitens the advantages over the policy tokens: ``whiten=True``."""
-    return _with_critic(
-        estimators.bilevel_advantages,
-        values,
-        response_mask,
-        token_level_rewards,
-        scores,
-        observation_rewards,
-        whiten,
-        options,
-        turn_rewards,
-    )
+    RAGEN whitens the advantages over the policy tokens: ``whiten=True``.
+    :func:`advantages` for the bilevel family, typed."""
+    est = estimators.of_family(estimator, options, "bilevel", "bilevel_advantages")
+    given = _Given(scores, turn_rewards, None, check_scores, check_tolerance)
+    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
 
 
 def group_advantages(
@@ -357,6 +423,7 @@ def group_advantages(
     *,
     scores: Any = None,
     whiten: bool = False,
+    estimator: str | Estimator | None = None,
     **options: Any,
 ) -> Tensor:
     """Critic-free group baselines (GRPO, Dr. GRPO, RLOO): one advantage per row, written
@@ -368,18 +435,10 @@ def group_advantages(
     :func:`mpo_rs.estimators.group_advantages` (``norm_std``, ``eps``, ``leave_one_out``);
     ``whiten`` as in :func:`mae_advantages`. Returns a ``(B, L)`` tensor on the device and in the floating dtype of
     ``token_level_rewards`` (the mask's device and float32 with ``scores``).
+    :func:`advantages` for the group family, typed.
     """
-    batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
-    estimators.one_reward_source(token_level_rewards=token_level_rewards, scores=scores)
-    if token_level_rewards is not None:
-        row_scores = batch.row_scores(token_level_rewards)
-    else:
-        row_scores = _host_scores(scores, batch.shape[0])
-    if group_ids is None:
-        raise InvalidBatchError("`group_ids` is missing: give one group id per row")
-    per_row = estimators.group_advantages(row_scores, group_ids, **options)
-    advantages = estimators.broadcast_to_tokens(per_row, batch.mask_u8, batch.offsets)
-    return batch.padded(batch.whitened(advantages) if whiten else advantages)
+    est = estimators.of_family(estimator, options, "group", "group_advantages")
+    return _group(est, response_mask, token_level_rewards, scores, group_ids, whiten, None, None)
 
 
 def whiten(advantages: Tensor, mask: Tensor) -> Tensor:

@@ -66,6 +66,15 @@ pub enum MpoError {
     /// the estimator does not take).
     #[error("{0}")]
     Option(String),
+    /// A critic estimator called without the critic's values.
+    #[error("the {estimator} estimator needs the critic's `values` (one per token)")]
+    MissingValues { estimator: &'static str },
+    /// An input the estimator needs that is not given (group ids, scores).
+    #[error("{0}")]
+    Input(String),
+    /// An input the estimator does not read (it would be silently lost).
+    #[error("{0}")]
+    Inapplicable(String),
 }
 
 pub type Result<T> = std::result::Result<T, MpoError>;

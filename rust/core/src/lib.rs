@@ -12,6 +12,7 @@ mod bilevel;
 mod compact;
 mod diagnostics;
 mod error;
+mod estimate;
 mod estimator;
 mod gae;
 mod group;
@@ -29,6 +30,7 @@ mod turns;
 pub use bilevel::{bilevel_advantages, BiLevelOutput};
 pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
+pub use estimate::{estimate, Batch, Estimate, Groups};
 pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use gae::{gae_advantages, gae_advantages_with_truncation, GaeOutput};
 pub use group::{

@@ -113,26 +113,10 @@ pub fn annotate(
         (RewardData::Score(s), None) => Rewards::Score(s),
         (RewardData::Token(t) | RewardData::Turn { rewards: t, .. }, None) => Rewards::Token(t),
     };
-    let values = r.values.as_deref().unwrap_or(&[]);
-    let truncated = r.truncated.as_deref();
     let (advantages, returns, turns, turn_advantages) = match estimator {
-        Estimator::Mae(p) => {
-            let out = mpo_core::mae_advantages_with_truncation(values, &r.mask, &r.offsets, rewards, truncated, p)
-                .map_err(core_err)?;
-            (out.advantages, out.returns, out.turns, out.turn_advantages)
-        }
-        Estimator::BiLevel(p) => {
-            let out = mpo_core::bilevel_advantages(values, &r.mask, &r.offsets, rewards, p).map_err(core_err)?;
-            (out.advantages, out.returns, out.turns, out.turn_advantages)
-        }
-        Estimator::Gae(p) => {
-            let out = mpo_core::gae_advantages_with_truncation(values, &r.mask, &r.offsets, rewards, truncated, p)
-                .map_err(core_err)?;
-            let turns = mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?;
-            let turn_adv = turn_means(&out.advantages, &turns);
-            (out.advantages, out.returns, turns, turn_adv)
-        }
         Estimator::Group(params) => {
+            // The group baselines come from the statistics of the whole log (groups may span
+            // batches and files), not from this batch alone as `mpo_core::estimate` takes them.
             let (Some(stats), Some(group_col)) = (groups, columns.group.as_deref()) else {
                 return Err(DataError::Capacity("group estimators need the statistics pass first".into()));
             };
@@ -143,6 +127,24 @@ pub fn annotate(
             let turn_adv =
                 (0..r.n_rows()).flat_map(|j| std::iter::repeat_n(per_row[j], turns.of_trajectory(j).len())).collect();
             (adv.clone(), adv, turns, turn_adv)
+        }
+        critic => {
+            let input = mpo_core::Batch {
+                mask: &r.mask,
+                offsets: &r.offsets,
+                rewards,
+                values: r.values.as_deref(),
+                truncated: r.truncated.as_deref(),
+                groups: None,
+            };
+            let out = mpo_core::estimate(critic, &input).map_err(core_err)?;
+            let turns = match out.turns {
+                Some(turns) => turns,
+                None => mpo_core::segment_turns(&r.mask, &r.offsets).map_err(core_err)?,
+            };
+            // GAE defines no turn advantage: the log shows each turn's mean.
+            let turn_adv = out.turn_advantages.unwrap_or_else(|| turn_means(&out.advantages, &turns));
+            (out.advantages, out.returns.unwrap_or_default(), turns, turn_adv)
         }
     };
     let counts = BatchCounts {

@@ -227,7 +227,9 @@ impl From<MpoError> for LogError {
     /// [`DataError`] so they can name rows and columns.
     fn from(e: MpoError) -> Self {
         match e {
-            MpoError::Parameter { .. } | MpoError::Option(_) => LogError::Usage(e.to_string()),
+            MpoError::Parameter { .. } | MpoError::Option(_) | MpoError::Inapplicable(_) => {
+                LogError::Usage(e.to_string())
+            }
             other => LogError::Batch(DataError::Estimator(other)),
         }
     }

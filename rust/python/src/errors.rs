@@ -83,7 +83,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// data → `InvalidBatchError`.
 pub fn core_error(e: CoreError) -> PyErr {
     match e {
-        CoreError::Parameter { .. } | CoreError::Option(_) => InvalidOptionError::new_err(e.to_string()),
+        CoreError::Parameter { .. } | CoreError::Option(_) | CoreError::Inapplicable(_) => {
+            InvalidOptionError::new_err(e.to_string())
+        }
+        CoreError::MissingValues { .. } => MissingCriticValuesError::new_err(e.to_string()),
         _ => InvalidBatchError::new_err(e.to_string()),
     }
 }

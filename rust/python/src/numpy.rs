@@ -14,10 +14,7 @@ use crate::pool;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(segment_turns, m)?)?;
-    m.add_function(wrap_pyfunction!(mae_advantages, m)?)?;
-    m.add_function(wrap_pyfunction!(gae_advantages, m)?)?;
-    m.add_function(wrap_pyfunction!(bilevel_advantages, m)?)?;
-    m.add_function(wrap_pyfunction!(group_advantages, m)?)?;
+    m.add_function(wrap_pyfunction!(advantages, m)?)?;
     m.add_function(wrap_pyfunction!(group_baselines, m)?)?;
     m.add_function(wrap_pyfunction!(broadcast_to_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(value_structure, m)?)
@@ -131,140 +128,70 @@ fn segment_turns<'py>(
     Ok(turn_arrays(py, turns))
 }
 
-/// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
+type Estimated<'py> =
+    (Floats<'py>, Option<Floats<'py>>, Option<Floats<'py>>, Option<TurnArrays<'py>>, Option<Floats<'py>>);
+
+/// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn),
+/// per_trajectory): every estimator through [`mpo_core::estimate`]; the outputs an
+/// estimator does not define are None. Group ids are dense codes in `0..n_groups`. Without
+/// `mask` and `offsets` each trajectory is one policy token (a group estimator's scores
+/// alone: the per-token result is the per-trajectory one).
 #[pyfunction]
 #[pyo3(signature = (
-    values, mask, offsets, rewards, scores, estimator,
+    estimator, mask=None, offsets=None, values=None, rewards=None, scores=None, group_index=None, n_groups=0,
     truncated=None, turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
 ))]
-#[allow(clippy::too_many_arguments)] // the optional inputs of `mpo_rs.estimators.mae_advantages`
-fn mae_advantages<'py>(
+#[allow(clippy::too_many_arguments)] // the batch's optional inputs of `mpo_rs.advantages`
+fn advantages<'py>(
     py: Python<'py>,
-    values: PyReadonlyArray1<'py, f32>,
-    mask: PyReadonlyArray1<'py, u8>,
-    offsets: PyReadonlyArray1<'py, i64>,
+    estimator: &Bound<'py, Estimator>,
+    mask: Option<PyReadonlyArray1<'py, u8>>,
+    offsets: Option<PyReadonlyArray1<'py, i64>>,
+    values: Option<PyReadonlyArray1<'py, f32>>,
     rewards: Option<PyReadonlyArray1<'py, f32>>,
     scores: Option<PyReadonlyArray1<'py, f32>>,
-    estimator: &Bound<'py, Estimator>,
-    truncated: Option<PyReadonlyArray1<'py, bool>>,
-    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
-    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
-    check_scores: Option<PyReadonlyArray1<'py, f32>>,
-    check_tolerance: Option<Bound<'py, PyAny>>,
-) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
-    let estimator = estimator.get();
-    let Core::Mae(params) = estimator.core else { return Err(wrong_family("mae_advantages", "mae", estimator)) };
-    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
-    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
-    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
-    let source = source_of(r, s, &x)?;
-    let out = run(py, || {
-        with_source(m, o, source, x.check, |source| {
-            mpo_core::mae_advantages_with_truncation(v, m, o, source, x.truncated, &params)
-        })
-    })?;
-    Ok((
-        PyArray1::from_vec(py, out.advantages),
-        PyArray1::from_vec(py, out.returns),
-        PyArray1::from_vec(py, out.turn_advantages),
-        turn_arrays(py, out.turns),
-    ))
-}
-
-/// (advantages, returns)
-#[pyfunction]
-#[pyo3(signature = (
-    values, mask, offsets, rewards, scores, estimator,
-    truncated=None, turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
-))]
-#[allow(clippy::too_many_arguments)] // the optional inputs of `mpo_rs.estimators.gae_advantages`
-fn gae_advantages<'py>(
-    py: Python<'py>,
-    values: PyReadonlyArray1<'py, f32>,
-    mask: PyReadonlyArray1<'py, u8>,
-    offsets: PyReadonlyArray1<'py, i64>,
-    rewards: Option<PyReadonlyArray1<'py, f32>>,
-    scores: Option<PyReadonlyArray1<'py, f32>>,
-    estimator: &Bound<'py, Estimator>,
-    truncated: Option<PyReadonlyArray1<'py, bool>>,
-    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
-    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
-    check_scores: Option<PyReadonlyArray1<'py, f32>>,
-    check_tolerance: Option<Bound<'py, PyAny>>,
-) -> PyResult<(Floats<'py>, Floats<'py>)> {
-    let estimator = estimator.get();
-    let Core::Gae(params) = estimator.core else { return Err(wrong_family("gae_advantages", "gae", estimator)) };
-    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
-    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
-    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
-    let source = source_of(r, s, &x)?;
-    let out = run(py, || {
-        with_source(m, o, source, x.check, |source| {
-            mpo_core::gae_advantages_with_truncation(v, m, o, source, x.truncated, &params)
-        })
-    })?;
-    Ok((PyArray1::from_vec(py, out.advantages), PyArray1::from_vec(py, out.returns)))
-}
-
-/// (advantages, returns, turn_advantages, (starts, ends, traj_offsets, token_turn))
-#[pyfunction]
-#[pyo3(signature = (
-    values, mask, offsets, rewards, scores, estimator,
-    turn_rewards=None, turn_offsets=None, check_scores=None, check_tolerance=None
-))]
-#[allow(clippy::too_many_arguments)] // the optional inputs of `mpo_rs.estimators.bilevel_advantages`
-fn bilevel_advantages<'py>(
-    py: Python<'py>,
-    values: PyReadonlyArray1<'py, f32>,
-    mask: PyReadonlyArray1<'py, u8>,
-    offsets: PyReadonlyArray1<'py, i64>,
-    rewards: Option<PyReadonlyArray1<'py, f32>>,
-    scores: Option<PyReadonlyArray1<'py, f32>>,
-    estimator: &Bound<'py, Estimator>,
-    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
-    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
-    check_scores: Option<PyReadonlyArray1<'py, f32>>,
-    check_tolerance: Option<Bound<'py, PyAny>>,
-) -> PyResult<(Floats<'py>, Floats<'py>, Floats<'py>, TurnArrays<'py>)> {
-    let estimator = estimator.get();
-    let Core::BiLevel(params) = estimator.core else {
-        return Err(wrong_family("bilevel_advantages", "bilevel", estimator));
-    };
-    let (v, m, o) = (slice(&values, "values")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
-    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
-    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    // No truncation: RAGEN's estimator defines none.
-    let x = extras(&None, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
-    let source = source_of(r, s, &x)?;
-    let out = run(py, || {
-        with_source(m, o, source, x.check, |source| mpo_core::bilevel_advantages(v, m, o, source, &params))
-    })?;
-    Ok((
-        PyArray1::from_vec(py, out.advantages),
-        PyArray1::from_vec(py, out.returns),
-        PyArray1::from_vec(py, out.turn_advantages),
-        turn_arrays(py, out.turns),
-    ))
-}
-
-/// Group-baseline advantages from dense group codes in `0..n_groups`.
-#[pyfunction]
-fn group_advantages<'py>(
-    py: Python<'py>,
-    scores: PyReadonlyArray1<'py, f32>,
-    group_index: PyReadonlyArray1<'py, i64>,
+    group_index: Option<PyReadonlyArray1<'py, i64>>,
     n_groups: usize,
-    estimator: &Bound<'py, Estimator>,
-) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    let estimator = estimator.get();
-    let Core::Group(params) = estimator.core else {
-        return Err(wrong_family("group_advantages", "group (grpo, drgrpo, rloo)", estimator));
+    truncated: Option<PyReadonlyArray1<'py, bool>>,
+    turn_rewards: Option<PyReadonlyArray1<'py, f32>>,
+    turn_offsets: Option<PyReadonlyArray1<'py, i64>>,
+    check_scores: Option<PyReadonlyArray1<'py, f32>>,
+    check_tolerance: Option<Bound<'py, PyAny>>,
+) -> PyResult<Estimated<'py>> {
+    let core = estimator.get().core;
+    let v = values.as_ref().map(|a| slice(a, "values")).transpose()?;
+    let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
+    let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
+    let one_each: (Vec<u8>, Vec<i64>);
+    let (m, o) = match (&mask, &offsets) {
+        (Some(m), Some(o)) => (slice(m, "mask")?, slice(o, "offsets")?),
+        (None, None) => {
+            let n = s.map_or(0, <[f32]>::len);
+            one_each = (vec![1; n], (0..=n as i64).collect());
+            (&one_each.0[..], &one_each.1[..])
+        }
+        _ => return Err(InvalidBatchError::new_err("give both `mask` and `offsets`, or neither")),
     };
-    let (s, g) = (slice(&scores, "scores")?, slice(&group_index, "group_ids")?);
-    let out = run(py, || mpo_core::group_advantages(s, g, n_groups, &params))?;
-    Ok(PyArray1::from_vec(py, out))
+    let groups = match &group_index {
+        Some(g) => Some(mpo_core::Groups { index: slice(g, "group_ids")?, n_groups }),
+        None => None,
+    };
+    let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
+    let source = source_of(r, s, &x)?;
+    let out = run(py, || {
+        with_source(m, o, source, x.check, |rewards| {
+            let batch = mpo_core::Batch { mask: m, offsets: o, rewards, values: v, truncated: x.truncated, groups };
+            mpo_core::estimate(&core, &batch)
+        })
+    })?;
+    let array = |a: Vec<f32>| PyArray1::from_vec(py, a);
+    Ok((
+        array(out.advantages),
+        out.returns.map(array),
+        out.turn_advantages.map(array),
+        out.turns.map(|t| turn_arrays(py, t)),
+        out.per_trajectory.map(array),
+    ))
 }
 
 type Baselines<'py> = (Doubles<'py>, Doubles<'py>, Bound<'py, PyArray1<bool>>);

@@ -13,7 +13,7 @@ from torch import Tensor
 from ... import estimators
 from ...exceptions import InvalidBatchError
 from ...torch import critic_free, padded
-from .config import estimator_options
+from .config import EstimatorOptions, estimator_options
 from .values_hook import critic_values
 
 __all__ = [
@@ -26,6 +26,30 @@ __all__ = [
     "compute_mpo_mae_rloo_advantage",
     "compute_mpo_rloo_advantage",
 ]
+
+
+def _with_critic(
+    name: str,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    config: Any,
+    values: Tensor | None,
+    observation_rewards: str,
+) -> tuple[Tensor, Tensor]:
+    """A critic estimator of the plug-in: the critic's values, the options of ``config``
+    resolved once, one call of :func:`mpo_rs.torch.padded.advantages`."""
+    values = critic_values(values, name)
+    options = estimator_options(name, config)
+    advantages, returns = padded.advantages(
+        response_mask,
+        token_level_rewards,
+        values=values,
+        observation_rewards=observation_rewards,
+        whiten=options.whiten,
+        estimator=options.estimator,
+    )
+    assert returns is not None  # a critic estimator's
+    return advantages, returns
 
 
 def compute_mpo_gae_advantage(
@@ -42,16 +66,8 @@ def compute_mpo_gae_advantage(
     ``algorithm.mpo.whiten=false``). Rewards on observation tokens are ignored, as verl's
     loop ignores them. Advantages and returns are 0 off the LLM tokens.
     """
-    values = critic_values(values, "mpo_gae")
-    options = estimator_options("mpo_gae", config)  # lam_critic = lam: verl's returns = advantages + values
-    return padded.gae_advantages(
-        values,
-        response_mask,
-        token_level_rewards,
-        observation_rewards="drop",
-        whiten=options.whiten,
-        estimator=options.estimator,
-    )
+    # lam_critic = lam (the config's): verl's returns = advantages + values.
+    return _with_critic("mpo_gae", token_level_rewards, response_mask, config, values, observation_rewards="drop")
 
 
 def compute_mpo_mae_advantage(
@@ -68,16 +84,7 @@ def compute_mpo_mae_advantage(
     and ``algorithm.gamma`` (discount per interaction). A reward on an observation token is
     credited to the LLM token before it. Returns are the critic's targets (``lam_critic``).
     """
-    values = critic_values(values, "mpo_mae")
-    options = estimator_options("mpo_mae", config)
-    return padded.mae_advantages(
-        values,
-        response_mask,
-        token_level_rewards,
-        observation_rewards="credit",
-        whiten=options.whiten,
-        estimator=options.estimator,
-    )
+    return _with_critic("mpo_mae", token_level_rewards, response_mask, config, values, observation_rewards="credit")
 
 
 def compute_mpo_bilevel_gae_advantage(
@@ -94,15 +101,8 @@ def compute_mpo_bilevel_gae_advantage(
     returns = unwhitened advantages + values). A reward on an observation token is credited
     to the LLM token before it (the end of the turn it answers).
     """
-    values = critic_values(values, "mpo_bilevel_gae")
-    options = estimator_options("mpo_bilevel_gae", config)
-    return padded.bilevel_advantages(
-        values,
-        response_mask,
-        token_level_rewards,
-        observation_rewards="credit",
-        whiten=options.whiten,
-        estimator=options.estimator,
+    return _with_critic(
+        "mpo_bilevel_gae", token_level_rewards, response_mask, config, values, observation_rewards="credit"
     )
 
 
@@ -125,7 +125,15 @@ def _rows(response_mask: Tensor) -> int:
     return int(response_mask.shape[0]) if response_mask.dim() > 0 else 0
 
 
-def _group_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
+# How a critic-free estimator of the plug-in computes its (B, L) advantages from its
+# options, the rewards, the mask and the rows' dense group ids.
+_Grouped = Callable[[EstimatorOptions, Tensor, Tensor, np.ndarray], Tensor]
+
+
+def _with_groups(name: str, advantages: _Grouped) -> Callable[..., tuple[Tensor, Tensor]]:
+    """A critic-free estimator in verl's signature: the options of ``config`` resolved once,
+    the group ids read from ``index``; its advantages are its returns too (as verl's)."""
+
     def estimator(
         token_level_rewards: Tensor,
         response_mask: Tensor,
@@ -134,20 +142,30 @@ def _group_advantage_estimator(name: str) -> Callable[..., tuple[Tensor, Tensor]
         **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
         options = estimator_options(name, config)
-        out = padded.group_advantages(
-            token_level_rewards,
-            response_mask,
-            _group_ids(index, _rows(response_mask), name),
-            whiten=options.whiten,
-            estimator=options.estimator,
-        )
+        out = advantages(options, token_level_rewards, response_mask, _group_ids(index, _rows(response_mask), name))
         return out, out
 
     return estimator
 
 
-_grpo = _group_advantage_estimator("mpo_grpo")
-_rloo = _group_advantage_estimator("mpo_rloo")
+def _group_baseline(options: EstimatorOptions, rewards: Tensor, mask: Tensor, ids: np.ndarray) -> Tensor:
+    out, _ = padded.advantages(mask, rewards, group_ids=ids, whiten=options.whiten, estimator=options.estimator)
+    return out
+
+
+def _mae_over_group_baseline(options: EstimatorOptions, rewards: Tensor, mask: Tensor, ids: np.ndarray) -> Tensor:
+    group = options.group
+    assert group is not None
+    batch = padded.PaddedBatch.of(mask, like=rewards)
+    baseline, row_scale = critic_free.row_baselines(batch.row_scores(rewards), ids, group)
+    advantages = critic_free.mae_over_baselines(
+        batch, baseline, row_scale, options.estimator, rewards=batch.policy_rewards(rewards, "credit")
+    )
+    return batch.padded(batch.whitened(advantages) if options.whiten else advantages)
+
+
+_grpo = _with_groups("mpo_grpo", _group_baseline)
+_rloo = _with_groups("mpo_rloo", _group_baseline)
 
 
 def compute_mpo_grpo_advantage(
@@ -167,38 +185,8 @@ def compute_mpo_rloo_advantage(
     return _rloo(token_level_rewards, response_mask, config, index, **kwargs)
 
 
-def _mae_with_group_baseline(name: str) -> Callable[..., tuple[Tensor, Tensor]]:
-    def estimator(
-        token_level_rewards: Tensor,
-        response_mask: Tensor,
-        config: Any = None,
-        index: Any = None,
-        **kwargs: Any,
-    ) -> tuple[Tensor, Tensor]:
-        options = estimator_options(name, config)
-        group = options.group
-        assert group is not None
-        batch = padded.PaddedBatch.of(response_mask, like=token_level_rewards)
-        rows, _ = batch.shape
-        ids = _group_ids(index, rows, name)
-        baseline, row_scale = critic_free.row_baselines(batch.row_scores(token_level_rewards), ids, group)
-        advantages = critic_free.mae_over_baselines(
-            batch,
-            baseline,
-            row_scale,
-            options.estimator,
-            rewards=batch.policy_rewards(token_level_rewards, "credit"),
-        )
-        if options.whiten:
-            advantages = batch.whitened(advantages)
-        out = batch.padded(advantages)
-        return out, out
-
-    return estimator
-
-
-_mae_grpo = _mae_with_group_baseline("mpo_mae_grpo")
-_mae_rloo = _mae_with_group_baseline("mpo_mae_rloo")
+_mae_grpo = _with_groups("mpo_mae_grpo", _mae_over_group_baseline)
+_mae_rloo = _with_groups("mpo_mae_rloo", _mae_over_group_baseline)
 
 
 def compute_mpo_mae_grpo_advantage(
