@@ -104,3 +104,13 @@ def test_the_negative_control_must_fail_the_premise_and_a_gate_not_measured_is_n
     nan = {r.gate: r for r in judge("premise", _base(ceiling=math.nan), None)}
     assert nan["predictability"].passed is None
     assert GATES.learning_lower_bound == 0.10 and GATES.premise_share == 0.8
+
+
+def test_a_trajectory_that_opens_with_a_policy_token_is_refused_naming_it():
+    from mpo_rs import InvalidBatchError
+
+    env, tokens, mask, offsets, *_ = _oracle_rollouts("search", 0.2, tasks=1, group=2)
+    bad = mask.copy()
+    bad[offsets[1]] = True  # the second trajectory's first token
+    with pytest.raises(InvalidBatchError, match="trajectory 1: it must open with its first observation"):
+        belief_keys(env, tokens, bad, offsets)

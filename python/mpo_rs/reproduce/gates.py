@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .._outputs import write_file
 from .stats import mean_ci, paired_diff_ci
 
 __all__ = ["GATES", "GateResult", "Gates", "base_measurement", "candidate", "judge", "learning_measurement"]
@@ -302,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record.append({"task": spec.name, "params": dict(spec.params), "role": role, "base": base, "learned": learned})
         if args.json:
             payload = {"config": config.name, "gates": dataclasses.asdict(GATES), "tasks": record}
-            args.json.write_text(json.dumps(payload, indent=1, default=str))
+            write_file(args.json, json.dumps(payload, indent=1, default=str))
     print(_table(judged))
     return 0
 

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..envs.premise import belief_model
+from ..exceptions import InvalidBatchError
 
 __all__ = [
     "SHRINKAGE",
@@ -68,7 +69,7 @@ def belief_keys(
     from each (action, observation) pair, as :mod:`mpo_rs.envs.premise` does."""
     model = belief_model(env)
     keys: list[Key] = []
-    for start, end in itertools.pairwise(offsets):
+    for index, (start, end) in enumerate(itertools.pairwise(offsets)):
         tokens, policy = token_ids[start:end].tolist(), mask[start:end].tolist()
         runs: list[tuple[bool, list[int]]] = []
         for token, own in zip(tokens, policy, strict=True):
@@ -77,7 +78,7 @@ def belief_keys(
             else:
                 runs.append((own, [token]))
         if not runs or runs[0][0]:
-            raise ValueError("a trajectory must open with its first observation")
+            raise InvalidBatchError(f"trajectory {index}: it must open with its first observation, not a policy token")
         belief = model.initial(runs[0][1])
         for i in range(1, len(runs), 2):
             action = runs[i][1]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._outputs import output_subdir, table_bytes, write_file
+from ..exceptions import InvalidOptionError
 from .analysis import FAMILY_ALPHA, claims, family, family_comparisons
 from .budgets import is_committed
 from .config import ReproduceConfig
@@ -203,7 +204,7 @@ def page_figures(page: str) -> list[tuple[str, str, str]]:
         title, rest = block.split("\n", 1)
         image = re.match(r"\n!\[(.*)\]\((.*)\)\n", rest + "\n")
         if image is None or image.group(1) != title:
-            raise ValueError(f"the Figures section has a block without its image: {title!r}")
+            raise InvalidOptionError(f"the page's Figures section has a block without its image: {title!r}")
         out.append((title, image.group(2), rest[image.end() :].strip("\n")))
     return out
 
@@ -219,7 +220,7 @@ def rerender(docs_dir: str | os.PathLike[str]) -> str:
     results = json.loads((docs / "full" / "results.json").read_text())
     committed = {c.config_hash(): c for c in CONFIGS.values()}
     if results["config_hash"] not in committed:
-        raise ValueError(f"{docs / 'full' / 'results.json'} is not of a committed configuration")
+        raise InvalidOptionError(f"{docs / 'full' / 'results.json'} is not of a committed configuration")
     if "figures" in results:
         figures = [(f["title"], docs_figure(f["path"]), f["caption"]) for f in results["figures"]]
     else:
