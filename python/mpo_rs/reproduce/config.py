@@ -113,6 +113,12 @@ class Arm:
         return self.estimator.family != "group"
 
     @property
+    def method(self) -> str:
+        """The estimator's name as the hash and the page record it: ``grpo`` for the group
+        family, else the estimator's own name."""
+        return self.estimator.name if self.trains_critic else "grpo"
+
+    @property
     def advantage_scale(self) -> str:
         """``group-std`` (GRPO), ``whiten`` or ``none``, as the page names the scale."""
         if self.whiten:
@@ -127,13 +133,12 @@ class Arm:
         knobs = {name: options.get(name, recorded) for name, recorded in _RECORDED_KNOBS.items()}
         if self.estimator.name == "bilevel":
             knobs["lam_critic"] = 1.0  # RAGEN's returns are A + V: the bi-level row has no lam_critic
-        name = "grpo" if not self.trains_critic else self.estimator.name
         return {
             "key": self.key,
             "label": self.label,
             "family": self.group,
             "task": self.task,
-            "estimator": name,
+            "estimator": self.method,
             "ratio": self.ratio,
             "advantage_scale": self.advantage_scale,
             **knobs,

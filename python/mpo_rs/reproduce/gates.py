@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from .._outputs import write_file
-from .stats import mean_ci, paired_diff_ci
+from .rows import nanmean
+from .stats import paired_diff_ci
 
 __all__ = ["GATES", "GateResult", "Gates", "base_measurement", "candidate", "judge", "learning_measurement"]
 
@@ -135,15 +136,10 @@ def learning_measurement(rows: Sequence[Mapping[str, Any]], task_prefix: str, ga
     for key in _prefixed(task_prefix, gates.critic_arms):
         mine = [r for r in rows if r["arm"] == key]
         out["critics"][key] = {
-            "warmup": mean_ci([float(r.get("warmup_explained_variance", math.nan)) for r in mine])[0],
-            "end": mean_ci([float(r["final_explained_variance"]) for r in mine])[0],
+            "warmup": nanmean([float(r.get("warmup_explained_variance", math.nan)) for r in mine]),
+            "end": nanmean([float(r["final_explained_variance"]) for r in mine]),
         }
     return out
-
-
-def _mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return float(np.mean(finite)) if finite else math.nan
 
 
 def _ge(value: float, threshold: float) -> bool | None:
@@ -157,10 +153,10 @@ def judge(
     ``chance`` (a control at chance, judged on learning and exploration only); ``base`` its
     :func:`base_measurement` per seed; ``learned`` its :func:`learning_measurement` (None:
     not measured yet)."""
-    entropy = _mean([b["entropy"] for b in base])
-    distinct = _mean([b["distinct_groups"] for b in base])
-    ceiling = _mean([b["critic_ceiling"] for b in base])
-    share = _mean([b["between_share"] for b in base])
+    entropy = nanmean([b["entropy"] for b in base])
+    distinct = nanmean([b["distinct_groups"] for b in base])
+    ceiling = nanmean([b["critic_ceiling"] for b in base])
+    share = nanmean([b["between_share"] for b in base])
     out = []
     if learned is None:
         out.append(GateResult("learning", "not run", f"lower bound >= {gates.learning_lower_bound:+.2f}", None))

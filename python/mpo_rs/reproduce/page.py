@@ -348,8 +348,8 @@ class Page(Summary):
 def _knobs(arm: Arm) -> str:
     """The estimator column: ``grpo``, else the estimator's name and λ, and MAE's λ_intra and β."""
     if not arm.trains_critic:
-        return "grpo"
-    name, options = arm.estimator.name, arm.estimator.options
+        return arm.method
+    name, options = arm.method, arm.estimator.options
     knobs = f"{name} λ={options['lam']:g}"
     if name == "mae":
         knobs += f" λ_intra={options['lam_intra']:g} β={options['beta']:g}"

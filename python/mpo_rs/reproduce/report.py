@@ -22,7 +22,7 @@ from .._outputs import output_subdir, table_bytes, write_file
 from ..exceptions import InvalidOptionError
 from .analysis import FAMILY_ALPHA, claims, family, family_comparisons
 from .budgets import is_committed
-from .config import ReproduceConfig
+from .config import CONFIGS, ReproduceConfig
 from .env import task_chance
 from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_curves, plot_family
 from .page import Page
@@ -214,8 +214,6 @@ def rerender(docs_dir: str | os.PathLike[str]) -> str:
     (its configuration must be a committed one): ``python -m mpo_rs.reproduce.report DOCS``
     writes it to ``DOCS/reproduction.md``. Only the wording can change; every number is the
     committed run's."""
-    from .config import CONFIGS
-
     docs = Path(docs_dir)
     results = json.loads((docs / "full" / "results.json").read_text())
     committed = {c.config_hash(): c for c in CONFIGS.values()}
