@@ -30,8 +30,10 @@ def _oracle_rollouts(task: str, eps: float, tasks: int, group: int, seed: int = 
     return env, tokens, mask, offsets, exact, returns, fold
 
 
-@pytest.mark.parametrize("task", ["search", "multi_hop"])
+@pytest.mark.parametrize("task", ["search", "multi_hop", "frozen_lake"])
 def test_the_reference_critic_recovers_the_exact_values_of_a_belief_state_policy(task):
+    """FrozenLake's belief holds the map, which 16 rollouts reach: its table keys a summary
+    (the turn and the optimal success from the cell, then of the move), pooled over maps."""
     env, tokens, mask, offsets, exact, returns, fold = _oracle_rollouts(task, 0.2, tasks=128, group=16)
     keys = belief_keys(env, tokens, mask, offsets)
     assert len(keys) == int(mask.sum())  # one key per policy token
@@ -39,7 +41,8 @@ def test_the_reference_critic_recovers_the_exact_values_of_a_belief_state_policy
     ev_exact, ev_table = explained_variance(exact, returns), explained_variance(values, returns)
     # Cross-fitted on 2,048 rollouts: a little below the exact values' explained variance, not above.
     assert ev_exact - 0.06 < ev_table < ev_exact + 0.02, (ev_exact, ev_table)
-    assert float(np.mean(np.abs(values - exact))) < 0.05
+    # A summary key averages states of one key's different exact values: a little further off.
+    assert float(np.mean(np.abs(values - exact))) < (0.07 if task == "frozen_lake" else 0.05)
 
 
 def test_the_reference_critic_keeps_a_decisive_tokens_value_inside_its_turn():

@@ -328,6 +328,10 @@ class _MultiHopModel(_Model):
         return self._spent(b, (t + 1, depth, node, frontier, dead, seen, answer, hops))
 
 
+VALUE_STEP = 0.05
+"""The resolution of FrozenLake's summary key (:meth:`_FrozenLakeModel.table_key`)."""
+
+
 class _FrozenLakeModel(_Model):
     """b = (turn, player cell, map)."""
 
@@ -347,6 +351,25 @@ class _FrozenLakeModel(_Model):
         t, cell, desc = b
         best = fl.solve(desc, self.env.size, self.env.slippery, self.T, (0.0,) * 5, self.env.success_rate)[1]
         return (fl.ANSWER, fl.DIRECTIONS[best[self.T - t][cell]], fl.END)
+
+    def table_key(self, b: Belief, prefix: Sequence[int]) -> tuple[Any, Any]:
+        """The reference critic's key of a policy token (``prefix``: the turn's tokens before
+        it): the turn and the optimal success from the player's cell, to :data:`VALUE_STEP`;
+        once the direction is out, that direction's optimal success instead. The belief itself
+        holds the map, which a few rollouts of one task reach; this summary pools the cells of
+        every map by how far they are from the goal, and keeps what the turn's move decides."""
+        t, cell, desc = b
+        prefix = tuple(int(x) for x in prefix)
+        value, _ = fl.solve(desc, self.env.size, self.env.slippery, self.T, (0.0,) * 5, self.env.success_rate)
+        state = (t, round(value[self.T - t][cell] / VALUE_STEP))
+        if not any(action[: len(prefix)] == prefix for action in self.W):
+            return state, (len(prefix), "malformed")
+        if len(prefix) < 2:
+            return state, prefix
+        q = 0.0
+        for p, reward, _, nxt in self.outcomes(b, (fl.ANSWER, prefix[1], fl.END)):
+            q += p * (reward if nxt is None else value[self.T - t - 1][nxt[1]])
+        return state, (len(prefix), round(q / VALUE_STEP))
 
     def outcomes(self, b: Belief, a: Any) -> list[Outcome]:
         t, cell, desc = b

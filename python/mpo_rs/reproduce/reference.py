@@ -12,9 +12,10 @@ Its explained variance is measured **cross-fitted**: the rollouts of every task 
 two halves (alternately), each half's values come from the table of the other half (a key the other half never
 reached falls back to the belief key alone, then to the mean return; a rare key is shrunk
 toward them), so a table that memorises its own returns gains nothing. The two halves share
-their tasks, as a critic that reads the prompt does: where the belief state holds the task
-itself (FrozenLake's map), the table learns it from the task's other rollouts, so it needs
-several rollouts per task (eight or more). That is the task's *critic ceiling* for the policy,
+their tasks, as a critic that reads the prompt does. Where the belief state holds the task
+itself (FrozenLake's map), few rollouts reach each key, so the table keys a summary the task's
+model gives instead (``table_key``: FrozenLake's turn and optimal success from the cell, then of
+the move), pooled over tasks. That is the task's *critic ceiling* for the policy,
 and the between-turn share of these values is the premise measured on that policy (not on
 the noisy oracle the premise measurement of docs/envs.md plays).
 """
@@ -87,6 +88,8 @@ def belief_keys(
     followed by the observation it got (the last one possibly empty); the belief is updated
     from each (action, observation) pair, as :mod:`mpo_rs.envs.premise` does."""
     model = belief_model(env)
+    # A task whose belief holds the task itself (FrozenLake's map) keys a summary of it instead.
+    summary = getattr(model, "table_key", None)
     keys: list[Key] = []
     for index, (start, end) in enumerate(itertools.pairwise(offsets)):
         tokens, policy = token_ids[start:end].tolist(), mask[start:end].tolist()
@@ -102,8 +105,11 @@ def belief_keys(
         for i in range(1, len(runs), 2):
             action = runs[i][1]
             observation = runs[i + 1][1] if i + 1 < len(runs) else []
-            b_key = model.key(belief)
-            keys.extend((b_key, prefix_summary(model, belief, action[:j])) for j in range(len(action)))
+            if summary is not None:
+                keys.extend(summary(belief, action[:j]) for j in range(len(action)))
+            else:
+                b_key = model.key(belief)
+                keys.extend((b_key, prefix_summary(model, belief, action[:j])) for j in range(len(action)))
             if i + 1 < len(runs):
                 belief = model.update(belief, action, observation)
     return keys
