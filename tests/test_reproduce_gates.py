@@ -353,3 +353,38 @@ def test_the_final_evaluation_reads_its_own_number_of_distinct_tasks():
     assert config.config_hash() != QUICK.config_hash()
     evals = run_one(config, "grpo", 0)["evals"]
     assert [e["tasks"] for e in evals] == [4.0, 4.0, 8.0]
+
+
+def test_the_first_screen_reads_each_gain_off_its_interval(tmp_path):
+    """when_section: per task (turn length, share, critic) and along the ladder, MPO's paired
+    gains in words -- ahead or behind only where the 95% interval excludes 0; plot_when draws
+    a figure of them."""
+    from mpo_rs.reproduce.figures import plot_when
+    from mpo_rs.reproduce.when import ladder_gains, task_gains, when_section
+
+    rows = []
+    for seed in range(6):
+        jitter = 0.002 * (seed % 3)
+        for task, p, think, gain in (("search", "", 0, 0.0), ("search@think16", "think16_", 16, 0.08)):
+            for method, extra in (("grpo", 0.0), ("ppo", 0.02), ("mpo", 0.02 + gain)):
+                noise = 0.03 * (-1) ** seed if (task, method) == ("search", "mpo") else jitter
+                rows.append(
+                    {
+                        "arm": f"{p}{method}",
+                        "task": task,
+                        "seed": seed,
+                        "think_tokens": think,
+                        "final_success": 0.4 + extra + noise,
+                        "final_explained_variance": math.nan if method == "grpo" else 0.3,
+                    }
+                )
+    shares = {"search": 0.7, "search@think16": 0.9}
+    text = "\n".join(when_section(rows, ["search", "search@think16"], "search", shares=shares, figure="img/when.png"))
+    assert text.startswith("## When does MPO help?")
+    assert "| search@think16 | 16 | 0.90 | 0.30 / 0.30 | MPO ahead of PPO by 0.080" in text
+    assert "| search | 0 | 0.70 | 0.30 / 0.30 | no difference shown between MPO and PPO" in text
+    assert "![When does MPO help](img/when.png)" in text and "critic-quality ladder" not in text  # no ladder ran
+    path = plot_when(
+        task_gains(rows, ["search", "search@think16"], shares), ladder_gains(rows, "search"), tmp_path / "w.png"
+    )
+    assert path.read_bytes()[:4] == b"\x89PNG"

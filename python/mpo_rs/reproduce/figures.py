@@ -285,6 +285,72 @@ def plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], p
     return path
 
 
+def _gain_points(
+    ax: Any, xs: Sequence[float], gains: Sequence[Any], label: str, color: str, shift: float, marks: Sequence[str]
+) -> None:
+    """Paired gains (``diff``, ``low``, ``high``) at ``xs``, with their 95% intervals."""
+    for x, g, mark in zip(xs, gains, marks, strict=True):
+        if g is None or not math.isfinite(g["diff"]) or not math.isfinite(x):
+            continue
+        err = [[g["diff"] - g["low"]], [g["high"] - g["diff"]]] if math.isfinite(g["low"]) else None
+        ax.errorbar([x + shift], [g["diff"]], yerr=err, fmt=mark, color=color, capsize=3, markersize=4, label=label)
+        label = "_nolegend_"
+
+
+def plot_when(per_task: Sequence[dict[str, Any]], ladder: Sequence[dict[str, Any]], path: Path) -> Path:
+    """The first screen's figure: MPO − PPO and MPO − GRPO (paired, 95% intervals) against the
+    critic's explained variance (the ladder), the thinking tokens per turn and the between-turn
+    share (per task); a panel with no points is left out."""
+    plt = _pyplot()
+    panels: list[tuple[str, list[float], list[Any], list[Any], float, list[str]]] = []
+    if any(e["k"] is not None for e in ladder):
+        ev = [float(np.nanmean([e["ev"].get(m, math.nan) for m in ("mpo", "ppo")])) for e in ladder]
+        over_grpo = [e["gain_over_grpo"].get("mpo") for e in ladder]
+        marks = ["s" if e["k"] is None else "o" for e in ladder]
+        title = "critic explained variance (ladder; square: learned)"
+        panels.append((title, ev, [e["mpo_minus_ppo"] for e in ladder], over_grpo, 0.01, marks))
+    think = [t for t in per_task if t["think_tokens"] is not None]
+    if len({t["think_tokens"] for t in think}) > 1:
+        xs = [float(t["think_tokens"]) for t in think]
+        panels.append(
+            (
+                "thinking tokens per turn",
+                xs,
+                [t["mpo_minus_ppo"] for t in think],
+                [t["mpo_minus_grpo"] for t in think],
+                0.6,
+                ["o"] * len(think),
+            )
+        )
+    shared = [t for t in per_task if math.isfinite(t["share"])]
+    if shared:
+        xs = [t["share"] for t in shared]
+        panels.append(
+            (
+                "between-turn share on the base",
+                xs,
+                [t["mpo_minus_ppo"] for t in shared],
+                [t["mpo_minus_grpo"] for t in shared],
+                0.005,
+                ["o"] * len(shared),
+            )
+        )
+    fig, axes = _grid(plt, max(len(panels), 1), (4.2, 3.4))
+    for ax, (xlabel, xs, vs_ppo, vs_grpo, shift, marks) in zip(axes, panels, strict=False):
+        _gain_points(ax, xs, vs_ppo, "MPO − PPO", "#4c78a8", -shift, marks)
+        _gain_points(ax, xs, vs_grpo, "MPO − GRPO", "#f58518", shift, marks)
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("paired gain (95% CI)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("When does MPO help? Paired gains by seed", fontsize=11)
+    fig.tight_layout()
+    write_file(path, figure_bytes(fig, dpi=110))
+    plt.close(fig)
+    return path
+
+
 def diagnose_runs(runs: list[dict[str, Any]], out: Path, figures_for: Sequence[str] = ("mpo", "ppo")) -> None:
     """Runs the diagnosis on each run's rollout log; sets ``run["diagnosis"]`` to the
     summary of all its usable trajectories, and writes the full report (summary.json and

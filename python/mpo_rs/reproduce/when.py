@@ -6,7 +6,14 @@
   critic-free arm of the same seeds) and MPO's paired gain over PPO at that rung, beside the
   same for the learned critics;
 - **turn length** (Search's ``think_tokens``, one task variant per F): :func:`turn_length_gains`
-  gives, per variant, MPO's paired gain over PPO and over GRPO.
+  gives, per variant, MPO's paired gain over PPO and over GRPO;
+- **the premise** (each task's between-turn share on its base, from its gates):
+  :func:`task_gains` gives per task the share, the learned critics' explained variance and the
+  same two gains.
+
+:func:`when_section` writes them as the page's first screen ("When does MPO help?"), in words
+read off the intervals (:func:`~mpo_rs.reproduce.stats.direction_words`): a gain whose interval
+holds 0 is "no difference shown", never "equal".
 
 Every gain is paired by seed (:func:`~mpo_rs.reproduce.stats.paired_diff_ci`: mean and 95%
 interval) on one metric; nothing here is a verdict of the analysis plan's family.
@@ -20,10 +27,10 @@ from typing import Any
 
 from .ladder import LADDER
 from .rows import by_seed, nanmean
-from .stats import paired_diff_ci
+from .stats import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, direction_words, paired_diff_ci
 from .tasks import task_prefix
 
-__all__ = ["LADDER_METHODS", "ladder_gains", "ladder_table", "turn_length_gains"]
+__all__ = ["LADDER_METHODS", "ladder_gains", "ladder_table", "task_gains", "turn_length_gains", "when_section"]
 
 LADDER_METHODS = {
     "mpo": "MPO",
@@ -93,11 +100,16 @@ def ladder_table(entries: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def turn_length_gains(
-    rows: Sequence[dict[str, Any]], tasks: Sequence[str], metric: str = "final_success"
+def task_gains(
+    rows: Sequence[dict[str, Any]],
+    tasks: Sequence[str],
+    shares: Mapping[str, float] | None = None,
+    metric: str = "final_success",
 ) -> list[dict[str, Any]]:
-    """Per task variant (``search``, ``search@think16``, ...): its ``think_tokens`` (from the
-    rows), MPO − PPO and MPO − GRPO, paired by seed."""
+    """Per task (or variant: ``search``, ``search@think16``, ...): its ``think_tokens`` (from
+    the rows; None where they differ), its between-turn ``share`` (from ``shares``, NaN where
+    not given), ``ev`` (the learned MPO's and PPO's explained variance at the end, mean over
+    seeds), MPO − PPO and MPO − GRPO, paired by seed."""
     out = []
     for task in tasks:
         p = task_prefix(task)
@@ -107,8 +119,88 @@ def turn_length_gains(
             {
                 "task": task,
                 "think_tokens": think.pop() if len(think) == 1 else None,
+                "share": float((shares or {}).get(task, math.nan)),
+                "ev": {
+                    m: nanmean([float(r["final_explained_variance"]) for r in mine if r["arm"] == f"{p}{m}"])
+                    for m in ("mpo", "ppo")
+                },
                 "mpo_minus_ppo": _gain(rows, f"{p}mpo", f"{p}ppo", metric),
                 "mpo_minus_grpo": _gain(rows, f"{p}mpo", f"{p}grpo", metric),
             }
         )
     return out
+
+
+def turn_length_gains(
+    rows: Sequence[dict[str, Any]], tasks: Sequence[str], metric: str = "final_success"
+) -> list[dict[str, Any]]:
+    """:func:`task_gains` of the variants ``tasks`` of one environment that differ in turn length."""
+    return task_gains(rows, tasks, metric=metric)
+
+
+def _words(a: str, b: str, g: Mapping[str, float] | None) -> str:
+    """A paired gain in words: ahead or behind where its 95% interval excludes 0."""
+    if g is None or not math.isfinite(g["diff"]):
+        return f"{a} − {b}: not measured"
+    half = (g["high"] - g["low"]) / 2 if math.isfinite(g["low"]) else math.nan
+    decided = INCONCLUSIVE
+    if math.isfinite(g["low"]) and g["low"] > 0:
+        decided = REPRODUCED
+    elif math.isfinite(g["high"]) and g["high"] < 0:
+        decided = NOT_REPRODUCED
+    return direction_words(a, b, g["diff"], half, decided)
+
+
+def when_section(
+    rows: Sequence[dict[str, Any]],
+    tasks: Sequence[str],
+    main_task: str,
+    *,
+    shares: Mapping[str, float] | None = None,
+    figure: str | None = None,
+    metric: str = "final_success",
+) -> list[str]:
+    """The page's first screen, "When does MPO help?": MPO's paired gains over PPO and GRPO
+    per task against its turn length and between-turn share (:func:`task_gains`), then along
+    the critic-quality ladder on ``main_task`` where it ran (:func:`ladder_gains`), each in
+    words read off its interval; ``figure``: the figure's path on the page, drawn by
+    :func:`~mpo_rs.reproduce.figures.plot_when`. Gains are paired by seed, per comparison, and
+    outside the analysis plan's family (no Holm adjustment: a map, not a verdict)."""
+    per_task = task_gains(rows, tasks, shares, metric)
+    ladder = ladder_gains(rows, main_task, metric)
+    if all(e["k"] is None for e in ladder):  # the learned critics alone: no ladder ran
+        ladder = []
+    lines = [
+        "## When does MPO help?",
+        "",
+        f"MPO's paired gain ({metric.replace('_', ' ')}, mean and 95% interval over seeds) over PPO, "
+        "which reads the same critic token by token, and over GRPO, which has none. Each row is "
+        "one comparison, outside the plan's Holm family: where the interval holds 0 the words say "
+        "so. A log of your own sits on this map through `mpo-rs diagnose`: its between-turn share "
+        "and its critic's explained variance are the two columns to compare.",
+        "",
+    ]
+    if figure:
+        lines += [f"![When does MPO help]({figure})", ""]
+    lines += [
+        "| task | thinking tokens per turn | between-turn share | critic explained variance (MPO / PPO) "
+        "| MPO − PPO | MPO − GRPO |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in per_task:
+        ev = " / ".join(f"{t['ev'][m]:.2f}" if math.isfinite(t["ev"][m]) else "—" for m in ("mpo", "ppo"))
+        share = f"{t['share']:.2f}" if math.isfinite(t["share"]) else "—"
+        think = "—" if t["think_tokens"] is None else str(t["think_tokens"])
+        lines.append(
+            f"| {t['task']} | {think} | {share} | {ev} | {_words('MPO', 'PPO', t['mpo_minus_ppo'])} "
+            f"| {_words('MPO', 'GRPO', t['mpo_minus_grpo'])} |"
+        )
+    if ladder:
+        lines += [
+            "",
+            f"Along the critic-quality ladder on {main_task} (the reference critic kept at a fraction of "
+            "its explained variance; GRPO is the same seeds' critic-free arm):",
+            "",
+            ladder_table(ladder),
+        ]
+    return [*lines, ""]
