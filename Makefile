@@ -155,7 +155,7 @@ bench-quick: build
 # 2 worker processes (the committed run: 52.5 min on 2 cores); rewrites docs/reproduction.md
 # and the figures under docs/img/reproduction/. The quick smoke test runs in `make test` (tests/test_reproduce.py).
 reproduce: build
-	$(VENV)/bin/mpo-rs reproduce --workers 2 --out reproduce-out --docs docs
+	$(VENV)/bin/mpo-rs reproduce --budget full --workers 2 --out reproduce-out --docs docs
 
 clean:
 	cargo clean

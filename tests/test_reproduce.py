@@ -5,6 +5,7 @@ explained variance, and the equal-budget invariants of the committed configurati
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 import json
@@ -385,6 +386,39 @@ def test_usage_errors(capsys):
     assert "--docs" in capsys.readouterr().err
     assert main(["reproduce", "--quick", "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+    assert main(["reproduce", "--docs", "docs"]) == 2  # the default budget is quick, not the page's run
+    assert "--budget full" in capsys.readouterr().err
+
+
+def test_the_default_budget_finishes_in_minutes(monkeypatch, tmp_path: Path):
+    """`mpo-rs reproduce` without --budget runs the quick budget (the full run is asked for)."""
+    from mpo_rs.reproduce import command
+
+    seen = {}
+
+    def fake_build_config(env, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(command, "build_config", fake_build_config)
+    with pytest.raises(SystemExit):
+        command.run(
+            argparse.Namespace(
+                quick=False,
+                budget=None,
+                docs=None,
+                env=None,
+                env_param=[],
+                arms=None,
+                seeds=None,
+                first_seed=None,
+                device="cpu",
+                workers=1,
+                out=tmp_path,
+                overwrite=False,
+            )
+        )
+    assert seen["budget"] == "quick"
 
 
 def test_quick_end_to_end(tmp_path: Path, capsys):

@@ -36,8 +36,10 @@ def add_parser(commands: Any) -> None:
         "--budget",
         choices=BUDGETS,
         help=(
-            "quick (smoke test), small (a quarter of the full run's updates: a first look), pilot (the full "
-            "budget on the pilot's own seeds, which size the final run's: docs/analysis-plan.md) or full (default)"
+            "quick (the default: a smoke test of every arm in about a minute; its numbers are not evidence), "
+            "small (a quarter of the full run's updates: a first look), pilot (the full budget on the pilot's "
+            "own seeds, which size the final run's: docs/analysis-plan.md) or full (the committed page's run, "
+            "about two hours on 2 cores)"
         ),
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda runs the larger GPU configuration")
@@ -104,10 +106,10 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     InvalidConfigError (--env), MissingDependencyError (torch, pyarrow, matplotlib) or OSError."""
     if args.quick and args.budget not in (None, "quick"):
         raise InvalidOptionError(f"--quick is --budget quick; it cannot be combined with --budget {args.budget}")
-    budget = "quick" if args.quick else (args.budget or "full")
+    budget = "quick" if args.quick else (args.budget or "quick")
     if args.docs and (budget != "full" or args.env):
         raise InvalidOptionError(
-            "--docs writes the committed page; it takes the full run, not --quick, --budget or --env"
+            "--docs writes the committed page; it takes --budget full, not --quick, another budget or --env"
         )
     config = build_config(
         args.env,

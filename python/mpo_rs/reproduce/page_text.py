@@ -130,7 +130,7 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
         "",
         f"- `--arms`: any of {', '.join(keys)} (default: {', '.join(table1)}); `--env-param KEY=VALUE` passes "
         "a keyword argument to the factory; `--seeds N` and `--first-seed S` choose the seeds.",
-        f"- `--budget`: `quick` ({quick.updates} updates of {quick.episodes_per_update} episodes, a smoke test that "
+        f"- `--budget`: `quick` (the default: {quick.updates} updates of {quick.episodes_per_update} episodes, a smoke test that "
         f"says nothing about MPO), `small` ({small.updates} updates of {small.episodes_per_update}: a first look) or "
         f"`full` ({full.updates} updates of {full.episodes_per_update}, the reported run's).",
         "- The page it writes opens with the same summary: per comparison MPO - X, the paired difference, its "
