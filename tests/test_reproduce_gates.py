@@ -388,3 +388,14 @@ def test_the_first_screen_reads_each_gain_off_its_interval(tmp_path):
         task_gains(rows, ["search", "search@think16"], shares), ladder_gains(rows, "search"), tmp_path / "w.png"
     )
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_gigpo_anchors_on_the_environments_state_and_the_hash_records_it():
+    """FrozenLake's observation is its state; Search's and MultiHop's state is the history, which
+    the prefix anchor hashes. An arm's identity records GiGPO's options, so two anchors are two
+    configurations (no committed configuration has a GiGPO arm: their hashes stay)."""
+    from mpo_rs.reproduce.config import gigpo_arm
+
+    assert gigpo_arm("frozen_lake").estimator.options["anchor"] == "observation"
+    assert gigpo_arm("search@think16").estimator.options["anchor"] == "prefix"
+    assert gigpo_arm("multi_hop").identity()["options"]["anchor"] == "prefix"

@@ -6,13 +6,10 @@ arm fixes only the advantage estimator and its knobs, the importance-sampling ra
 the advantage scale. Arms that ablate one knob of MPO differ from MPO in that knob alone
 (``tests/test_reproduce.py`` checks it).
 
-The tasks: the three that meet MPO's premise (``search``, the main task, ``multi_hop``,
-``frozen_lake``) and the two controls (``key_door``, ``guess_number``). Table 1's arms run
-on every task (keys ``<prefix><method>``, :data:`TASK_PREFIX`); MPO's public relatives
-(AReaL's turn-level GAE, RAGEN's bi-level GAE), the β sweep, the (λ, λ_intra) grid and the
-advantage-scale ablation run on the main task. Every arm starts from the base policy of its
-(task, seed) and every critic arm from the same warmed-up critic (:class:`BasePolicy`,
-:class:`CriticWarmup`, :mod:`mpo_rs.reproduce.base`).
+Table 1's arms run on every task (keys ``<prefix><method>``, :data:`TASK_PREFIX`); MPO's
+public relatives, the β sweep, the (λ, λ_intra) grid and the advantage-scale ablation on the
+main task. Every arm starts from the base policy of its (task, seed) and every critic arm from
+the same warmed-up critic (:class:`BasePolicy`, :class:`CriticWarmup`, :mod:`.base`).
 
 Four committed configurations: :data:`QUICK` (a smoke test), :data:`PILOT` (FULL's protocol on
 seeds of its own, to size FULL's seeds), :data:`FULL` (the reported CPU run), :data:`GPU`.
@@ -32,7 +29,16 @@ from typing import Any
 from ..exceptions import InvalidConfigError, InvalidOptionError
 from ..options import CRITIC_FREE_FAMILIES, Estimator
 from .seeds import check_run_seeds
-from .tasks import CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS, TASK_PREFIX, VARIANT, registry_name, task_prefix
+from .tasks import (
+    CONTROL_TASKS,
+    MAIN_TASK,
+    PREMISE_TASKS,
+    TASK_PREFIX,
+    VARIANT,
+    registry_name,
+    state_anchor,
+    task_prefix,
+)
 
 __all__ = [
     "ARMS",
@@ -91,14 +97,12 @@ class Arm:
     task: str
     """Registry name of the environment (``mpo_rs.envs.make``)."""
     estimator: Estimator
-    """The advantage estimator with its options, as the learner takes it: GRPO (``grpo``,
-    (score - group mean) / group std), MAE, token GAE or the bi-level GAE; options it leaves
-    out take the options table's defaults."""
+    """The advantage estimator with its options, as the learner takes it (unset options take the
+    options table's defaults)."""
     ratio: str
     """Importance-sampling ratio: ``token``, ``turn`` or ``sequence`` (GSPO)."""
     whiten: bool = False
-    """Whiten the advantages over the batch's policy tokens, as verl does for GAE (the
-    ``scale`` group's ablation); no other arm rescales them."""
+    """Whiten the advantages over the policy tokens, as verl does for GAE (the ``scale`` ablation)."""
     critic: str = "learned"
     """Where a critic arm's values come from: ``learned`` (the warmed-up value head, trained
     with the policy) or ``reference`` (the on-policy reference critic of a built-in task,
@@ -124,8 +128,7 @@ class Arm:
 
     @property
     def trains_critic(self) -> bool:
-        """Whether the arm's advantages need a critic (everything but the critic-free families,
-        GRPO's and GiGPO)."""
+        """Whether the arm's advantages need a critic (all but GRPO's and GiGPO's families)."""
         return self.estimator.family not in CRITIC_FREE_FAMILIES
 
     @property
@@ -176,6 +179,8 @@ class Arm:
         }
         if self.critic != "learned":  # recorded only where set: the learned critic's hashes stay
             out |= {"critic": self.critic, "critic_ev": self.critic_ev}
+        if self.estimator.family == "gigpo":  # no committed arm is one: its options, anchor included
+            out["options"] = dict(sorted(options.items()))
         return out
 
 
@@ -211,9 +216,11 @@ def table1_arms(task: str) -> tuple[Arm, ...]:
 
 
 def gigpo_arm(task: str) -> Arm:
-    """GiGPO on ``task``: verl-agent's defaults (gamma 0.95, mean_norm, step weight 1), observation
-    anchors hashed from the batch's token ids by the learner, token ratio, no critic."""
-    return Arm(f"{task_prefix(task)}gigpo", "GiGPO", "gigpo", task, Estimator("gigpo"), "token")
+    """GiGPO on ``task``: verl-agent's defaults (gamma 0.95, mean_norm, step weight 1), anchors
+    on the environment's state (:func:`~.tasks.state_anchor`), token ratio, no critic."""
+    return Arm(
+        f"{task_prefix(task)}gigpo", "GiGPO", "gigpo", task, Estimator("gigpo", anchor=state_anchor(task)), "token"
+    )
 
 
 def relatives_arms(task: str) -> tuple[Arm, ...]:
@@ -315,16 +322,13 @@ class Budget:
 
 @dataclass(frozen=True)
 class BasePolicy:
-    """Where every arm of a seed starts ("start where the paper starts"): the policy behaviour-
-    cloned from a noisy oracle (:class:`mpo_rs.envs.premise.NoisyOracle`: each turn, with
-    probability eps, the oracle's action is replaced by a random one, well formed with
-    probability ``well_formed``), so that its held-out success is in the paper's base band
-    (:data:`BASE_BAND`). One per (task, seed), made once and shared by every arm of the seed
-    (:mod:`mpo_rs.reproduce.base`)."""
+    """Where every arm of a seed starts: the policy behaviour-cloned from a noisy oracle
+    (:class:`mpo_rs.envs.premise.NoisyOracle`: each turn's action replaced with probability eps
+    by a random one, well formed with probability ``well_formed``). One per (task, seed), shared
+    by every arm of the seed (:mod:`mpo_rs.reproduce.base`)."""
 
     noise: tuple[tuple[str, float], ...]
-    """Task -> eps of the demonstrations, set per task so that the *cloned* policy's held-out
-    success lands in the band (measured: docs/envs.md, "Base policies")."""
+    """Task -> eps of the demonstrations (measured for the clone's success: docs/envs.md)."""
     episodes: int
     """Noisy-oracle demonstrations per (task, seed)."""
     steps: int
@@ -333,8 +337,7 @@ class BasePolicy:
     """Demonstrations per step."""
     lr: float
     well_formed: float = 0.5
-    """Of the replaced turns, the share that are a uniformly drawn well-formed action (the rest:
-    K uniform tokens), as in the premise measurement."""
+    """Of the replaced turns, the share drawn among well-formed actions (the rest: K uniform tokens)."""
 
     def eps(self, task: str) -> float:
         """The task's noise; a variant (``search@think16``) without its own, its environment's."""
@@ -347,10 +350,9 @@ class BasePolicy:
 
 @dataclass(frozen=True)
 class CriticWarmup:
-    """VAPO's value pretraining, the same for every arm that trains a critic: before RL, the
-    critic (the base policy's trunk with a zero value head) is fitted to the Monte-Carlo returns
-    of base-policy rollouts for a fixed number of steps, at ``Budget.critic_lr``. One per (task,
-    seed), shared by every critic arm of the seed."""
+    """VAPO's value pretraining: before RL the critic (the base's trunk, a zero value head) is
+    fitted to the Monte-Carlo returns of base-policy rollouts at ``Budget.critic_lr``; one per
+    (task, seed), shared by every critic arm of the seed."""
 
     episodes: int
     """Base-policy rollouts fitted (tasks x the budget's group size)."""

@@ -7,9 +7,11 @@ __all__ = [
     "CONTROL_TASKS",
     "MAIN_TASK",
     "PREMISE_TASKS",
+    "STATE_ANCHOR",
     "TASK_PREFIX",
     "VARIANT",
     "registry_name",
+    "state_anchor",
     "task_prefix",
 ]
 
@@ -39,3 +41,15 @@ PREMISE_TASKS = ("search", "multi_hop", "frozen_lake")
 """The tasks that meet MPO's premise (measured before training, docs/envs.md)."""
 CONTROL_TASKS = ("key_door", "guess_number")
 """The controls: KeyDoor fails the premise; GuessNumber's chance is above the base band."""
+
+
+STATE_ANCHOR = {"frozen_lake": "observation"}
+"""GiGPO's anchor per environment: the turns of a group that start from one environment state
+share a step baseline. FrozenLake's observation is its state (the grid with the player);
+Search's, MultiHop's and a user env's state is the history so far, which ``"prefix"`` hashes
+(identical histories of one task's rollouts are one state)."""
+
+
+def state_anchor(task: str) -> str:
+    """GiGPO's ``anchor`` for ``task`` (:data:`STATE_ANCHOR`, else ``"prefix"``)."""
+    return STATE_ANCHOR.get(registry_name(task), "prefix")
