@@ -1,0 +1,107 @@
+"""The design screens of docs/instrument.md, on the noisy oracle's exact values (no training).
+
+``python docs/instrument/screens/screens.py frozen_lake`` prints, per FrozenLake setting and
+demonstration noise eps, the oracle's success, the noisy oracle's success, the explained
+variance of its exact values (the best any critic of the policy could do), the median
+between-turn share, the share of GRPO groups of 4 whose outcomes differ, and the turns.
+``... key_door`` prints, per KeyDoor design and eps, the median between-turn share of the exact
+values and of the reference critic's cross-fitted table (64 tasks x 16 rollouts).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from mpo_rs.diagnose import summarize_value_structure, value_structure
+from mpo_rs.envs import make
+from mpo_rs.envs.premise import NoisyOracle, belief_model, rollout, share_statistics
+from mpo_rs.reproduce.reference import belief_keys, cross_fitted_values
+
+
+def _rollouts(task: str, params: dict[str, Any], eps: float, n: int, group: int) -> list[Any]:
+    env = make(task, **params)
+    values = NoisyOracle(belief_model(env), eps)
+    rng = np.random.default_rng(0)
+    return [rollout(env, values, 10**6 + i // group, rng) for i in range(n)]
+
+
+def _ev(values: np.ndarray, returns: np.ndarray) -> float:
+    return float(1 - np.var(returns - values) / np.var(returns))
+
+
+def frozen_lake(settings: list[dict[str, Any]], eps_list: list[float]) -> None:
+    for params in settings:
+        print("oracle", params, round(make("frozen_lake", **params).oracle_success(), 3), flush=True)
+        for eps in eps_list:
+            rs = _rollouts("frozen_lake", params, eps, 1024, 4)
+            scores = np.array([r.score for r in rs])
+            v = np.concatenate([np.array(r.values)[np.array(r.mask, bool)] for r in rs])
+            g = np.concatenate([np.full(int(np.sum(r.mask)), r.score) for r in rs])
+            groups = scores.reshape(-1, 4)
+            out = {
+                "params": params,
+                "eps": eps,
+                "success": round(float(scores.mean()), 3),
+                "ev": round(_ev(v, g), 3),
+                "share": round(share_statistics(rs)["median_between_share"], 3),
+                "distinct": round(float(np.mean(groups.max(1) != groups.min(1))), 3),
+                "turns": round(float(np.mean([r.turns for r in rs])), 3),
+            }
+            print(json.dumps(out), flush=True)
+
+
+def key_door(designs: list[tuple[dict[str, Any], list[float]]]) -> None:
+    group = 16
+    for params, eps_list in designs:
+        for eps in eps_list:
+            rs = _rollouts("key_door", params, eps, 64 * group, group)
+            env = make("key_door", **params)
+            tokens = np.concatenate([r.tokens for r in rs]).astype(np.int64)
+            mask = np.concatenate([r.mask for r in rs]).astype(bool)
+            offsets = np.cumsum([0] + [len(r.tokens) for r in rs])
+            exact = np.concatenate([np.asarray(r.values)[np.asarray(r.mask, bool)] for r in rs])
+            scores = np.array([r.score for r in rs])
+            per = np.repeat(np.arange(len(rs)), np.diff(offsets))[mask]
+            fold = (np.arange(len(rs)) % group % 2)[per]
+            table = cross_fitted_values(belief_keys(env, tokens, mask, offsets), scores[per], fold)
+            shares = []
+            for values in (exact, table):
+                full = np.zeros(mask.size, np.float32)
+                full[mask] = values
+                summary = summarize_value_structure(value_structure(full, mask, offsets), outcome=scores)
+                shares.append(round(summary["all"]["median_between_share"], 3))
+            print(json.dumps({"params": params, "eps": eps, "exact": shares[0], "table": shares[1]}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["frozen_lake"]:
+        frozen_lake(
+            [
+                {},
+                {"success_rate": 0.8},
+                {"success_rate": 0.9},
+                {"slippery": False},
+                {"success_rate": 0.8, "frozen_prob": 0.7},
+                {"success_rate": 0.8, "size": 5, "max_turns": 14},
+                {"success_rate": 0.8, "frozen_prob": 0.7, "size": 5, "max_turns": 14},
+                {"frozen_prob": 0.7},
+            ],
+            [0.2, 0.35, 0.5],
+        )
+    elif sys.argv[1:] == ["key_door"]:
+        key_door(
+            [
+                ({"max_turns": 2, "key_position": 8, "open_position": 8}, [0.4, 0.55, 0.7]),
+                ({"max_turns": 3, "key_position": 8, "open_position": 8}, [0.4, 0.55, 0.7]),
+                ({"max_turns": 2, "key_position": 12, "open_position": 4}, [0.4, 0.55, 0.7]),
+                ({"max_turns": 2, "key_position": 8, "open_position": 8, "num_keys": 8, "vocab_size": 24}, [0.4, 0.7]),
+                ({"max_turns": 2, "action_tokens": 8, "key_position": 4, "open_position": 4}, [0.4, 0.7]),
+                ({"max_turns": 2, "key_position": 8, "open_position": 8, "max_noise": 0}, [0.4, 0.7]),
+            ]
+        )
+    else:
+        sys.exit("usage: screens.py frozen_lake|key_door")
