@@ -362,7 +362,7 @@ class _FrozenLakeModel(_Model):
         prefix = tuple(int(x) for x in prefix)
         value, _ = fl.solve(desc, self.env.size, self.env.slippery, self.T, (0.0,) * 5, self.env.success_rate)
         state = (t, round(value[self.T - t][cell] / VALUE_STEP))
-        if not any(action[: len(prefix)] == prefix for action in self.W):
+        if not any(action[: len(prefix)] == prefix for action in self.W or ()):
             return state, (len(prefix), "malformed")
         if len(prefix) < 2:
             return state, prefix
