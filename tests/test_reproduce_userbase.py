@@ -135,6 +135,26 @@ def test_the_base_key_follows_the_demonstrator(tmp_path: Path, monkeypatch: pyte
     assert len(keys) == 2
 
 
+def test_a_demonstrator_that_draws_gets_a_seeded_generator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from mpo_rs.reproduce.env import make_env
+    from mpo_rs.reproduce.userbase import demonstrator_episodes
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    body = (
+        "import numpy as np\n"
+        "def act(observations, *, rng):\n"
+        "    assert isinstance(rng, np.random.Generator)\n"
+        "    return [1, 4 + int(rng.integers(4))]\n"
+    )
+    config = build_config(ENV, budget="quick", demonstrator=_module(tmp_path, body))  # played once here
+    source = config.base.source  # type: ignore[union-attr]
+    env = make_env(config.tasks[0])
+    tokens = [demonstrator_episodes(env, source, range(16), np.random.default_rng([0, 1]))[0] for _ in range(2)]  # type: ignore[arg-type]
+    assert tokens[0] == tokens[1] and len(set(tokens[0][2::3])) > 1  # the same draws, not one answer
+
+
 # --------------------------------------------------------------------------- the bases themselves (torch)
 
 

@@ -132,7 +132,7 @@ def demonstrator_episodes(
     offsets, the scores). Its actions are checked as a policy's; an exception it raises is
     an InvalidConfigError naming it, the task seed and the turn."""
     demonstrate = load_demonstrator(source)
-    draws = _takes_rng(demonstrate)
+    extra = {"rng": rng} if _takes_rng(demonstrate) else {}
     name = f"demonstrator {source.spec!r}"
     tokens: list[int] = []
     mask: list[bool] = []
@@ -146,14 +146,11 @@ def demonstrator_episodes(
         score = 0.0
         for turn in range(int(env.max_turns)):
             try:
-                raw = (
-                    demonstrate([list(o) for o in observations], rng=rng)
-                    if draws
-                    else demonstrate([list(o) for o in observations])
-                )
+                raw = demonstrate([list(o) for o in observations], **extra)
             except Exception as e:  # the user's code failed: one line, typed
+                said = " ".join(str(e).split())
                 raise InvalidConfigError(
-                    f"{name}: calling it on task seed {seed}, turn {turn} failed: {type(e).__name__}: {e}"
+                    f"{name}: calling it on task seed {seed}, turn {turn} failed: {type(e).__name__}: {said}"
                 ) from None
             action = check_action(name, turn, raw, int(env.action_tokens), int(env.vocab_size))
             tokens += action
