@@ -11,12 +11,17 @@ It needs nothing from mpo_rs: any object with ``vocab_size``, ``action_tokens``,
 Run from the repository root (``python examples/my_env.py`` plays one episode)::
 
     mpo-rs reproduce --env examples.my_env:make --arms mpo,ppo,grpo --budget small --out my-run
+
+The arms start from a random initialisation unless you give them a base policy: with
+``--demonstrator examples.my_env:demonstrate`` they start from a policy behaviour-cloned
+from :func:`demonstrate`'s episodes.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 ASK, ANSWER, ERROR, PROMPT = 0, 1, 2, 3
 DIGITS = 4
@@ -53,6 +58,19 @@ class Vault:
 def make(**params: object) -> Vault:
     """The factory ``--env`` names; ``--env-param KEY=VALUE`` become its keyword arguments."""
     return Vault(**params)  # type: ignore[arg-type]
+
+
+def demonstrate(observations: Sequence[Sequence[int]], rng: Any = None) -> list[int]:
+    """The demonstrator ``--demonstrator`` names: the observations so far (the prompt first) to
+    the next action. It asks twice and answers the hint heard most (the last on a tie); with
+    ``rng`` (a numpy Generator reproduce passes), a hasty quarter of its episodes answer the
+    first hint, so the clone has something left to learn."""
+    hints = [obs[0] - DIGITS for obs in observations[1:] if obs and obs[0] >= DIGITS]
+    hasty = rng is not None and len(hints) == 1 and rng.random() < 0.25
+    if len(hints) < 2 and not hasty:
+        return [ASK, DIGITS]
+    guess = max(reversed(hints), key=hints.count)  # the most heard; on a tie the last
+    return [ANSWER, DIGITS + guess]
 
 
 if __name__ == "__main__":

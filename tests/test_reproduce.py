@@ -416,6 +416,8 @@ def test_the_default_budget_finishes_in_minutes(monkeypatch, tmp_path: Path):
                 workers=1,
                 out=tmp_path,
                 overwrite=False,
+                demonstrator=None,
+                base_policy=None,
             )
         )
     assert seen["budget"] == "quick"

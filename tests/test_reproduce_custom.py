@@ -155,7 +155,8 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
     out = tmp_path / "mine"
     argv = ["reproduce", "--env", ENV, "--arms", "mpo,grpo", "--quick", "--seeds", "2", "--out", str(out)]
     assert main([*argv, "--workers", "2"]) == 0
-    capsys.readouterr()
+    # No base policy given: the run says plainly that its arms start from scratch.
+    assert f"{ENV}: base policy none: a random initialisation: every arm starts from scratch" in capsys.readouterr().err
     runs = pq.read_table(out / "runs.parquet").to_pylist()
     assert sorted((r["arm"], r["seed"]) for r in runs) == [("grpo", 0), ("grpo", 1), ("mpo", 0), ("mpo", 1)]
     assert sorted(p.name for p in (out / "runs").glob("*.json")) == [
@@ -174,6 +175,7 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
         ("MPO - GRPO", "final_success"),
     ]
     assert results["chance"][ENV]["how"].startswith("uniformly random tokens")
+    assert results["base"] == {ENV: "none: a random initialisation"}
     page = (out / "reproduction.md").read_text()
     assert page.startswith("# Does MPO help on `examples.my_env:make`? The reproduction's protocol on a user")
     assert page.splitlines()[0].endswith("(smoke test)")

@@ -9,7 +9,8 @@ from one seed, and the pool of runs; needs torch), :mod:`.report`
 (tables, figures, claims and the generated page; needs pyarrow and matplotlib),
 :mod:`.api` (:func:`compare`: the protocol on your own ``MultiTurnEnv``, which the command
 runs), :mod:`.command` (the command's arguments and run), :mod:`.seeds` (the one layout of
-task seeds), :mod:`.env` (a task's environment: found, checked, identified, sized) and
+task seeds), :mod:`.env` (a task's environment: found, checked, identified, sized), :mod:`.userbase`
+(a user env's own base policy: a demonstrator's clone or a policy file, :mod:`.sources`) and
 :mod:`.pool` (the worker processes, which a stop always ends).
 """
 

@@ -11,6 +11,12 @@ the paired analysis with Holm's correction -- on any environment that implements
   It travels to the worker processes by that name; the name, its parameters and its code
   identity are part of the configuration hash (:mod:`.env`), so an output directory resumes
   only the runs of the same env, unedited. It is checked before anything is written.
+- A user env's arms start from a random initialisation unless ``demonstrator``
+  (``"module:callable"`` or a module-level callable: ``demonstrator(observations) ->
+  action``, cloned as the built-in tasks' bases are from their noisy oracles) or
+  ``base_policy`` (a policy file, such as ``OUT/base/<task>-seed<seed>.pt`` of an earlier
+  run) gives them a base policy (:mod:`.userbase`); the run says which, on the console and
+  in ``results.json``'s ``base``.
 - ``arms`` is a subset of the arm keys (:func:`~mpo_rs.reproduce.budgets.arm_keys`); ``budget`` one of
   :data:`~mpo_rs.reproduce.budgets.BUDGETS`
   (``quick``: a smoke test; ``small``: a quarter of the full run's updates, a first look;
@@ -31,10 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..exceptions import InvalidOptionError
 from .budgets import base_config, template_arms
 from .config import QUICK, Budget, ReproduceConfig
-from .env import check_user_env, env_spec
+from .env import check_user_env, env_spec, make_env
+from .seeds import task_seeds
+from .sources import Demonstrator, SavedPolicy
+from .userbase import base_lines, demonstrator_episodes, user_base
 
 __all__ = ["CompareResult", "build_config", "compare", "default_out", "run_config"]
 
@@ -65,11 +76,16 @@ def build_config(
     budget: str | Budget = "full",
     device: str = "cpu",
     workers: int | None = None,
+    demonstrator: str | Callable[..., Any] | None = None,
+    base_policy: str | os.PathLike[str] | None = None,
 ) -> ReproduceConfig:
     """The configuration :func:`compare` runs: the committed one of ``budget`` (with no
     ``env`` and no other argument, exactly QUICK, FULL or GPU), with the user env as its
-    one task, the chosen arms, seeds and workers. A user env is built once here, so a bad
-    spec fails before anything is written. Raises InvalidOptionError or InvalidConfigError."""
+    one task, the chosen arms, seeds and workers, and its base policy: cloned from
+    ``demonstrator``, loaded from ``base_policy``, or none (a random initialisation). A user
+    env is built once here, the demonstrator plays one episode and the policy file is loaded
+    into the run's model, so a bad one fails before anything is written. Raises
+    InvalidOptionError or InvalidConfigError."""
     keys = _checked(arms, {"seeds": (seeds, 1), "workers": (workers, 1), "first_seed": (first_seed, 0)})
     # The seeds first: their range is checked (ReproduceConfig), and the env is tried on them.
     config = base_config(budget, device).with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
@@ -80,18 +96,41 @@ def build_config(
         template = template_arms(config)
         main_group = template["mpo"].group
         chosen = [a for a in template.values() if a.group == main_group] if keys is None else template.values()
-        # A user env has no oracle to clone: its arms start from the random initialisation
-        # (base=None); the critic warm-up needs only the policy's rollouts, so it stays.
+        # A user env has no oracle to clone: its arms start from the user's demonstrator's clone,
+        # the user's policy file or else the random initialisation (base=None); the critic
+        # warm-up needs only the policy's rollouts, so it stays.
+        base = user_base(config.base, demonstrator, None if base_policy is None else os.fspath(base_policy))
         config = dataclasses.replace(
-            config, tasks=(task,), arms=tuple(dataclasses.replace(a, task=spec) for a in chosen), base=None
+            config, tasks=(task,), arms=tuple(dataclasses.replace(a, task=spec) for a in chosen), base=base
         )
+        _try_base(config, spec)
     elif env_params:
         raise InvalidOptionError("env_params (--env-param) needs an env (--env module:factory)")
+    elif demonstrator is not None or base_policy is not None:
+        flag = "demonstrator (--demonstrator)" if demonstrator is not None else "base_policy (--base-policy)"
+        raise InvalidOptionError(
+            f"{flag} needs an env (--env module:factory): each built-in task clones its own noisy oracle"
+        )
     if keys is not None:
         config = config.with_arms(keys)
-    if env is not None and env_spec(env).startswith("__main__:"):
+    source = None if config.base is None else config.base.source
+    main_demonstrator = isinstance(source, Demonstrator) and source.spec.startswith("__main__:")
+    if env is not None and (env_spec(env).startswith("__main__:") or main_demonstrator):
         config = dataclasses.replace(config, workers=1)  # __main__ may not import in a worker
     return config
+
+
+def _try_base(config: ReproduceConfig, task: str) -> None:
+    """A user's base tried before anything is written: the demonstrator plays one episode,
+    the policy file is loaded into the run's model (which needs torch)."""
+    source = None if config.base is None else config.base.source
+    if isinstance(source, SavedPolicy):
+        from .base import load_policy_file, new_policy
+
+        load_policy_file(new_policy(config, task, config.first_seed), source)
+    elif source is not None:
+        seeds = task_seeds("demo", config.first_seed, 0, 1)
+        demonstrator_episodes(make_env(config.task(task)), source, seeds, np.random.default_rng(0))
 
 
 # --------------------------------------------------------------------------- running it
@@ -154,6 +193,8 @@ def run_config(
         f"{config.name} configuration ({config.config_hash()}): {len(config.arms)} arms x {config.seeds} seed(s), "
         f"{config.workers} worker(s), output in {target}"
     )
+    for line in base_lines(config):
+        note(line)
     runs = run_all(config, target, note=note)
     meta: dict[str, Any] = {
         "wall_s": time.perf_counter() - t0,
@@ -182,6 +223,8 @@ def compare(
     workers: int | None = None,
     overwrite: bool = False,
     note: Callable[[str], None] = lambda _: None,
+    demonstrator: str | Callable[..., Any] | None = None,
+    base_policy: str | os.PathLike[str] | None = None,
 ) -> CompareResult:
     """Does MPO help on my task? Trains ``arms`` on ``env`` from ``seeds`` seeds (the
     budget's default: 1 for quick, 5 otherwise) with equal budgets and writes the report in
@@ -189,8 +232,10 @@ def compare(
     one must be empty or an earlier output of the same configuration, whose finished runs
     are resumed, unless ``overwrite``). Returns the paired results (:class:`CompareResult`).
 
-    ``arms=None`` runs Table 1's arms on a user env (every arm with ``env=None``). Raises InvalidConfigError (the env),
-    InvalidOptionError (an argument), MissingDependencyError or OSError."""
+    ``arms=None`` runs Table 1's arms on a user env (every arm with ``env=None``). Without
+    ``demonstrator`` or ``base_policy`` a user env's arms start from a random
+    initialisation. Raises InvalidConfigError (the env, the demonstrator), InvalidOptionError
+    (an argument, the policy file), MissingDependencyError or OSError."""
     config = build_config(
         env,
         env_params=env_params,
@@ -200,5 +245,7 @@ def compare(
         budget=budget,
         device=device,
         workers=workers,
+        demonstrator=demonstrator,
+        base_policy=base_policy,
     )
     return run_config(config, out, overwrite=overwrite, note=note)

@@ -18,6 +18,11 @@ and ``OUT/base/<task>-seed<seed>-critic.pt``, with the hash of everything that d
 (:func:`base_key`, :func:`critic_key`); every arm of the seed loads the same weights, and a
 resumed run takes them as they are. A file of other settings is made again.
 
+A user env's base (:mod:`.userbase`) is cloned the same way from the user's demonstrator,
+or loaded from the user's policy file (:func:`load_policy_file`; its held-out success is
+measured as a cloned base's); the base file of a (task, seed) records the model it is of
+(``"model"``: :func:`architecture`), so a later run can be given it.
+
 Task seeds. The demonstrations, the warm-up's rollouts and the held-out tasks (on which
 the base success and the warm-up's explained variance are measured) are
 :func:`~mpo_rs.reproduce.seeds.task_seeds` of their own purposes: apart from each other and
@@ -47,7 +52,7 @@ except ModuleNotFoundError as _e:
     raise missing("mpo_rs.reproduce.base", "torch", _e) from None
 
 from ..envs.premise import NoisyOracle, belief_model
-from ..exceptions import InvalidConfigError
+from ..exceptions import InvalidConfigError, InvalidOptionError
 from ..torch.batching import pad_rows
 from ..torch.critic import value_head_critic
 from ..torch.losses import value_loss
@@ -58,9 +63,12 @@ from ..torch.sampler import sample
 from .config import ReproduceConfig
 from .env import make_env, model_max_len
 from .seeds import HELD_OUT, task_seeds
+from .sources import Demonstrator, SavedPolicy
+from .userbase import base_description, demonstrator_episodes, file_digest
 
 __all__ = [
     "BASE_DIR",
+    "architecture",
     "base_key",
     "base_path",
     "base_policy",
@@ -71,6 +79,7 @@ __all__ = [
     "demonstrations",
     "held_out_success",
     "is_cached",
+    "load_policy_file",
     "new_policy",
     "policy_rollouts",
     "warm_critic",
@@ -199,14 +208,15 @@ def _digest(payload: dict[str, Any]) -> str:
 
 def base_key(config: ReproduceConfig, task: str, seed: int) -> str:
     """The hash of what decides a base policy: the task, the model, the device, the base
-    settings and the seed (not the arms or the RL budget). With ``base=None`` it names the
-    random initialisation the arms start from (what a warm-up without a base policy fits)."""
+    settings (with a user's demonstrator's code or policy file's digest) and the seed (not
+    the arms or the RL budget). With ``base=None`` it names the random initialisation the
+    arms start from (what a warm-up without a base policy fits)."""
     return _digest(
         {
             "task": config.task(task).identity(),
             "model": dataclasses.asdict(config.model),
             "device": config.device,
-            "base": None if config.base is None else dataclasses.asdict(config.base),
+            "base": config.to_dict()["base"],  # a user's base: its source's code or digest too
             "seed": seed,
         }
     )
@@ -270,8 +280,9 @@ def is_cached(config: ReproduceConfig, task: str, seed: int, out_dir: str | Path
 def base_policy(
     config: ReproduceConfig, task: str, seed: int, out_dir: str | Path | None = None
 ) -> tuple[TinyCausalLM, dict[str, Any]]:
-    """The base policy of (``task``, ``seed``) and what was measured making it (``eps``,
-    ``demo_success``, ``held_out_success``, ``bc_loss_first``/``last``, ``bc_s``), from
+    """The base policy of (``task``, ``seed``) and what was measured making it (``source``:
+    :func:`~mpo_rs.reproduce.userbase.base_description`; ``eps`` for an oracle's clone,
+    ``demo_success``, ``bc_loss_first``/``last`` for a clone; ``held_out_success``, ``bc_s``), from
     ``out_dir``'s cache when it holds it for the same settings, else made (and saved there)."""
     if config.base is None:
         raise InvalidConfigError(f"configuration {config.name!r} has no base policies (base=None)")
@@ -282,38 +293,140 @@ def base_policy(
     if saved is None:
         saved = _make_base(policy, config, task, seed)
         saved["key"] = key
-        if path is not None:
+        source = config.base.source
+        # Never over the user's own file (a base file of an earlier run in the same OUT).
+        if path is not None and not (isinstance(source, SavedPolicy) and _same_file(path, source.path)):
             _save(path, saved)
     policy.load_state_dict(saved["state"])
     return policy, dict(saved["info"])
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
 
 
 def _make_base(policy: TinyCausalLM, config: ReproduceConfig, task: str, seed: int) -> dict[str, Any]:
     assert config.base is not None
     base = config.base
     started, cpu = time.perf_counter(), time.process_time()
-    env = make_env(config.task(task))
-    eps = base.eps(task)
-    oracle = NoisyOracle(belief_model(env), eps, base.well_formed)
-    rng = np.random.default_rng([seed, 0x5EED])
-    demos = demonstrations(env, oracle, task_seeds("demo", seed, 0, base.episodes), rng)
-    losses = behaviour_clone(policy, demos, steps=base.steps, batch_size=base.batch_size, lr=base.lr, rng=rng)
-    bc_s, bc_cpu_s = time.perf_counter() - started, time.process_time() - cpu
-    info = {
-        "task": task,
-        "seed": seed,
-        "eps": eps,
-        "demo_success": float(demos.scores.mean()),
-        "bc_loss_first": losses[0] if losses else float("nan"),
-        "bc_loss_last": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else float("nan"),
-        "bc_s": bc_s,
-        "bc_cpu_s": bc_cpu_s,
-        "held_out_episodes": config.budget.eval_tasks * config.budget.eval_samples,
-        "held_out_success": held_out_success(
-            policy, config, task, seed, config.budget.eval_tasks * config.budget.eval_samples
-        ),
+    info: dict[str, Any] = {"task": task, "seed": seed, "source": base_description(config, task)}
+    if isinstance(base.source, SavedPolicy):
+        load_policy_file(policy, base.source)
+        info["file_digest"] = base.source.digest
+    else:
+        env = make_env(config.task(task))
+        rng = np.random.default_rng([seed, 0x5EED])
+        seeds = task_seeds("demo", seed, 0, base.episodes)
+        if isinstance(base.source, Demonstrator):
+            tokens, mask, offsets, scores = demonstrator_episodes(env, base.source, seeds, rng)
+            demos = Demonstrations(
+                np.asarray(tokens, np.int64), np.asarray(mask, bool), np.asarray(offsets, np.int64), np.asarray(scores)
+            )
+        else:
+            info["eps"] = eps = base.eps(task)
+            demos = demonstrations(env, NoisyOracle(belief_model(env), eps, base.well_formed), seeds, rng)
+        losses = behaviour_clone(policy, demos, steps=base.steps, batch_size=base.batch_size, lr=base.lr, rng=rng)
+        info |= {
+            "demo_success": float(demos.scores.mean()),
+            "bc_loss_first": losses[0] if losses else float("nan"),
+            "bc_loss_last": float(np.mean(losses[-max(1, len(losses) // 10) :])) if losses else float("nan"),
+        }
+    info |= {"bc_s": time.perf_counter() - started, "bc_cpu_s": time.process_time() - cpu}
+    episodes = config.budget.eval_tasks * config.budget.eval_samples
+    info |= {"held_out_episodes": episodes, "held_out_success": held_out_success(policy, config, task, seed, episodes)}
+    state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+    return {"state": state, "info": info, "model": architecture(policy)}
+
+
+# --------------------------------------------------------------------------- a policy file of the user's
+
+
+ARCHITECTURE = ("vocab_size", "width", "layers", "heads", "max_len")
+"""The sizes a policy file is checked on (heads only where the file records them)."""
+
+
+def architecture(policy: TinyCausalLM) -> dict[str, int]:
+    """What a policy file must match: the model's sizes (its vocabulary is the env's)."""
+    heads = int(getattr(policy.blocks[0], "heads", 0)) if len(policy.blocks) else 0
+    return {
+        "vocab_size": int(policy.vocab_size),
+        "width": int(policy.width),
+        "layers": len(policy.blocks),
+        "heads": heads,
+        "max_len": int(policy.max_len),
     }
-    return {"state": {k: v.detach().cpu() for k, v in policy.state_dict().items()}, "info": info}
+
+
+_SIZES = {"vocab_size": ("embed.weight", 0), "width": ("embed.weight", 1), "max_len": ("position.weight", 0)}
+"""The sizes a state dict shows: (parameter, dimension)."""
+
+
+def _file_sizes(state: dict[str, Any], record: Any) -> dict[str, int]:
+    """The sizes of the model a state dict is of: the record the file may hold, else what its tensors show."""
+    sizes = {k: int(v) for k, v in record.items() if k in ARCHITECTURE} if isinstance(record, dict) else {}
+    for name, (key, dim) in _SIZES.items():
+        if name not in sizes and key in state and state[key].dim() > dim:
+            sizes[name] = int(state[key].shape[dim])
+    blocks = {key.split(".")[1] for key in state if key.startswith("blocks.")}
+    if "layers" not in sizes and blocks:
+        sizes["layers"] = len(blocks)
+    return sizes
+
+
+def load_policy_file(policy: TinyCausalLM, source: SavedPolicy) -> None:
+    """Loads the user's policy file into ``policy`` (the run's model). The file is what
+    ``torch.save`` wrote of a ``TinyCausalLM`` state dict, bare or under ``"state"`` (as
+    reproduce writes ``OUT/base/<task>-seed<seed>.pt``, with the model's sizes under
+    ``"model"``). Raises InvalidOptionError naming the file: unreadable, changed since the
+    configuration was made, not such a file, or of another model (the sizes that differ:
+    the vocabulary, the width, the layers, the heads or the positions)."""
+    name = f"base policy {source.path!r}"
+    digest = file_digest(source.path)
+    if digest != source.digest:
+        raise InvalidOptionError(
+            f"{name}: its sha256 is {digest}, not the {source.digest} this configuration was made with (the file "
+            "changed since); start the run again"
+        )
+    try:
+        saved = torch.load(source.path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise InvalidOptionError(
+            f"{name}: not a policy file torch.save wrote ({type(e).__name__}: {first[:120]})"
+        ) from None
+    wrapped = isinstance(saved, dict) and isinstance(saved.get("state"), dict)
+    state = saved["state"] if wrapped else saved
+    if (
+        not isinstance(state, dict)
+        or not state
+        or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+    ):
+        raise InvalidOptionError(
+            f"{name}: holds a {type(state).__name__}, not a state dict (parameter names to tensors, bare or under "
+            "'state' as reproduce writes its base policies)"
+        )
+    want = architecture(policy)
+    found = _file_sizes(state, saved.get("model") if wrapped else None)
+    differs = [
+        f"{k} {found[k]} in the file, {want[k]} in this run's" for k in ARCHITECTURE if found.get(k, want[k]) != want[k]
+    ]
+    if not differs:
+        mine = policy.state_dict()
+        missing = sorted(set(mine) - set(state))
+        extra = sorted(set(state) - set(mine))
+        shapes = [k for k in mine if k in state and tuple(state[k].shape) != tuple(mine[k].shape)]
+        for label, keys in (("missing", missing), ("not of this model", extra), ("of another shape", shapes)):
+            if keys:
+                differs.append(
+                    f"{len(keys)} parameter(s) {label}: {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
+                )
+    if differs:
+        raise InvalidOptionError(
+            f"{name}: a policy of another model than this run's ({want['vocab_size']} token ids, width "
+            f"{want['width']}, {want['layers']} layers, {want['heads']} heads, {want['max_len']} positions): "
+            + "; ".join(differs)
+        )
+    policy.load_state_dict(state)
 
 
 def warm_critic(

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import InvalidOptionError
 from .config import FULL, GPU, PILOT, QUICK, Arm, Budget, ReproduceConfig
+from .sources import Demonstrator, SavedPolicy
 
 __all__ = ["BUDGETS", "arm_keys", "base_config", "budget_name", "command_line", "is_committed", "template_arms"]
 
@@ -99,6 +101,11 @@ def command_line(config: ReproduceConfig) -> str:
     if user:
         parts.append(f"--env {user[0].name}")
         parts += [f"--env-param {k}={json.dumps(v)}" for k, v in user[0].params]
+        source = None if config.base is None else config.base.source
+        if isinstance(source, Demonstrator):
+            parts.append(f"--demonstrator {source.spec}")
+        elif isinstance(source, SavedPolicy):
+            parts.append(f"--base-policy {shlex.quote(source.path)}")
         template = template_arms(base)
         default = [a.key for a in template.values() if a.group == template["mpo"].group]
     else:

@@ -59,6 +59,24 @@ def add_parser(commands: Any) -> None:
         help="a keyword argument of the --env factory (repeatable; VALUE is read as JSON, else as a string)",
     )
     p.add_argument(
+        "--demonstrator",
+        metavar="MODULE:CALLABLE",
+        help=(
+            "with --env: the arms start from a base policy behaviour-cloned from this callable's episodes, as each "
+            "built-in task's is from its noisy oracle: it maps the observations so far (lists of token ids, the "
+            "prompt first) to the next action's token ids (e.g. examples.my_env:demonstrate). Without it or "
+            "--base-policy, a user env's arms start from a random initialisation"
+        ),
+    )
+    p.add_argument(
+        "--base-policy",
+        metavar="PATH",
+        help=(
+            "with --env: every seed's arms start from this policy file (torch.save of the run's model's state dict, "
+            "such as OUT/base/<task>-seed<seed>.pt of an earlier run); a file of another model is refused"
+        ),
+    )
+    p.add_argument(
         "--arms",
         metavar="KEYS",
         help="comma-separated arm keys to run (e.g. mpo,ppo); an unknown key is refused with the known ones",
@@ -120,5 +138,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         budget=budget,
         device=args.device,
         workers=args.workers,
+        demonstrator=args.demonstrator,
+        base_policy=args.base_policy,
     )
     return run_config(config, args.out, overwrite=args.overwrite, docs=args.docs, note=note).out

@@ -12,9 +12,8 @@ main task. Every arm starts from the base policy of its (task, seed) and every c
 the same warmed-up critic (:class:`BasePolicy`, :class:`CriticWarmup`, :mod:`.base`).
 
 Four committed configurations: :data:`QUICK` (a smoke test), :data:`PILOT` (FULL's protocol on
-seeds of its own, to size FULL's seeds), :data:`FULL` (the reported CPU run), :data:`GPU`.
-
-The advantage scale is one rule for every arm: :data:`ADVANTAGE_SCALE_RULE` says it and why.
+seeds of its own, to size FULL's seeds), :data:`FULL` (the reported CPU run), :data:`GPU`. The
+advantage scale is one rule for every arm: :data:`ADVANTAGE_SCALE_RULE` says it and why.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from typing import Any
 from ..exceptions import InvalidConfigError, InvalidOptionError
 from ..options import CRITIC_FREE_FAMILIES, Estimator
 from .seeds import check_run_seeds
+from .sources import Demonstrator, SavedPolicy
 from .tasks import (
     CONTROL_TASKS,
     MAIN_TASK,
@@ -199,7 +199,8 @@ _PPO = Estimator("gae", lam=0.95, lam_critic=1.0)
 """PPO's token GAE: λ = 0.95, Monte-Carlo critic targets (λ_critic = 1), as every critic's."""
 
 
-def _table1(task: str) -> tuple[Arm, ...]:
+def table1_arms(task: str) -> tuple[Arm, ...]:
+    """Table 1's arms (GRPO, GSPO, PPO, MPO w/ token IS, MPO) on ``task`` (a variant too)."""
     p = task_prefix(task)
     return (
         Arm(f"{p}grpo", "GRPO", "table1", task, Estimator("grpo"), "token"),
@@ -208,11 +209,6 @@ def _table1(task: str) -> tuple[Arm, ...]:
         _mpo(f"{p}mpo_token_is", "MPO w/ token IS", "table1", task, ratio="token"),
         _mpo(f"{p}mpo", "MPO", "table1", task),
     )
-
-
-def table1_arms(task: str) -> tuple[Arm, ...]:
-    """Table 1's arms (GRPO, GSPO, PPO, MPO w/ token IS, MPO) on ``task`` (a variant too)."""
-    return _table1(task)
 
 
 def gigpo_arm(task: str) -> Arm:
@@ -224,12 +220,8 @@ def gigpo_arm(task: str) -> Arm:
 
 
 def relatives_arms(task: str) -> tuple[Arm, ...]:
-    """MPO's public relatives (AReaL's turn-level GAE, RAGEN's bi-level GAE) on ``task``."""
-    return _relatives(task)
-
-
-def _relatives(task: str) -> tuple[Arm, ...]:
-    """MPO's public relatives: what a user could use instead (docs/spec.md, "Turn-level estimators of other projects")."""
+    """MPO's public relatives (AReaL's turn-level GAE, RAGEN's bi-level GAE) on ``task``: what a user
+    could use instead (docs/spec.md, "Turn-level estimators of other projects")."""
     p = task_prefix(task)
     # AReaL's turn-level GAE (gae_timestep_unit "turn"): gamma*lambda once per turn, the value at
     # the turn's first token, broadcast -- MAE with beta = 0 -- under a token ratio. It differs from
@@ -245,8 +237,8 @@ def _relatives(task: str) -> tuple[Arm, ...]:
 
 
 def _arms() -> tuple[Arm, ...]:
-    table1 = tuple(arm for task in (*PREMISE_TASKS, *CONTROL_TASKS) for arm in _table1(task))
-    relatives = _relatives(MAIN_TASK)
+    table1 = tuple(arm for task in (*PREMISE_TASKS, *CONTROL_TASKS) for arm in table1_arms(task))
+    relatives = relatives_arms(MAIN_TASK)
     # beta = 1 and (lam, lam_intra) = (0.80, 0.95) are the MPO arm itself (on the main task).
     beta = tuple(_mpo(f"mpo_beta{b:g}", f"MPO β={b:g}", "beta", beta=b) for b in (0.0, 0.5, 1.5, 2.0))
     grid = tuple(
@@ -338,6 +330,8 @@ class BasePolicy:
     lr: float
     well_formed: float = 0.5
     """Of the replaced turns, the share drawn among well-formed actions (the rest: K uniform tokens)."""
+    source: Demonstrator | SavedPolicy | None = None
+    """None: each task's noisy oracle; else a user env's demonstrator or saved policy (:mod:`.sources`)."""
 
     def eps(self, task: str) -> float:
         """The task's noise; a variant (``search@think16``) without its own, its environment's."""
@@ -439,6 +433,8 @@ class ReproduceConfig:
         out = dataclasses.asdict(self)
         if out["budget"]["final_eval_tasks"] is None:  # unset: the hash a configuration always had
             del out["budget"]["final_eval_tasks"]
+        if self.base is not None and self.base.source is None:  # the oracles': the hashes they had
+            del out["base"]["source"]
         out["tasks"] = [task.identity() for task in self.tasks]
         out["arms"] = [arm.identity() for arm in self.arms]
         return out

@@ -42,12 +42,15 @@ __all__ = [
     "MAX_EPISODE_TOKENS",
     "MAX_VOCAB",
     "PROBE_EPISODES",
+    "callable_spec",
     "check_user_env",
     "env_code",
     "env_spec",
+    "load_callable",
     "load_env_factory",
     "make_env",
     "model_max_len",
+    "source_digest",
     "task_chance",
     "user_env",
 ]
@@ -63,7 +66,14 @@ PROBE_EPISODES = 4
 before a user env's run starts."""
 
 
-def _import(spec: str, module_name: str) -> Any:
+_KINDS = {
+    "env": ("factory", "examples.my_env:make", "a callable that returns a MultiTurnEnv"),
+    "demonstrator": ("callable", "examples.my_env:demonstrate", "a callable that returns the next action"),
+}
+"""What a ``module:name`` spec names: (the name's role, an example, what it must be)."""
+
+
+def _import(spec: str, module_name: str, what: str = "env") -> Any:
     # The current directory first on the path, as `python -m` has it, so `examples.my_env`
     # is found from a checkout; worker processes get the same path.
     cwd = os.getcwd()
@@ -74,50 +84,61 @@ def _import(spec: str, module_name: str) -> Any:
     except ModuleNotFoundError as e:
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise InvalidConfigError(
-                f"env {spec!r}: no module named {e.name!r} (run from the directory that holds it, or add it to "
+                f"{what} {spec!r}: no module named {e.name!r} (run from the directory that holds it, or add it to "
                 "PYTHONPATH)"
             ) from None
-        raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {e}") from None
+        raise InvalidConfigError(f"{what} {spec!r}: importing {module_name} failed: {e}") from None
     except Exception as e:  # the user's module failed while importing: one line, typed
-        raise InvalidConfigError(f"env {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
+        raise InvalidConfigError(f"{what} {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
 
 
-@functools.cache
-def load_env_factory(spec: str) -> Callable[..., Any]:
-    """The callable named by ``spec`` (``module:factory``, the factory may be dotted, e.g.
-    ``pkg.envs:MyEnv.create``). Raises InvalidConfigError with one line when the spec is not
-    of that form, the module does not import or has no such attribute, or it is not callable."""
+def load_callable(spec: str, what: str = "env") -> Callable[..., Any]:
+    """The callable named by ``spec`` (``module:name``, the name may be dotted, e.g.
+    ``pkg.envs:MyEnv.create``): an env factory (``what="env"``) or a demonstrator
+    (``what="demonstrator"``). Raises InvalidConfigError with one line naming ``what`` when
+    the spec is not of that form, the module does not import or has no such attribute, or
+    it is not callable."""
+    role, example, must = _KINDS[what]
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr or any(not part.isidentifier() for part in attr.split(".")):
-        raise InvalidConfigError(f"env {spec!r}: expected module:factory, e.g. examples.my_env:make")
-    obj = _import(spec, module_name)
+        raise InvalidConfigError(f"{what} {spec!r}: expected module:{role}, e.g. {example}")
+    obj = _import(spec, module_name, what)
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise InvalidConfigError(f"env {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+            raise InvalidConfigError(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
     if not callable(obj):
-        raise InvalidConfigError(
-            f"env {spec!r}: {attr} is a {type(obj).__name__}, not a callable that returns a MultiTurnEnv"
-        )
+        raise InvalidConfigError(f"{what} {spec!r}: {attr} is a {type(obj).__name__}, not {must}")
     return obj  # type: ignore[no-any-return]
 
 
-def env_spec(env: str | Callable[..., Any]) -> str:
-    """``module:factory`` for a callable (it must be reachable by that name, which is how
+@functools.cache
+def load_env_factory(spec: str) -> Callable[..., Any]:
+    """The env factory named by ``spec`` (``module:factory``): :func:`load_callable`."""
+    return load_callable(spec, "env")
+
+
+def callable_spec(obj: str | Callable[..., Any], what: str = "env") -> str:
+    """``module:name`` for a callable (it must be reachable by that name, which is how
     worker processes find it and what the configuration hash records); a string as given."""
-    if isinstance(env, str):
-        return env
-    module, qualname = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
+    if isinstance(obj, str):
+        return obj
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
     spec = f"{module}:{qualname}"
     if not module or "<" in qualname:
         raise InvalidConfigError(
-            f"env {env!r} cannot be named as module:factory (a lambda or a local function); "
+            f"{what} {obj!r} cannot be named as module:{_KINDS[what][0]} (a lambda or a local function); "
             "pass a function defined at the top of a module"
         )
-    if load_env_factory(spec) is not env:
-        raise InvalidConfigError(f"env {env!r}: {spec} names another object")
+    if load_callable(spec, what) is not obj:
+        raise InvalidConfigError(f"{what} {obj!r}: {spec} names another object")
     return spec
+
+
+def env_spec(env: str | Callable[..., Any]) -> str:
+    """``module:factory`` for a callable (:func:`callable_spec`); a string as given."""
+    return callable_spec(env, "env")
 
 
 # --------------------------------------------------------------------------- identity
@@ -128,7 +149,8 @@ _SOURCES: dict[str, str] = {}
 runs (a file edited later is another process's code)."""
 
 
-def _source_digest(module_name: str) -> str | None:
+def source_digest(module_name: str) -> str | None:
+    """The sha256 of an imported module's source file (None for a module without one)."""
     if module_name not in _SOURCES:
         path = getattr(sys.modules.get(module_name), "__file__", None)
         if path is None:
@@ -148,7 +170,7 @@ def env_code(spec: str, env: Any) -> str:
     raw = env.env if isinstance(env, CheckedEnv) else env
     factory = load_env_factory(spec)
     modules = sorted({spec.partition(":")[0], getattr(factory, "__module__", None) or "", type(raw).__module__} - {""})
-    parts: list[Any] = [[name, _source_digest(name)] for name in modules]
+    parts: list[Any] = [[name, source_digest(name)] for name in modules]
     version = getattr(raw, "version", None)
     if version is not None:
         parts.append(["version", repr(version)])

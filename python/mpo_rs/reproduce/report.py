@@ -32,6 +32,7 @@ from .rows import arm_columns, arm_labels, summarize_run
 from .stats import (
     direction_words,
 )
+from .userbase import base_description
 
 __all__ = ["docs_figure", "page_figures", "page_from_results", "rerender", "write_report"]
 
@@ -112,6 +113,8 @@ def write_report(
         "config_hash": config.config_hash(),
         "meta": meta,
         "chance": {task: {"success": value, "how": how} for task, (value, how) in chance.items()},
+        # Where each task's arms start, in words (userbase.base_description): the page's base column.
+        "base": {spec.name: base_description(config, spec.name) for spec in config.tasks if spec.name in ran},
         "runs": rows,
         "claims": [
             {
