@@ -7,10 +7,12 @@ __all__ = [
     "CONTROL_TASKS",
     "MAIN_TASK",
     "PREMISE_TASKS",
+    "ROLES",
     "TASK_PREFIX",
     "VARIANT",
     "registry_name",
     "task_prefix",
+    "task_role",
 ]
 
 MAIN_TASK = "search"
@@ -39,3 +41,20 @@ PREMISE_TASKS = ("search", "multi_hop", "frozen_lake")
 """The tasks that meet MPO's premise (measured before training, docs/envs.md)."""
 CONTROL_TASKS = ("key_door", "guess_number")
 """The controls: KeyDoor fails the premise; GuessNumber's chance is above the base band."""
+
+
+ROLES = ("premise", "control", "chance", "user")
+"""A task's role for the gates: a premise task, the negative control (KeyDoor, where the premise
+fails), a control at chance (GuessNumber) or a user's environment."""
+
+
+def task_role(task: str) -> str:
+    """The role of a task (:data:`ROLES`): ``premise`` for :data:`PREMISE_TASKS`, ``control`` for
+    the first of :data:`CONTROL_TASKS` (the negative control), ``chance`` for the other controls,
+    ``user`` for any other environment; variants take their environment's role."""
+    kind = registry_name(task)
+    if kind in PREMISE_TASKS:
+        return "premise"
+    if kind == CONTROL_TASKS[0]:
+        return "control"
+    return "chance" if kind in CONTROL_TASKS else "user"
