@@ -253,3 +253,35 @@ def test_the_committed_run_was_not_gated_so_its_page_gives_no_verdict():
     assert "No task passes every gate, so no comparison on this page gets a verdict." in gates
     results = json.loads((DOCS / "full" / "results.json").read_text())
     assert "gates" not in results  # the run's own record, unchanged
+
+
+def test_reproduce_reads_a_gates_file_and_refuses_a_bad_one_before_running(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("matplotlib")
+    from mpo_rs.cli import main
+
+    out = tmp_path / "out"
+    argv = ["reproduce", "--quick", "--arms", "door_grpo,door_ppo,door_mpo", "--workers", "1", "--out", str(out)]
+    assert main([*argv, "--gates", str(tmp_path / "missing.json")]) == 2
+    assert "not a gates file" in capsys.readouterr().err and not out.exists()
+
+    spec = QUICK.task("key_door")
+    base = [{"task": "key_door", "seed": 0, "entropy": 0.4, "distinct_groups": 0.5, "critic_ceiling": 0.1,
+             "between_share": 0.2}]  # fmt: skip
+    path = tmp_path / "gates.json"
+    path.write_text(json.dumps(gates_payload("pilot-gates", [{"task": "key_door", "params": dict(spec.params),
+                                                               "role": "control", "base": base, "learned": None}])))  # fmt: skip
+    assert main([*argv, "--gates", str(path)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    gates = results["gates"]
+    assert (gates["source"], gates["file"], gates["file_config"]) == ("file", "gates.json", "pilot-gates")
+    door = gates["tasks"]["key_door"]
+    assert door["role"] == "control" and door["base"] == base
+    # Exploration and premise pass on the file's numbers; one seed bounds no learning: no verdict.
+    assert [(r["gate"], r["passed"]) for r in door["judged"]] == [
+        ("learning", None), ("exploration", True), ("premise", True)
+    ]  # fmt: skip
+    assert door["withheld"] == "its learning gate was not measured"
+    assert {c["verdict"] for c in results["family_comparisons"]} == {NO_VERDICT}
+    page = (out / "reproduction.md").read_text()
+    assert "read from the gates file `gates.json`" in page and "### KeyDoor (negative control)" in page

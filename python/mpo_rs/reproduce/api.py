@@ -129,11 +129,13 @@ def run_config(
     docs: str | os.PathLike[str] | None = None,
     note: Callable[[str], None] = lambda _: None,
     gates_file: str | os.PathLike[str] | None = None,
+    measure_gates: bool = True,
 ) -> CompareResult:
     """Claims ``out`` for ``config``, runs every (arm, seed) it has not finished, and writes
     the report. The gates (:mod:`.gating`): the base policies' measurements are read from
     ``gates_file`` (the gates command's ``--json`` on a pilot) or, without one, measured on
-    the run's own first seeds; a comparison on a task that does not pass them gets no verdict.
+    the run's own first seeds (unless ``measure_gates`` is False: the gates command, which
+    measures them itself); a comparison on a task that does not pass them gets no verdict.
     Raises InvalidOptionError (usage), MissingDependencyError or OSError."""
     from .._deps import require_all
 
@@ -161,7 +163,7 @@ def run_config(
         f"{config.workers} worker(s), output in {target}"
     )
     runs = run_all(config, target, note=note)
-    if gates is None:
+    if gates is None and measure_gates:
         gates = measure_own(config, target, note=note)
     meta: dict[str, Any] = {
         "wall_s": time.perf_counter() - t0,

@@ -172,9 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.train:
         from .api import run_config
 
-        rows = run_config(config, args.train, note=lambda line: print(line, file=sys.stderr, flush=True)).results[
-            "runs"
-        ]
+        def note(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        # The base policies' gates are measured below, with this command's own sizes.
+        rows = run_config(config, args.train, note=note, measure_gates=False).results["runs"]
         args.cache = args.cache or args.train  # the runs' base policies, made once
     judged, record = {}, []
     for spec in config.tasks:
