@@ -26,6 +26,7 @@ from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, PILOT, QUICK
 from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TASK_PREFIX
 from mpo_rs.reproduce.stats import (
     INCONCLUSIVE,
+    NO_VERDICT,
     NOT_REPRODUCED,
     REPRODUCED,
     combine,
@@ -480,9 +481,17 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["config_hash"] == QUICK.config_hash()
     assert [c["number"] for c in results["claims"]] == list(range(1, 10))
-    assert {c["verdict"] for c in results["claims"]} <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
+    assert {c["verdict"] for c in results["claims"]} <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NO_VERDICT}
+    # The run measured its own base policies' gates (one seed, a few rollouts: the smoke test's),
+    # and one seed bounds no learning gate, so nothing gets a verdict.
+    gates = results["gates"]
+    assert gates["source"] == "run" and gates["size"]["seeds"] == [QUICK.first_seed]
+    assert set(gates["tasks"]) == {spec.name for spec in QUICK.tasks}
+    assert all(len(t["base"]) == 1 and not t["counts"] for t in gates["tasks"].values())
+    assert {c["verdict"] for c in results["family_comparisons"]} == {NO_VERDICT}
     page = (out / "reproduction.md").read_text()
     assert "| # | the paper |" in page and "img/final_success.png" in page
+    assert "## Gates" in page and "measured on this run's own seeds, not a pilot's" in page
     # The page is a function of results.json: it renders again from it alone.
     from mpo_rs.reproduce.report import page_from_results
 

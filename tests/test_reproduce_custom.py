@@ -211,5 +211,7 @@ def test_compare_returns_the_paired_results(tmp_path: Path) -> None:
     primary, final = result.family  # the plan's two metrics, the primary first
     assert (primary.metric, final.metric) == ("auc_success", "final_success")
     assert (final.what, final.n) == ("MPO - PPO", 2)
-    assert {primary.verdict, final.verdict} <= {"reproduced", "not reproduced", "inconclusive"}
+    # A user env has no base policy whose gates the run could measure: no verdict.
+    assert {primary.verdict, final.verdict} == {"no verdict"}
+    assert result.results["gates"]["tasks"][ENV]["role"] == "user"
     assert result.results["config_hash"] == result.config.config_hash()

@@ -1,10 +1,14 @@
 """The claims and the family: the paired comparisons of arms (:class:`Comparison`), the
 paper's claims with their verdicts (:func:`claims`) and the pre-registered family with
-Holm's correction (:func:`family_comparisons`), computed from the rows alone."""
+Holm's correction (:func:`family_comparisons`), computed from the rows and the gates: a
+comparison on a task that does not pass its gates (``withheld``, :func:`.gating.withheld`)
+keeps its numbers and gets no verdict; an undecided one of the family on a gated task gets
+the plan's equivalence reading (TOST)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +17,8 @@ from .config import BETA_SWEEP, LAMBDA_GRID, ReproduceConfig, task_prefix
 from .plan import PLAN
 from .rows import arm_labels, by_seed, nanmedian, task_title
 from .stats import (
+    INCONCLUSIVE,
+    NO_VERDICT,
     Paired,
     combine,
     diff_ci,
@@ -20,6 +26,7 @@ from .stats import (
     holm,
     holm_verdict,
     paired_diff_ci,
+    tost_p,
     verdict,
 )
 
@@ -55,8 +62,9 @@ METRIC_NAMES = {
 """How a metric of the family is named in the summary (another by its key)."""
 
 
-def verdict_rule(config: ReproduceConfig) -> str:
-    """The verdict rule as the page states it (the code is :func:`claims`)."""
+def verdict_rule(config: ReproduceConfig, plan_hash: str = "") -> str:
+    """The verdict rule as the page states it (the code is :func:`claims`); ``plan_hash`` the
+    plan the run followed ('': today's)."""
     fam = family(config)
     pairs = len({(a, b) for _, a, b in fam})
     metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(m for m, _, _ in fam))
@@ -70,7 +78,7 @@ def verdict_rule(config: ReproduceConfig) -> str:
         text += (
             f'The {len(fam)} comparisons listed under "Power achieved" ({pairs} pair(s) of arms, each on {metrics}) '
             f"form one family, fixed in advance by the analysis plan "
-            f"`{PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
+            f"`{plan_hash or PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
             "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
             f"adjusted p-value is below {FAMILY_ALPHA:g} and the difference is positive, **not reproduced** when "
             f"it is below {FAMILY_ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "
@@ -79,10 +87,16 @@ def verdict_rule(config: ReproduceConfig) -> str:
         )
     else:
         text += "Every comparison"
+    margins = " and ".join(f"±{m:g} on {METRIC_NAMES.get(k, k)}" for k, m in PLAN.equivalence_margins)
     return text + (
         " is decided by its paired 95% interval: above 0 **reproduced**, below 0 **not "
         "reproduced**, containing 0 **inconclusive** (uncorrected: read them as exploratory). A claim "
-        "made of several comparisons is reproduced when all are, not reproduced when any is reversed."
+        "made of several comparisons is reproduced when all are, not reproduced when any is reversed. "
+        "All of this holds only on a task that passes every gate of its role (see Gates): on any other task a "
+        "comparison is shown with **no verdict**. An inconclusive comparison of the family on a gated task reads "
+        f"**equivalent** within the plan's margin ({margins}) when both one-sided paired t-tests reject at "
+        f"{FAMILY_ALPHA:g} (its paired 90% interval lies inside the margin; TOST, uncorrected), and **no "
+        "difference shown** otherwise; never as equivalence on a task that is not gated."
     )
 
 
@@ -108,6 +122,22 @@ class Comparison:
     welch_high: float = math.nan
     p_holm: float = math.nan
     half_width: float = math.nan
+    p_tost: float = math.nan
+    """The TOST p-value of equivalence within ``margin`` (the family's, on a gated task)."""
+    margin: float = math.nan
+    withheld: str = ""
+    """Why the comparison gets no verdict (its task does not pass its gates); '' when it has one."""
+
+    def reading(self) -> str:
+        """What the comparison says: its verdict when decided, else "equivalent within ±m"
+        (TOST below alpha) or "no difference shown"; with no verdict, why."""
+        if self.withheld:
+            return f"{NO_VERDICT}: {self.withheld}"
+        if self.verdict != INCONCLUSIVE:
+            return self.verdict
+        if math.isfinite(self.p_tost) and self.p_tost < FAMILY_ALPHA:
+            return f"equivalent within ±{self.margin:g}"
+        return "no difference shown"
 
     def text(self) -> str:
         if not math.isfinite(self.diff):
@@ -166,22 +196,47 @@ def _family_holm(
     return dict(zip(fam, holm(ps), strict=True))
 
 
-def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
-    """The paper's claims, each measured on the runs: final held-out success unless said."""
+Withheld = Mapping[str, str] | None
+"""Task -> why its comparisons get no verdict ('' for a gated task; :func:`.gating.withheld`).
+None: no gating, every comparison decided by the statistics alone and none read as equivalence
+(a caller that gates elsewhere)."""
+
+
+def _decide(
+    c: Comparison, adjusted: Mapping[tuple[str, str, str], float], withheld: Withheld, tasks: Mapping[str, str]
+) -> None:
+    """Sets ``c``'s verdict: Holm's when it is in the family (and the TOST of equivalence within
+    the plan's margin of its metric); then, on a task whose gates it does not pass, no verdict."""
+    key = (c.metric, c.a, c.b)
+    if key in adjusted:
+        c.p_holm = adjusted[key]
+        c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+    if withheld is None:
+        return  # the statistics alone: verdicts, and no equivalence reading (it needs a gated task)
+    task = tasks.get(c.a, "")
+    reason = withheld.get(task, "its gates were not measured") if task else ""
+    if reason:
+        c.verdict, c.withheld = NO_VERDICT, reason
+    elif key in adjusted:
+        c.margin = PLAN.margin(c.metric)
+        c.p_tost = tost_p(c.diff, c.low, c.high, c.n, c.margin)
+
+
+def claims(rows: list[dict[str, Any]], config: ReproduceConfig, withheld: Withheld = None) -> list[Claim]:
+    """The paper's claims, each measured on the runs: final held-out success unless said;
+    a comparison on a task not gated (``withheld``) has no verdict."""
     present = {r["arm"] for r in rows}
     label = arm_labels(config)
     keys = {arm.key for arm in config.arms}
     main = task_title(config.arm("mpo").task) if "mpo" in keys else "KeyDoor"
     out: list[Claim] = []
     adjusted = _family_holm(rows, family(config))
+    tasks = {arm.key: arm.task for arm in config.arms}
 
     def claim(number: int, paper: str, comps: list[Comparison], note: str = "") -> None:
         comps = [c for c in comps if c.a in present and (c.b == "" or c.b in present)]
         for c in comps:
-            key = (c.metric, c.a, c.b)
-            if key in adjusted:
-                c.p_holm = adjusted[key]
-                c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+            _decide(c, adjusted, withheld, tasks)
         out.append(Claim(number, paper, comps, combine([c.verdict for c in comps]), note))
 
     claim(
@@ -280,7 +335,7 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig) -> list[Claim]:
             else "these runs do not reuse its seed."
         ),
     )
-    out.append(_prediction_claim(rows, config, adjusted))
+    out.append(_prediction_claim(rows, config, adjusted, withheld))
     return out
 
 
@@ -301,7 +356,10 @@ PREDICTION_BASELINES = ("ppo", "grpo")
 
 
 def _prediction_claim(
-    rows: list[dict[str, Any]], config: ReproduceConfig, adjusted: dict[tuple[str, str, str], float]
+    rows: list[dict[str, Any]],
+    config: ReproduceConfig,
+    adjusted: dict[tuple[str, str, str], float],
+    withheld: Withheld = None,
 ) -> Claim:
     """Claim 9, the question no anchor answers: does ``mpo-rs diagnose`` predict where MPO
     helps? Per task, MPO's paired gain over PPO and over GRPO on the primary metric beside
@@ -328,11 +386,9 @@ def _prediction_claim(
                 continue
             what = f"{task_title(spec.name)} (PPO critic's median share {share:.2f}): MPO - {label.get(other, other)}"
             c = _compare(rows, metric, mpo, other, what)
-            if (metric, mpo, other) in adjusted:  # a Table 1 comparison: the family's correction
-                c.p_holm = adjusted[(metric, mpo, other)]
-                c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+            _decide(c, adjusted, withheld, {mpo: spec.name})  # Table 1's: the family's correction
             comps.append(c)
-            if side is not None:
+            if side is not None and not c.withheld:  # only gated tasks' gains enter the contrast
                 groups[b][side].append(Paired(c.diff, c.low, c.high, c.n, c.p))
     contrasts = []
     for b in PREDICTION_BASELINES:
@@ -353,6 +409,9 @@ def _prediction_claim(
                 half_width=(high - low) / 2,
             )
         )
+        if withheld is not None and not (on and off):
+            contrasts[-1].verdict = NO_VERDICT
+            contrasts[-1].withheld = "it needs a gated task on each side of the split"
     return Claim(
         9,
         "Not a claim of the paper; the advice a user needs before switching estimators: does "
@@ -368,19 +427,22 @@ def _prediction_claim(
     )
 
 
-def family_comparisons(rows: list[dict[str, Any]], found: list[Claim], config: ReproduceConfig) -> list[Comparison]:
-    """The comparisons of the family, in its order, Holm-adjusted (the same numbers a claim
-    that shows one of them has; a family may compare arms no claim of the paper names, e.g.
-    on a task of its own). ``found`` is accepted for the callers' symmetry and not read."""
+def family_comparisons(
+    rows: list[dict[str, Any]], found: list[Claim], config: ReproduceConfig, withheld: Withheld = None
+) -> list[Comparison]:
+    """The comparisons of the family, in its order, Holm-adjusted, with their equivalence
+    reading, and no verdict on a task not gated (``withheld``): the same numbers a claim that
+    shows one of them has (a family may compare arms no claim of the paper names, e.g. on a
+    task of its own). ``found`` is accepted for the callers' symmetry and not read."""
     fam = family(config)
     adjusted = _family_holm(rows, fam)
     label = arm_labels(config)
+    tasks = {arm.key: arm.task for arm in config.arms}
     out = []
     for key in fam:
         # Named here, the same way whichever claim (if any) also shows it.
         metric, a, b = key
         comp = _compare(rows, metric, a, b, f"{label.get(a, a)} - {label.get(b, b)}")
-        comp.p_holm = adjusted[key]
-        comp.verdict = holm_verdict(comp.diff, comp.p_holm, FAMILY_ALPHA)
+        _decide(comp, adjusted, withheld, tasks)
         out.append(comp)
     return out

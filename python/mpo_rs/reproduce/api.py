@@ -167,9 +167,15 @@ def run_config(
     overwrite: bool = False,
     docs: str | os.PathLike[str] | None = None,
     note: Callable[[str], None] = lambda _: None,
+    gates_file: str | os.PathLike[str] | None = None,
+    measure_gates: bool = True,
 ) -> CompareResult:
     """Claims ``out`` for ``config``, runs every (arm, seed) it has not finished, and writes
-    the report. Raises InvalidOptionError (usage), MissingDependencyError or OSError."""
+    the report. The gates (:mod:`.gating`): the base policies' measurements are read from
+    ``gates_file`` (the gates command's ``--json`` on a pilot) or, without one, measured on
+    the run's own first seeds (unless ``measure_gates`` is False: the gates command, which
+    measures them itself); a comparison on a task that does not pass them gets no verdict.
+    Raises InvalidOptionError (usage), MissingDependencyError or OSError."""
     from .._deps import require_all
 
     require_all("mpo-rs reproduce", [("torch", "torch"), ("pyarrow", "arrow"), ("matplotlib", "plot")])
@@ -178,10 +184,12 @@ def run_config(
 
         if not torch.cuda.is_available():
             raise InvalidOptionError("--device cuda: torch sees no CUDA device")
+    from .gating import measure_own, read_gates_file
     from .output import claim_output_dir
     from .report import write_report
     from .run import finished_runs, refuse_edited_env, run_all
 
+    gates = read_gates_file(gates_file, config) if gates_file is not None else None  # before anything runs
     target = Path(out) if out is not None else default_out(config)
     if not overwrite:
         refuse_edited_env(config, target)  # before the claim, whose refusal would not say why
@@ -196,6 +204,8 @@ def run_config(
     for line in base_lines(config):
         note(line)
     runs = run_all(config, target, note=note)
+    if gates is None and measure_gates:
+        gates = measure_own(config, target, note=note)
     meta: dict[str, Any] = {
         "wall_s": time.perf_counter() - t0,
         "workers": config.workers,
@@ -203,7 +213,7 @@ def run_config(
         "cpus": os.cpu_count(),
         "resumed": resumed,
     }
-    results = write_report(runs, config, target, meta, docs_dir=docs, note=note)
+    results = write_report(runs, config, target, meta, docs_dir=docs, note=note, gates=gates)
     note(f"done in {meta['wall_s'] / 60:.1f} min")
     from .analysis import Comparison
 
@@ -225,12 +235,14 @@ def compare(
     note: Callable[[str], None] = lambda _: None,
     demonstrator: str | Callable[..., Any] | None = None,
     base_policy: str | os.PathLike[str] | None = None,
+    gates_file: str | os.PathLike[str] | None = None,
 ) -> CompareResult:
     """Does MPO help on my task? Trains ``arms`` on ``env`` from ``seeds`` seeds (the
     budget's default: 1 for quick, 5 otherwise) with equal budgets and writes the report in
     ``out`` (default: a temporary directory for quick, else ``reproduce-out``; an existing
     one must be empty or an earlier output of the same configuration, whose finished runs
-    are resumed, unless ``overwrite``). Returns the paired results (:class:`CompareResult`).
+    are resumed, unless ``overwrite``). ``gates_file``: the gates measured on a pilot
+    (:func:`run_config`). Returns the paired results (:class:`CompareResult`).
 
     ``arms=None`` runs Table 1's arms on a user env (every arm with ``env=None``). Without
     ``demonstrator`` or ``base_policy`` a user env's arms start from a random
@@ -248,4 +260,4 @@ def compare(
         demonstrator=demonstrator,
         base_policy=base_policy,
     )
-    return run_config(config, out, overwrite=overwrite, note=note)
+    return run_config(config, out, overwrite=overwrite, note=note, gates_file=gates_file)

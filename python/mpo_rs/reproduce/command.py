@@ -98,6 +98,15 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per arm (default: the configuration's)")
     p.add_argument("--first-seed", type=int, metavar="S", help="run seeds S, S+1, ... (default: the configuration's)")
     p.add_argument(
+        "--gates",
+        metavar="FILE",
+        help=(
+            "the gates measured on a pilot (python -m mpo_rs.reproduce.gates --json FILE); without it the run "
+            "measures its own base policies on its first two seeds. A comparison on a task that does not pass "
+            "its gates gets no verdict"
+        ),
+    )
+    p.add_argument(
         "--docs",
         metavar="DOCS_DIR",
         help="also write DOCS_DIR/reproduction.md and DOCS_DIR/img/reproduction/ (the full budget, no --env)",
@@ -141,4 +150,5 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         demonstrator=args.demonstrator,
         base_policy=args.base_policy,
     )
-    return run_config(config, args.out, overwrite=args.overwrite, docs=args.docs, note=note).out
+    gates = getattr(args, "gates", None)
+    return run_config(config, args.out, overwrite=args.overwrite, docs=args.docs, note=note, gates_file=gates).out

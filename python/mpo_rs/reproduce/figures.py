@@ -18,6 +18,7 @@ from .page_text import fmt
 from .rows import by_arm, task_title
 from .stats import (
     INCONCLUSIVE,
+    NO_VERDICT,
     NOT_REPRODUCED,
     REPRODUCED,
     mean_ci,
@@ -248,12 +249,12 @@ def plot_bars(
     return path
 
 
-VERDICT_COLORS = {REPRODUCED: "#2e7d32", NOT_REPRODUCED: "#c62828", INCONCLUSIVE: "#757575"}
+VERDICT_COLORS = {REPRODUCED: "#2e7d32", NOT_REPRODUCED: "#c62828", INCONCLUSIVE: "#757575", NO_VERDICT: "#bdbdbd"}
 
 
 def plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], path: Path) -> Path:
     """The family at a glance: one panel per metric, one row per task and pair of arms, the
-    paired difference and its 95% interval, coloured by the Holm verdict, 0 marked."""
+    paired difference and its 95% interval, coloured by the Holm verdict (light grey: no verdict, the task is not gated), 0 marked."""
     plt = _pyplot()
     metrics = list(dict.fromkeys(c.metric for c in comps))
     names = list(dict.fromkeys(f"{task_title(task_of(c)).strip('`')}: {c.what}" for c in comps))
@@ -277,7 +278,7 @@ def plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], p
     first.set_yticks(range(len(names)), names, fontsize=7)
     first.set_ylim(len(names) - 0.5, -0.5)
     handles = [plt.Line2D([], [], color=col, marker="o", linewidth=1.6, label=v) for v, col in VERDICT_COLORS.items()]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle("The pre-registered family: paired differences by seed, coloured by the Holm verdict", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     write_file(path, figure_bytes(fig, dpi=110))

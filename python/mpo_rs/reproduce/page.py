@@ -10,6 +10,7 @@ from ..envs.premise import premise_verdict
 from .analysis import CRITIC_EV_FLOOR, FAMILY_ALPHA, METRIC_NAMES, Comparison, ppo_critic_share, verdict_rule
 from .budgets import budget_name, command_line, is_committed
 from .config import ADVANTAGE_SCALE_RULE, BASE_BAND, CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS, Arm, registry_name
+from .gating import gates_markdown
 from .page_text import CONTROLS_SECTION, ci_text, fmt, my_task_section, spread
 from .plan import PLAN
 from .rows import task_title
@@ -80,11 +81,12 @@ class Page(Summary):
             f"**{meta['wall_s'] / 60:.1f} min** for {len(self.rows)} runs ({meta['started']})" + self._resumed() + ".",
             "",
             "The toy runs compare *orderings*, not the paper's values. Each claim is decided by a rule in "
-            "`mpo_rs/reproduce/analysis.py` and `stats.py`. " + verdict_rule(config) + " Unless said otherwise the "
-            f"metric is the success rate on {budget.eval_tasks} held-out tasks x {budget.eval_samples} samples at "
-            "temperature 1 after the last update.",
+            "`mpo_rs/reproduce/analysis.py` and `stats.py`. " + verdict_rule(config, self.run_plan()) + " Unless "
+            f"said otherwise the metric is the success rate on {budget.eval_tasks} held-out tasks x "
+            f"{budget.eval_samples} samples at temperature 1 after the last update.",
             "",
         ]
+        lines += gates_markdown(self.gates, PLAN.plan_hash())
         lines += self._claims_section()
         lines += self._design()
         lines += self._starting_point()
@@ -244,9 +246,10 @@ class Page(Summary):
         ]
         shown = [c for c in self.found if c.comparisons]
         for c in shown:
-            text = "<br>".join(x.text() + f" → {x.verdict}" for x in c.comparisons)
+            text = "<br>".join(x.text() + f" → {x.verdict if x.withheld else x.reading()}" for x in c.comparisons)
             if c.note:
                 text += f"<br>*{c.note}*"
+            text += self._withheld_note(c.comparisons)
             lines.append(f"| {c.number} | {c.paper} | {text} | **{c.verdict}** |")
         if len(shown) < len(self.found):
             missing = ", ".join(str(c.number) for c in self.found if not c.comparisons)
@@ -256,18 +259,24 @@ class Page(Summary):
             "## Power achieved",
             "",
             f"The Holm-corrected family (alpha = {FAMILY_ALPHA:g}): the paired 95% half-width each comparison "
-            "achieved.",
+            "achieved, and the TOST p-value of equivalence within the plan's margin (on a gated task only).",
             "",
-            "| task | comparison | metric | paired seeds | half-width | paired p | Holm p | verdict |",
-            "|---|---|---|---|---|---|---|---|",
+            "| task | comparison | metric | paired seeds | half-width | paired p | Holm p | TOST p | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for comp in self.family_comps:
             lines.append(
                 f"| {task_title(self._task_of(comp))} | {comp.what} | {METRIC_NAMES.get(comp.metric, comp.metric)} | "
                 f"{comp.n} | {fmt(comp.half_width)} | {fmt(comp.p)} | "
-                f"{fmt(comp.p_holm)} | {comp.verdict} |"
+                f"{fmt(comp.p_holm)} | {fmt(comp.p_tost)} | {comp.verdict} |"
             )
         return lines
+
+    def _withheld_note(self, comps: list[Comparison]) -> str:
+        """Why a claim's comparisons have no verdict, once per task (the Gates section has the rest)."""
+        why = dict.fromkeys((task_title(self._task_of(c)) if c.a else "", c.withheld) for c in comps if c.withheld)
+        notes = [f"{task or 'the contrast'}: {reason}" for task, reason in why]
+        return f"<br>*No verdict -- {'; '.join(notes)} (see Gates).*" if notes else ""
 
     def _tables(self, figures: dict[str, str]) -> list[str]:
         rows, config = self.rows, self.config

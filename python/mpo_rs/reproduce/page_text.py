@@ -13,6 +13,7 @@ from .budgets import arm_keys, base_config
 from .config import ReproduceConfig
 from .stats import (
     INCONCLUSIVE,
+    NO_VERDICT,
     NOT_REPRODUCED,
     REPRODUCED,
     mean_ci,
@@ -48,9 +49,14 @@ def cell(c: Comparison | None) -> str:
     if not math.isfinite(c.half_width):
         return f"{c.diff:+.3f} (no interval), {c.verdict}"
     text = f"{c.diff:+.3f} ± {c.half_width:.3f}, p={fmt(c.p_holm)}, "
-    # No equivalence reading: an undecided interval inside a margin says "no difference shown",
-    # not "equal", until a plan registers an equivalence margin for tasks that pass the gates.
-    return text + (f"**{c.verdict}**" if c.verdict != INCONCLUSIVE else c.verdict)
+    if c.verdict == NO_VERDICT:  # the task does not pass its gates (the Gates section says which)
+        return text + NO_VERDICT
+    if c.verdict != INCONCLUSIVE:
+        return text + f"**{c.verdict}**"
+    # Undecided: "equivalent within ±m" only by the plan's TOST on a gated task, else no reading
+    # (no difference shown, never "equal").
+    reading = c.reading()
+    return text + c.verdict + (f", **{reading}**" if reading.startswith("equivalent") else "")
 
 
 def power_text(comps: list[Comparison]) -> str:
@@ -65,9 +71,14 @@ def power_text(comps: list[Comparison]) -> str:
 
 
 def counts(comps: list[Comparison], decided_only: bool = False) -> str:
+    """How many comparisons have each verdict ("no verdict" only when some have none)."""
     names = (REPRODUCED, NOT_REPRODUCED) if decided_only else (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
     count = {v: sum(c.verdict == v for c in comps) for v in names}
-    return ", ".join(f"{n} {v}" for v, n in count.items() if n or not decided_only)
+    text = ", ".join(f"{n} {v}" for v, n in count.items() if n or not decided_only)
+    withheld = sum(c.verdict == NO_VERDICT for c in comps)
+    if withheld and not decided_only:
+        text += f", {withheld} with {NO_VERDICT}"
+    return text
 
 
 def tally(comps: list[Comparison], lead: str) -> str:
@@ -135,7 +146,10 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
         f"`full` ({full.updates} updates of {full.episodes_per_update}, the reported run's).",
         "- The page it writes opens with the same summary: per comparison MPO - X, the paired difference, its "
         "95% half-width and the Holm verdict. *Inconclusive* with a half-width larger than the gain that matters "
-        "to you asks for more seeds, not for the conclusion that MPO does nothing.",
+        "to you asks for more seeds, not for the conclusion that MPO does nothing. A verdict needs a task that "
+        "passes its gates (docs/instrument.md); your environment's arms start from a random initialisation, "
+        "with no base policy whose gates the run could measure, so its comparisons are shown with **no verdict**: "
+        "read their differences and intervals as a first look.",
         "- Whether MPO should help: its premise is that value changes at turn boundaries, where observations "
         "bring information. `mpo-rs diagnose OUT/rollouts/mpo-seed1.parquet` measures the between-turn share "
         "of the trained critic's value variance; docs/envs.md measures it before training for the built-in "

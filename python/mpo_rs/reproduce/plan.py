@@ -17,7 +17,16 @@ plan it followed:
   primary metric; the seeds the final runs need are the smallest n with
   ``t_{0.975, n-1} * sd / sqrt(n) <= target_half_width`` (n = ceil((t sd / 0.05)^2) with t
   at n - 1 degrees of freedom), the largest over those comparisons, capped by what the time
-  budget allows (:func:`sizing`).
+  budget allows (:func:`sizing`);
+- the **gates**: a comparison gets a verdict only on a task that passes every gate of its
+  role (``gates``, the thresholds of :data:`~mpo_rs.reproduce.gate_rules.GATES`, read from
+  there; ``task_roles``, each built-in task's role by :func:`~mpo_rs.reproduce.tasks.task_role`:
+  premise, control or chance); on any other task the comparison is shown with no verdict
+  (:mod:`.gating`);
+- the **equivalence margins** (``equivalence_margins``, per metric): an undecided comparison on
+  a gated task reads "equivalent within +-m" only when both one-sided paired t-tests (TOST)
+  reject at ``alpha`` -- the paired 90% interval lies inside +-m --, else "no difference
+  shown"; the TOST is not corrected for multiplicity (Holm runs over the superiority tests).
 
 The report's family of comparisons is this plan's (``report.FAMILY``), and the page and
 ``results.json`` name the plan's hash. The committed record is ``docs/analysis-plan.md``
@@ -39,7 +48,9 @@ import numpy as np
 
 from ..exceptions import InvalidConfigError
 from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TASK_PREFIX, ReproduceConfig
+from .gate_rules import GATES, Gates
 from .stats import t_quantile
+from .tasks import task_role
 
 __all__ = [
     "COMPARISONS",
@@ -59,6 +70,8 @@ FINAL_METRIC = "final_success"
 """The held-out success after the last update."""
 FINAL_EPISODES = 256
 """The least number of held-out episodes of the final evaluation (eval_tasks x eval_samples)."""
+EQUIVALENCE_MARGINS = ((PRIMARY_METRIC, 0.03), (FINAL_METRIC, 0.05))
+"""The TOST margins per metric: a difference within them is too small to matter at toy scale."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,16 @@ class AnalysisPlan:
     comparisons: tuple[Contrast, ...]
     prediction_rule: str
     """Claim 9, outside the Holm family: does ``mpo-rs diagnose`` predict where MPO helps."""
+    gates: Gates
+    """The gates' thresholds: a comparison gets a verdict only on a task that passes its gates."""
+    task_roles: tuple[tuple[str, str], ...]
+    """(task, role) of every built-in task: which of the gates it is judged on."""
+    equivalence_margins: tuple[tuple[str, float], ...]
+    """(metric, margin) of the TOST reading of an undecided comparison on a gated task."""
+
+    def margin(self, metric: str) -> float:
+        """The equivalence margin of ``metric`` (NaN: none registered, no equivalence reading)."""
+        return dict(self.equivalence_margins).get(metric, math.nan)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -196,6 +219,9 @@ PLAN = AnalysisPlan(
         "with a 95% interval (standard errors from the per-task paired intervals, t on the smallest n - 1); "
         "it predicts (reproduced) when both intervals lie above 0, not when either lies below 0"
     ),
+    gates=GATES,
+    task_roles=tuple((task, task_role(task)) for task in TASK_PREFIX),
+    equivalence_margins=EQUIVALENCE_MARGINS,
 )
 """The committed plan."""
 
@@ -284,6 +310,7 @@ def sizing(pilot_results: Iterable[Mapping[str, Any]], plan: AnalysisPlan = PLAN
 
 def render_markdown(plan: AnalysisPlan = PLAN) -> str:
     """The committed record of ``plan``: its hash, its rules in words and its canonical JSON."""
+    g = plan.gates
     lines = [
         "# The reproduction's analysis plan",
         "",
@@ -301,6 +328,25 @@ def render_markdown(plan: AnalysisPlan = PLAN) -> str:
         f"{'/'.join(plan.sizing_claims)} comparison on `{plan.sizing_metric}`, at least {plan.min_seeds} and "
         f"at most {plan.max_seeds} (the time budget).",
         f"- Claim 9, outside the family: {plan.prediction_rule}.",
+        "- Gates: a comparison gets a verdict only on a task that passes every gate of its role; on any other "
+        "task (one not measured included) it is shown with no verdict and no equivalence reading. The base "
+        "policy's gates are measured on a pilot's seeds (a gates file) or on the run's own first two seeds, the "
+        f"learning and learned-critic gates on the run's own runs. Learning: {', '.join(g.learning_arms)} each beat their base policy on final "
+        f"held-out success with a paired 95% lower bound >= {g.learning_lower_bound:+.2f}. Exploration: the "
+        f"base's per-token entropy >= {g.base_entropy:g} and >= {g.distinct_groups:.0%} of GRPO groups with "
+        f"outcomes not all equal. Predictability (premise tasks): the reference critic's explained variance on "
+        f"the base's rollouts >= {g.critic_ceiling:g}, and the learned critics of "
+        f"{', '.join(g.critic_arms)} >= {g.learned_share_of_ceiling:g} x that ceiling after the warm-up and at "
+        f"the end. Premise: the reference critic's median between-turn share >= {g.premise_share:g} on a "
+        f"premise task, < {g.control_share:g} on the negative control. Roles: "
+        + ", ".join(f"{task} {role}" for task, role in plan.task_roles)
+        + " (a control at chance is judged on learning and exploration only).",
+        '- Equivalence: an undecided comparison on a gated task reads "equivalent within ±m" only when both '
+        f"one-sided paired t-tests (TOST) reject at alpha = {plan.alpha:g}, i.e. its paired "
+        f"{1 - 2 * plan.alpha:.0%} interval lies inside ±m, with m = "
+        + ", ".join(f"{m:g} on `{metric}`" for metric, m in plan.equivalence_margins)
+        + '; otherwise it reads "no difference shown". The TOST is not corrected; Holm runs over the '
+        "superiority tests.",
         "",
         "| claim | task | A - B |",
         "|---|---|---|",

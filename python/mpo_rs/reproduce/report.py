@@ -25,6 +25,7 @@ from .budgets import is_committed
 from .config import CONFIGS, ReproduceConfig
 from .env import task_chance
 from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_curves, plot_family
+from .gating import gates_section, withheld
 from .page import Page
 from .page_text import fmt
 from .plan import PLAN, sizing
@@ -65,15 +66,19 @@ def write_report(
     *,
     docs_dir: str | os.PathLike[str] | None = None,
     note: Callable[[str], None] = lambda _: None,
+    gates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Writes results.json, the Parquet tables, the figures and reproduction.md under
     ``out_dir``; with ``docs_dir``, also ``docs_dir/reproduction.md`` and its figures under
-    ``docs_dir/img/reproduction/``. Returns the results dictionary."""
+    ``docs_dir/img/reproduction/``. ``gates``: the base policies' gate measurements
+    (:func:`~mpo_rs.reproduce.gating.measure_own` or :func:`~mpo_rs.reproduce.gating.read_gates_file`;
+    None: not measured, no verdicts). Returns the results dictionary."""
     out = Path(out_dir)
     img = output_subdir(out, "img")
     diagnose_runs(runs, out)
     rows = [summarize_run(r) | arm_columns(config, r["arm"]) for r in runs]
-    found = claims(rows, config)
+    section = gates_section(config, rows, gates)
+    found = claims(rows, config, withheld(section, config))
     _write_tables(runs, rows, config, out)
 
     label = arm_labels(config)
@@ -83,7 +88,7 @@ def write_report(
     groups = figure_groups(config, present)
     figures: dict[str, Path] = {}
     captions: dict[str, str] = {}
-    family_comps = family_comparisons(rows, found, config)
+    family_comps = family_comparisons(rows, found, config, withheld(section, config))
     if family_comps:
         arm_task = {a.key: a.task for a in config.arms}
         title = "The family's paired differences"
@@ -135,13 +140,19 @@ def write_report(
         "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in fam],
     }
     results["family_comparisons"] = [vars(c) for c in family_comps]
-    page = Page(config, rows, found, family_comps, chance, meta, captions, _design_inputs(config, docs_dir))
+    results["gates"] = section
+    design = _design_inputs(config, docs_dir)
+    page = Page(config, rows, found, family_comps, chance, meta, captions, design, section, PLAN.plan_hash())
     results["summary"] = page.summary()
     label = arm_labels(config)
     for comp in family_comps:
         words = direction_words(
             label.get(comp.a, comp.a), label.get(comp.b, comp.b), comp.diff, comp.half_width, comp.verdict
         )
+        if comp.withheld:
+            words = f"no verdict ({comp.withheld}): {words}"
+        elif comp.reading().startswith("equivalent"):
+            words += f", {comp.reading()} (TOST p={fmt(comp.p_tost)})"
         note(
             f"{comp.what} ({comp.metric}): {words} (paired 95%, {comp.n} seeds, Holm p={fmt(comp.p_holm)}: "
             f"{comp.verdict})"
@@ -236,15 +247,19 @@ def page_from_results(
     docs_dir: str | os.PathLike[str] | None = None,
 ) -> str:
     """The page of a finished run, rendered again from its ``results.json`` content alone:
-    the claims and the family are recomputed from its rows; ``figures`` are the page's
+    the claims and the family are recomputed from its rows and its gates; ``figures`` are the page's
     (title, relative path, caption) in order (``results["figures"]`` where a run recorded
     them). The committed page re-renders byte for byte (tests/test_reproduce_page.py)."""
     rows = results["runs"]
-    found = claims(rows, config)
-    family_comps = family_comparisons(rows, found, config)
+    # The gates are judged again from the measurements the run recorded (none: not measured).
+    section = gates_section(config, rows, results.get("gates"))
+    found = claims(rows, config, withheld(section, config))
+    family_comps = family_comparisons(rows, found, config, withheld(section, config))
     chance = {task: (c["success"], c["how"]) for task, c in results["chance"].items()}
     captions = {title: caption for title, _, caption in figures if caption}
-    page = Page(config, rows, found, family_comps, chance, results["meta"], captions, _design_inputs(config, docs_dir))
+    design = _design_inputs(config, docs_dir)
+    plan_hash = str(results.get("family", {}).get("plan_hash", ""))
+    page = Page(config, rows, found, family_comps, chance, results["meta"], captions, design, section, plan_hash)
     return page.markdown({title: rel for title, rel, _ in figures})
 
 

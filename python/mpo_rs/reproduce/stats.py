@@ -14,7 +14,11 @@
   0, *not reproduced* when it lies below 0, and *inconclusive* otherwise (or when it is
   undefined: fewer than 2 seeds, a missing arm). :func:`holm_verdict` is the same rule for
   a comparison in a corrected family: the Holm-adjusted p-value below alpha decides, and
-  the sign of the difference says which way.
+  the sign of the difference says which way. :data:`NO_VERDICT` is a comparison's on a task
+  that does not pass its gates (:mod:`.gating`): its numbers are shown, nothing is decided.
+- :func:`tost_p`: the two one-sided tests of equivalence within a margin (TOST) on the paired
+  differences: the larger of the two one-sided p-values, below alpha exactly when the
+  (1 - 2 alpha) paired interval lies inside the margin.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 __all__ = [
     "INCONCLUSIVE",
     "NOT_REPRODUCED",
+    "NO_VERDICT",
     "REPRODUCED",
     "Paired",
     "combine",
@@ -41,12 +46,14 @@ __all__ = [
     "t_cdf",
     "t_quantile",
     "t_two_sided_p",
+    "tost_p",
     "verdict",
 ]
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
+NO_VERDICT = "no verdict"
 
 # Two-sided 95% quantiles t_{0.975, df}, df = 1..30; beyond, the normal 1.96 is close enough.
 _T975 = (
@@ -243,9 +250,28 @@ def verdict(low: float, high: float) -> str:
     return INCONCLUSIVE
 
 
+def tost_p(diff: float, low: float, high: float, n: int, margin: float) -> float:
+    """The p-value of equivalence within +-``margin`` by two one-sided paired t-tests (TOST),
+    from a paired analysis of A - B (``diff`` and its 95% interval ``low``-``high`` over ``n``
+    seeds, as :func:`paired_diff_ci` gives them): the larger of the p-values of
+    "A - B <= -margin" and "A - B >= +margin", on n - 1 degrees of freedom. Equivalence is
+    shown at level alpha when it is below alpha, i.e. when the paired (1 - 2 alpha) interval
+    lies inside the margin. NaN when undefined (fewer than 2 seeds, no margin)."""
+    if n < 2 or not (math.isfinite(diff) and math.isfinite(low) and math.isfinite(high) and margin > 0):
+        return math.nan
+    se = (high - low) / 2 / t_quantile(n - 1)  # the interval's half-width is t_{0.975, n-1} se
+    if se == 0:
+        return 0.0 if abs(diff) < margin else 1.0
+    lower = 1.0 - t_cdf((diff + margin) / se, n - 1)  # H0: A - B <= -margin
+    upper = t_cdf((diff - margin) / se, n - 1)  # H0: A - B >= +margin
+    return max(lower, upper)
+
+
 def combine(verdicts: Sequence[str]) -> str:
     """A claim made of several comparisons: reproduced when every one is, not reproduced
-    when any is reversed, inconclusive otherwise."""
+    when any is reversed, inconclusive otherwise; no verdict when none of them has one."""
+    if verdicts and all(v == NO_VERDICT for v in verdicts):
+        return NO_VERDICT
     if verdicts and all(v == REPRODUCED for v in verdicts):
         return REPRODUCED
     if any(v == NOT_REPRODUCED for v in verdicts):

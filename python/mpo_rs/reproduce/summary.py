@@ -15,6 +15,7 @@ from .plan import PLAN
 from .rows import nanmean, task_title
 from .stats import (
     INCONCLUSIVE,
+    NO_VERDICT,
     mean_ci,
 )
 
@@ -34,6 +35,10 @@ class Summary:
     """What the design section reads beside the runs: ``premise`` (the premise measurement's
     results, docs/premise.json) and ``sizing`` (:func:`mpo_rs.reproduce.plan.sizing` of the
     pilot's results, docs/pilot/results.json); either may be absent."""
+    gates: dict[str, Any] = field(default_factory=dict)
+    """``results.json``'s ``gates`` (:func:`mpo_rs.reproduce.gating.gates_section`)."""
+    plan_hash: str = ""
+    """The hash of the analysis plan the run followed ('': today's)."""
 
     def summary(self) -> str:
         """The bottom line: the family's tally and decided comparisons, a table of the arms'
@@ -76,10 +81,25 @@ class Summary:
         n = "no" if not seeds else f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
         text = (
             f"**Bottom line.** {len(comps)} comparisons were fixed in advance by the analysis plan "
-            f"`{PLAN.plan_hash()}` ({pairs} pair(s) of arms, each on {metrics}), paired by seed over {n} seed(s) and "
-            f"Holm-corrected at alpha = {FAMILY_ALPHA:g}: " + counts(comps) + ". " + power_text(comps)
+            f"`{self.run_plan()}` ({pairs} pair(s) of arms, each on {metrics}), paired by seed over {n} seed(s) and "
+            f"Holm-corrected at alpha = {FAMILY_ALPHA:g}"
         )
-        decided = [c for c in comps if c.verdict != INCONCLUSIVE]
+        if self.run_plan() != PLAN.plan_hash():
+            text += f" (read here by the current plan `{PLAN.plan_hash()}`, whose gates and equivalence margins apply)"
+        if all(c.verdict == NO_VERDICT for c in comps):
+            text += (
+                ": **none gets a verdict**, because no task of this run passes its gates (see Gates: "
+                + self._withheld_text(comps)
+                + "). Their differences, intervals and Holm-adjusted p-values are shown below for the record; "
+                "none is read as a verdict or as equivalence. " + power_text(comps)
+            )
+            if others:
+                text += " " + tally(
+                    others, "The other comparisons of the claims (uncorrected, exploratory; see Claims)"
+                )
+            return text
+        text += ": " + counts(comps) + ". " + power_text(comps)
+        decided = [c for c in comps if c.verdict not in (INCONCLUSIVE, NO_VERDICT)]
         if len(decided) > 6:  # too many for a sentence: per task, the table has them in bold
             tasks = dict.fromkeys(self._task_of(c) for c in decided)
             text += (
@@ -103,20 +123,47 @@ class Summary:
         else:
             text += " None is decided."
         text += self._bounded(comps)
+        if any(c.verdict == NO_VERDICT for c in comps):
+            text += (
+                f" {sum(c.verdict == NO_VERDICT for c in comps)} get no verdict because their task does not pass "
+                f"its gates ({self._withheld_text(comps)})."
+            )
         if others:
             text += " " + tally(others, "The other comparisons of the claims (uncorrected, exploratory; see Claims)")
         return text
 
+    def run_plan(self) -> str:
+        """The hash of the analysis plan the run followed."""
+        return self.plan_hash or PLAN.plan_hash()
+
+    def _withheld_text(self, comps: list[Comparison]) -> str:
+        """The tasks whose comparisons get no verdict, grouped by why."""
+        why: dict[str, list[str]] = {}
+        for c in comps:
+            if c.verdict == NO_VERDICT:
+                tasks = why.setdefault(c.withheld, [])
+                if task_title(self._task_of(c)) not in tasks:
+                    tasks.append(task_title(self._task_of(c)))
+        return "; ".join(f"{', '.join(tasks)}: {reason}" for reason, tasks in why.items())
+
     def _bounded(self, comps: list[Comparison]) -> str:
-        """What an undecided comparison says: no difference shown, never equivalence (the plan
-        registers no equivalence margin, and equivalence is read only on tasks that pass the
-        gates of docs/instrument.md)."""
+        """What an undecided comparison on a gated task says: equivalent within the plan's margin
+        (both one-sided tests reject) or no difference shown; never "equal" otherwise."""
         open_ = [c for c in comps if c.verdict == INCONCLUSIVE and math.isfinite(c.low) and math.isfinite(c.high)]
         if not open_:
             return ""
+        same = [c for c in open_ if c.reading().startswith("equivalent")]
+        margins = " and ".join(f"±{m:g} on {METRIC_NAMES.get(k, k)}" for k, m in PLAN.equivalence_margins)
+        if not same:
+            return (
+                f" The {len(open_)} undecided show no difference; none is read as equivalence, which needs both "
+                f"one-sided paired tests to reject at {FAMILY_ALPHA:g} within the plan's margin ({margins}) on a "
+                "task that passes its gates."
+            )
         return (
-            f" The {len(open_)} undecided show no difference; none is read as equivalence, which needs a margin "
-            "registered in the plan and a task that passes the gates (docs/instrument.md)."
+            f" Of the {len(open_)} undecided, {len(same)} are equivalent within the plan's margin ({margins}; "
+            f"both one-sided paired tests reject at {FAMILY_ALPHA:g}) and {len(open_) - len(same)} show no "
+            "difference (not equivalence)."
         )
 
     def _other_comparisons(self) -> list[Comparison]:
@@ -176,7 +223,7 @@ class Summary:
         for c in self.family_comps:
             rows.setdefault((self._task_of(c), c.what), {})[c.metric] = c
         lines = [
-            "The family, paired by seed (difference of means ± 95% half-width, Holm-adjusted p, verdict):",
+            "The family, paired by seed (difference of means ± 95% half-width, Holm-adjusted p, verdict or reading):",
             "",
             "| task | comparison | " + " | ".join(METRIC_NAMES.get(m, m) for m in metrics) + " |",
             "|---|---|" + "---|" * len(metrics),

@@ -7,12 +7,14 @@ __all__ = [
     "CONTROL_TASKS",
     "MAIN_TASK",
     "PREMISE_TASKS",
+    "ROLES",
     "STATE_ANCHOR",
     "TASK_PREFIX",
     "VARIANT",
     "registry_name",
     "state_anchor",
     "task_prefix",
+    "task_role",
 ]
 
 MAIN_TASK = "search"
@@ -53,3 +55,20 @@ Search's, MultiHop's and a user env's state is the history so far, which ``"pref
 def state_anchor(task: str) -> str:
     """GiGPO's ``anchor`` for ``task`` (:data:`STATE_ANCHOR`, else ``"prefix"``)."""
     return STATE_ANCHOR.get(registry_name(task), "prefix")
+
+
+ROLES = ("premise", "control", "chance", "user")
+"""A task's role for the gates: a premise task, the negative control (KeyDoor, where the premise
+fails), a control at chance (GuessNumber) or a user's environment."""
+
+
+def task_role(task: str) -> str:
+    """The role of a task (:data:`ROLES`): ``premise`` for :data:`PREMISE_TASKS`, ``control`` for
+    the first of :data:`CONTROL_TASKS` (the negative control), ``chance`` for the other controls,
+    ``user`` for any other environment; variants take their environment's role."""
+    kind = registry_name(task)
+    if kind in PREMISE_TASKS:
+        return "premise"
+    if kind == CONTROL_TASKS[0]:
+        return "control"
+    return "chance" if kind in CONTROL_TASKS else "user"
