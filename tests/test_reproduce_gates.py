@@ -381,9 +381,15 @@ def test_the_first_screen_reads_each_gain_off_its_interval(tmp_path):
     shares = {"search": 0.7, "search@think16": 0.9}
     text = "\n".join(when_section(rows, ["search", "search@think16"], "search", shares=shares, figure="img/when.png"))
     assert text.startswith("## When does MPO help?")
-    assert "| search@think16 | 16 | 0.90 | 0.30 / 0.30 | MPO ahead of PPO by 0.080" in text
-    assert "| search | 0 | 0.70 | 0.30 / 0.30 | no difference shown between MPO and PPO" in text
-    assert "![When does MPO help](img/when.png)" in text and "critic-quality ladder" not in text  # no ladder ran
+    assert "| Search (think16) | 16 | 0.90 | 0.30 / 0.30 | MPO ahead of PPO by 0.080" in text
+    assert "| Search | 0 | 0.70 | 0.30 / 0.30 | no difference shown between MPO and PPO" in text
+    assert "![When does MPO help?](img/when.png)" in text and "critic-quality ladder" not in text  # no ladder ran
+    withheld = "\n".join(
+        when_section(
+            rows, ["search", "search@think16"], "search", withheld={"search": "the task fails the premise gate"}
+        )
+    )
+    assert "| Search (no reading: the task fails the premise gate) | 0 | — | 0.30 / 0.30 | -0.002 [-0.037, +0.033] |" in withheld
     path = plot_when(
         task_gains(rows, ["search", "search@think16"], shares), ladder_gains(rows, "search"), tmp_path / "w.png"
     )

@@ -10,11 +10,12 @@ from ..envs.premise import premise_verdict
 from .analysis import CRITIC_EV_FLOOR, FAMILY_ALPHA, METRIC_NAMES, Comparison, ppo_critic_share, verdict_rule
 from .budgets import budget_name, command_line, is_committed
 from .config import ADVANTAGE_SCALE_RULE, BASE_BAND, CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS, Arm, registry_name
-from .gating import gates_markdown
+from .gating import gates_markdown, withheld
 from .page_text import CONTROLS_SECTION, ci_text, fmt, my_task_section, spread
 from .plan import PLAN
 from .rows import task_title
 from .summary import Summary
+from .when import WHEN_TITLE, when_inputs, when_section
 
 
 class Page(Summary):
@@ -71,6 +72,7 @@ class Page(Summary):
             f"{origin} -->",
             "",
             *(x for k in self.kind() for x in (k, "")),
+            *self._when(figures),
             "## Summary",
             "",
             self.summary() or "No run finished.",
@@ -96,6 +98,23 @@ class Page(Summary):
             lines += CONTROLS_SECTION
         lines += self._configuration()
         return "\n".join(lines)
+
+    def _when(self, figures: dict[str, str]) -> list[str]:
+        """The first screen: MPO's paired gains by task, turn length, share and critic quality
+        (:func:`~mpo_rs.reproduce.when.when_section`), on the plan's primary metric; a task
+        that fails its gates is shown without a reading."""
+        tasks, main, shares = when_inputs(self.config, self.rows, self.gates)
+        if not tasks:
+            return []
+        return when_section(
+            self.rows,
+            tasks,
+            main,
+            shares=shares,
+            figure=figures.get(WHEN_TITLE),
+            metric=PLAN.metrics[0],
+            withheld=withheld(self.gates, self.config),
+        )
 
     def _design(self) -> list[str]:
         """How the tasks and the seeds were chosen: the premise measured before training, the
@@ -299,6 +318,8 @@ class Page(Summary):
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "## Figures", ""]
         for title, rel in figures.items():
+            if title == WHEN_TITLE:  # on the first screen
+                continue
             lines += [f"### {title}", "", f"![{title}]({rel})", ""]
             if self.captions.get(title):
                 lines += [self.captions[title], ""]

@@ -24,7 +24,7 @@ from .analysis import FAMILY_ALPHA, claims, family, family_comparisons
 from .budgets import is_committed
 from .config import CONFIGS, ReproduceConfig
 from .env import task_chance
-from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_curves, plot_family
+from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_curves, plot_family, plot_when
 from .gating import gates_section, withheld
 from .page import Page
 from .page_text import fmt
@@ -34,6 +34,7 @@ from .stats import (
     direction_words,
 )
 from .userbase import base_description
+from .when import WHEN_TITLE, ladder_gains, task_gains, when_inputs
 
 __all__ = ["docs_figure", "page_figures", "page_from_results", "rerender", "write_report"]
 
@@ -98,6 +99,13 @@ def write_report(
             "difference and its uncorrected paired 95% interval; the colour is the Holm-corrected verdict "
             "(so an interval may exclude 0 in grey)."
         )
+    tasks, main, shares = when_inputs(config, rows, section)
+    if tasks:
+        metric = PLAN.metrics[0]
+        figures[WHEN_TITLE] = plot_when(
+            task_gains(rows, tasks, shares, metric), ladder_gains(rows, main, metric), img / "when.png"
+        )
+        captions[WHEN_TITLE] = "MPO's paired gains, as the first screen's table gives them."
     for group in groups:
         if group.group in SWEEPS:
             continue

@@ -25,12 +25,25 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .analysis import METRIC_NAMES
 from .ladder import LADDER
-from .rows import by_seed, nanmean
+from .rows import by_seed, nanmean, task_title
 from .stats import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, direction_words, paired_diff_ci
-from .tasks import task_prefix
+from .tasks import MAIN_TASK, task_prefix
 
-__all__ = ["LADDER_METHODS", "ladder_gains", "ladder_table", "task_gains", "turn_length_gains", "when_section"]
+__all__ = [
+    "LADDER_METHODS",
+    "WHEN_TITLE",
+    "ladder_gains",
+    "ladder_table",
+    "task_gains",
+    "turn_length_gains",
+    "when_inputs",
+    "when_section",
+]
+
+WHEN_TITLE = "When does MPO help?"
+"""The first screen's heading and its figure's title."""
 
 LADDER_METHODS = {
     "mpo": "MPO",
@@ -159,21 +172,25 @@ def when_section(
     shares: Mapping[str, float] | None = None,
     figure: str | None = None,
     metric: str = "final_success",
+    withheld: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The page's first screen, "When does MPO help?": MPO's paired gains over PPO and GRPO
     per task against its turn length and between-turn share (:func:`task_gains`), then along
     the critic-quality ladder on ``main_task`` where it ran (:func:`ladder_gains`), each in
     words read off its interval; ``figure``: the figure's path on the page, drawn by
     :func:`~mpo_rs.reproduce.figures.plot_when`. Gains are paired by seed, per comparison, and
-    outside the analysis plan's family (no Holm adjustment: a map, not a verdict)."""
+    outside the analysis plan's family (no Holm adjustment: a map, not a verdict). A task in
+    ``withheld`` (task -> why, :func:`~mpo_rs.reproduce.gating.withheld`) fails its gates: its
+    gains are shown as numbers, never read in words."""
     per_task = task_gains(rows, tasks, shares, metric)
     ladder = ladder_gains(rows, main_task, metric)
     if all(e["k"] is None for e in ladder):  # the learned critics alone: no ladder ran
         ladder = []
+    withheld = withheld or {}
     lines = [
-        "## When does MPO help?",
+        f"## {WHEN_TITLE}",
         "",
-        f"MPO's paired gain ({metric.replace('_', ' ')}, mean and 95% interval over seeds) over PPO, "
+        f"MPO's paired gain ({METRIC_NAMES.get(metric, metric)}, mean and 95% interval over seeds) over PPO, "
         "which reads the same critic token by token, and over GRPO, which has none. Each row is "
         "one comparison, outside the plan's Holm family: where the interval holds 0 the words say "
         "so. A log of your own sits on this map through `mpo-rs diagnose`: its between-turn share "
@@ -181,7 +198,7 @@ def when_section(
         "",
     ]
     if figure:
-        lines += [f"![When does MPO help]({figure})", ""]
+        lines += [f"![{WHEN_TITLE}]({figure})", ""]
     lines += [
         "| task | thinking tokens per turn | between-turn share | critic explained variance (MPO / PPO) "
         "| MPO − PPO | MPO − GRPO |",
@@ -191,10 +208,13 @@ def when_section(
         ev = " / ".join(f"{t['ev'][m]:.2f}" if math.isfinite(t["ev"][m]) else "—" for m in ("mpo", "ppo"))
         share = f"{t['share']:.2f}" if math.isfinite(t["share"]) else "—"
         think = "—" if t["think_tokens"] is None else str(t["think_tokens"])
-        lines.append(
-            f"| {t['task']} | {think} | {share} | {ev} | {_words('MPO', 'PPO', t['mpo_minus_ppo'])} "
-            f"| {_words('MPO', 'GRPO', t['mpo_minus_grpo'])} |"
-        )
+        if t["task"] in withheld:  # a task that fails its gates is shown, never read
+            gains = f"{_ci(t['mpo_minus_ppo'])} | {_ci(t['mpo_minus_grpo'])}"
+            name = f"{task_title(t['task'])} (no reading: {withheld[t['task']]})"
+        else:
+            gains = f"{_words('MPO', 'PPO', t['mpo_minus_ppo'])} | {_words('MPO', 'GRPO', t['mpo_minus_grpo'])}"
+            name = task_title(t["task"])
+        lines.append(f"| {name} | {think} | {share} | {ev} | {gains} |")
     if ladder:
         lines += [
             "",
@@ -204,3 +224,24 @@ def when_section(
             ladder_table(ladder),
         ]
     return [*lines, ""]
+
+
+def when_inputs(
+    config: Any, rows: Sequence[Mapping[str, Any]], gates: Mapping[str, Any]
+) -> tuple[list[str], str, dict[str, float]]:
+    """What the first screen reads of a run: the tasks with an MPO and a PPO arm among the
+    ``rows``, the task the ladder runs on (the main task where it ran) and each task's
+    between-turn share on its base (the mean over the seeds of ``gates``, results.json's
+    section; tasks not measured are left out)."""
+    present = {str(r["arm"]) for r in rows}
+    tasks = [
+        spec.name
+        for spec in config.tasks
+        if {f"{task_prefix(spec.name)}mpo", f"{task_prefix(spec.name)}ppo"} <= present
+    ]
+    shares = {}
+    for task, entry in gates.get("tasks", {}).items():
+        values = [float(b["between_share"]) for b in entry.get("base") or [] if b.get("between_share") is not None]
+        if values:
+            shares[task] = sum(values) / len(values)
+    return tasks, (MAIN_TASK if MAIN_TASK in tasks or not tasks else tasks[0]), shares
