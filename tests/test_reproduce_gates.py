@@ -389,7 +389,10 @@ def test_the_first_screen_reads_each_gain_off_its_interval(tmp_path):
             rows, ["search", "search@think16"], "search", withheld={"search": "the task fails the premise gate"}
         )
     )
-    assert "| Search (no reading: the task fails the premise gate) | 0 | — | 0.30 / 0.30 | -0.002 [-0.037, +0.033] |" in withheld
+    assert (
+        "| Search (no reading: the task fails the premise gate) | 0 | — | 0.30 / 0.30 | -0.002 [-0.037, +0.033] |"
+        in withheld
+    )
     path = plot_when(
         task_gains(rows, ["search", "search@think16"], shares), ladder_gains(rows, "search"), tmp_path / "w.png"
     )

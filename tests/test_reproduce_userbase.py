@@ -254,3 +254,10 @@ def test_a_run_says_where_its_arms_start(tmp_path: Path) -> None:
     (row,) = results["runs"]
     assert 0.0 <= row["base_success"] <= 1.0  # measured: the page's base column is no longer "scratch"
     assert result.results["base"] == results["base"]
+    # Its gates: exploration measured on the base (no belief model: no ceiling, no premise).
+    gates = results["gates"]["tasks"][ENV]
+    assert gates["role"] == "user" and len(gates["base"]) == 1
+    assert gates["base"][0]["entropy"] > 0 and gates["base"][0]["critic_ceiling"] != gates["base"][0]["critic_ceiling"]
+    assert [g["gate"] for g in gates["judged"]] == ["learning", "exploration"]
+    page = (tmp_path / "o" / "reproduction.md").read_text()
+    assert f"starts from the same base policy, cloned from demonstrator {DEMO} (behaviour cloning" in page

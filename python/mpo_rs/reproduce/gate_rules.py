@@ -14,6 +14,7 @@ import numpy as np
 
 from .rows import nanmean
 from .stats import paired_diff_ci
+from .tasks import task_role
 
 __all__ = [
     "GATES",
@@ -65,7 +66,8 @@ def base_measurement(
     (mean -log pi of the sampled policy tokens), ``distinct_groups`` (the share of the
     tasks whose first ``config.budget.group_size`` rollouts -- a GRPO group -- do not all
     score the same) and the reference critic's ``explained_variance`` and
-    ``median_between_share`` (:func:`~mpo_rs.reproduce.reference.reference_measurement`).
+    ``median_between_share`` (:func:`~mpo_rs.reproduce.reference.reference_measurement`; NaN on a
+    user's environment, which has no belief model to key it on).
     ``cache``: a directory that keeps the base policies (``OUT/base`` of a run's layout)."""
     import torch
 
@@ -87,7 +89,10 @@ def base_measurement(
     grpo = scores[:, : config.budget.group_size]
     mask = np.asarray(batch.mask, dtype=bool)
     env = make_env(spec)
-    reference = reference_measurement(env, batch)
+    # A user's environment has no belief model: its exploration is measured, not its critic ceiling.
+    user = task_role(task) == "user"
+    nan = {"explained_variance": math.nan, "median_between_share": math.nan, "keys": 0}
+    reference = nan if user else reference_measurement(env, batch)
     calls = call_tokens(mask, np.asarray(batch.offsets), int(getattr(env, "think_tokens", 0)))
     return {
         "task": task,

@@ -70,12 +70,14 @@ def measure_own(
     config: ReproduceConfig, out_dir: str | os.PathLike[str], note: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """The base-policy measurements of a run's own base policies (cached under ``out_dir/base``
-    by the run), per task on the first seeds (:func:`own_measurement_size`); a task without a
-    base policy (a user environment, a configuration with ``base=None``) is not measured."""
+    by the run), per task on the first seeds (:func:`own_measurement_size`); without a base
+    policy (a configuration with ``base=None``: a user environment without a demonstrator or a
+    policy of its own) nothing is measured, and a user environment's base is measured for its
+    exploration only (it has no belief model for the critic ceiling and the premise)."""
     seeds, tasks, group = own_measurement_size(config)
     measured: dict[str, Any] = {}
     for spec in config.tasks:
-        if config.base is None or task_role(spec.name) == "user":
+        if config.base is None:
             continue
         base = []
         for seed in config.seed_list[:seeds]:

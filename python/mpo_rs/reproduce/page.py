@@ -14,6 +14,7 @@ from .gating import gates_markdown, withheld
 from .page_text import CONTROLS_SECTION, ci_text, fmt, my_task_section, spread
 from .plan import PLAN
 from .rows import task_title
+from .sources import SavedPolicy
 from .summary import Summary
 from .when import WHEN_TITLE, when_inputs, when_section
 
@@ -195,11 +196,24 @@ class Page(Summary):
         band, and the warmed-up critics' held-out explained variance (one per task and seed,
         shared by the seed's arms), with the settings that made them."""
         config = self.config
-        if config.base is None and config.warmup is None:
-            return []
         low, high = BASE_BAND
         lines = ["", "## Starting point: base policies and critic warm-up", ""]
-        if config.base is not None:
+        if config.base is None:
+            lines += [
+                "Every arm starts from a random initialisation: no base policy was given "
+                "(`--demonstrator module:callable` or `--base-policy FILE`; docs/envs.md, "
+                '"Where the arms start: a base policy of your own").',
+                "",
+            ]
+        elif config.base.source is not None:
+            b, source = config.base, config.base.source
+            how = (
+                ", the same for every seed"
+                if isinstance(source, SavedPolicy)
+                else f" (behaviour cloning: {b.steps} steps of {b.batch_size}, lr {b.lr:g}, on {b.episodes} of its episodes)"
+            )
+            lines += [f"Every arm of a seed starts from the same base policy, {source.describe()}{how}.", ""]
+        else:
             b = config.base
             lines.append(
                 f"Every arm of a seed starts from the same base policy: behaviour cloning ({b.steps} steps of "
@@ -238,7 +252,8 @@ class Page(Summary):
             bases = [v[0] for v in per_seed.values() if math.isfinite(v[0])]
             evs = [v[1] for v in per_seed.values() if math.isfinite(v[1])]
             band = sum(low <= x <= high for x in bases)
-            eps = fmt(dict(config.base.noise).get(spec.name, math.nan), 2) if config.base is not None else "—"
+            builtin = config.base if config.base is not None and config.base.source is None else None
+            eps = fmt(dict(builtin.noise).get(spec.name, math.nan), 2) if builtin is not None else "—"
             lines.append(
                 f"| {task_title(spec.name)} | {eps} | {spread(bases)} | {band} of {len(bases)} | {spread(evs, 2)} |"
             )

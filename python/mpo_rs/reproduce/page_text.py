@@ -147,9 +147,12 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
         "- The page it writes opens with the same summary: per comparison MPO - X, the paired difference, its "
         "95% half-width and the Holm verdict. *Inconclusive* with a half-width larger than the gain that matters "
         "to you asks for more seeds, not for the conclusion that MPO does nothing. A verdict needs a task that "
-        "passes its gates (docs/instrument.md); your environment's arms start from a random initialisation, "
-        "with no base policy whose gates the run could measure, so its comparisons are shown with **no verdict**: "
-        "read their differences and intervals as a first look.",
+        "passes its gates (docs/instrument.md): on your environment the learning gate (GRPO and PPO beat their "
+        "base) and the exploration gate (the base's entropy and varied groups). Without a base policy the arms "
+        "start from a random initialisation, with no base whose gates the run could measure, and every "
+        "comparison is shown with **no verdict**; give one with `--demonstrator module:callable` (cloned as the "
+        "built-in tasks' bases are) or `--base-policy FILE` "
+        "([docs/envs.md](envs.md#where-the-arms-start-a-base-policy-of-your-own)).",
         "- Whether MPO should help: its premise is that value changes at turn boundaries, where observations "
         "bring information. `mpo-rs diagnose OUT/rollouts/mpo-seed1.parquet` measures the between-turn share "
         "of the trained critic's value variance; docs/envs.md measures it before training for the built-in "
