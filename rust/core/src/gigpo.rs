@@ -82,6 +82,18 @@ pub fn anchor_hash(tokens: &[i64]) -> u64 {
 pub(crate) const NO_ANCHORS: &str = "the gigpo estimator needs anchor states: give `turn_state_ids` (one int64 id per \
      turn) or `token_ids` (one per token, aligned with the mask; hashed per the `anchor` option)";
 
+/// GiGPO's per-batch inputs, before any baseline: the turns, each trajectory's episode
+/// return R_j and each turn's step return G_{j,t} and anchor id. A rollout log whose groups
+/// span batches gathers its baselines from these ([`gigpo_centred`] over the statistics it
+/// keeps) and writes them with [`gigpo_finish`], as [`gigpo_advantages`] does in one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GigpoInputs {
+    pub turns: Turns,
+    pub episode_return: Vec<f64>,
+    pub step_return: Vec<f64>,
+    pub anchor: Vec<u64>,
+}
+
 /// GiGPO over a ragged batch: `rewards` per token (summed per turn) or a score per
 /// trajectory (on its last turn; a trajectory without turns keeps it as its return),
 /// `groups` one per trajectory, anchor states from `anchors`.
@@ -93,41 +105,17 @@ pub fn gigpo_advantages(
     anchors: Anchors<'_>,
     params: &GigpoParams,
 ) -> Result<GigpoOutput> {
+    let n = offsets.len().saturating_sub(1);
     params.validate()?;
-    let layout = Layout::new(offsets, mask.len())?;
-    rewards.check_shape(&layout)?;
-    let n = layout.n_trajectories();
+    Layout::new(offsets, mask.len())?;
     expect_len("group_ids", groups.index.len(), n, "one per trajectory, len(offsets) - 1")?;
-    if let Some(t) = anchors.token_ids {
-        layout.expect_tokens("token_ids", t.len())?;
-    }
-    if anchors.is_empty() {
-        return Err(MpoError::Input(NO_ANCHORS.into()));
-    }
+    let GigpoInputs { turns, episode_return, step_return, anchor } =
+        gigpo_inputs(mask, offsets, rewards, anchors, params)?;
     for (j, &g) in groups.index.iter().enumerate() {
         if g < 0 || g as u64 >= groups.n_groups as u64 {
             return Err(MpoError::GroupIndex { value: g, trajectory: j, n_groups: groups.n_groups });
         }
     }
-    let turns = segment(&layout, mask)?;
-    if let Some(ids) = anchors.turn_state_ids {
-        check_turn_ids(ids, &turns, n)?;
-    }
-
-    // Per turn the step return G and the anchor id, per trajectory the episode return R.
-    let n_turns = turns.n_turns();
-    let mut step_return = vec![0f64; n_turns];
-    let mut anchor = vec![0u64; n_turns];
-    let parts =
-        split_by(&mut step_return, &turns.traj_offsets).into_par_iter().zip(split_by(&mut anchor, &turns.traj_offsets));
-    let episode_return = {
-        let returns: Vec<f64> = try_map_trajectories(n, |j| episode_inputs(&layout, mask, rewards, &turns, j))?;
-        try_for_each_trajectory(parts, |j, (ret, anc)| {
-            per_turn(&layout, rewards, anchors, &turns, params, j, ret, anc);
-            Ok(())
-        })?;
-        returns
-    };
 
     // Group members in trajectory order (a counting sort), then each group on one thread.
     let mut starts = vec![0usize; groups.n_groups + 1];
@@ -151,8 +139,8 @@ pub fn gigpo_advantages(
 
     // Scatter in group order: step-group ids are dense, group by group.
     let mut episode = vec![0f64; n];
-    let mut step = vec![0f64; n_turns];
-    let mut step_groups = vec![0i64; n_turns];
+    let mut step = vec![0f64; turns.n_turns()];
+    let mut step_groups = vec![0i64; turns.n_turns()];
     let mut base = 0i64;
     for (g, out) in per_group.iter().enumerate() {
         for (&j, &a) in members[starts[g]..starts[g + 1]].iter().zip(&out.episode) {
@@ -164,7 +152,46 @@ pub fn gigpo_advantages(
         }
         base += out.n_step_groups as i64;
     }
-    finish(&layout, turns, episode, step, step_groups, params)
+    let mut out = gigpo_finish(mask, offsets, turns, episode, step, params)?;
+    out.step_groups = step_groups;
+    Ok(out)
+}
+
+/// GiGPO's inputs checked (the parameters, the batch's layout, the rewards, the anchor
+/// sources) and read: per trajectory R_j, per turn G_{j,t} (γ once per turn) and the anchor
+/// id (ids given per turn, else the hash of the token ids per `params.anchor`).
+pub fn gigpo_inputs(
+    mask: &[u8],
+    offsets: &[i64],
+    rewards: Rewards<'_>,
+    anchors: Anchors<'_>,
+    params: &GigpoParams,
+) -> Result<GigpoInputs> {
+    params.validate()?;
+    let layout = Layout::new(offsets, mask.len())?;
+    rewards.check_shape(&layout)?;
+    let n = layout.n_trajectories();
+    if let Some(t) = anchors.token_ids {
+        layout.expect_tokens("token_ids", t.len())?;
+    }
+    if anchors.is_empty() {
+        return Err(MpoError::Input(NO_ANCHORS.into()));
+    }
+    let turns = segment(&layout, mask)?;
+    if let Some(ids) = anchors.turn_state_ids {
+        check_turn_ids(ids, &turns, n)?;
+    }
+    let n_turns = turns.n_turns();
+    let mut step_return = vec![0f64; n_turns];
+    let mut anchor = vec![0u64; n_turns];
+    let parts =
+        split_by(&mut step_return, &turns.traj_offsets).into_par_iter().zip(split_by(&mut anchor, &turns.traj_offsets));
+    let episode_return: Vec<f64> = try_map_trajectories(n, |j| episode_inputs(&layout, mask, rewards, &turns, j))?;
+    try_for_each_trajectory(parts, |j, (ret, anc)| {
+        per_turn(&layout, rewards, anchors, &turns, params, j, ret, anc);
+        Ok(())
+    })?;
+    Ok(GigpoInputs { turns, episode_return, step_return, anchor })
 }
 
 /// The per-turn ids' count: the batch's turns, per trajectory with offsets.
@@ -291,9 +318,11 @@ struct GroupOut {
     n_step_groups: usize,
 }
 
-/// x − mean, divided by (unbiased std + eps) with `norm_std`; 0 for a group of one.
+/// x − mean, divided by (unbiased std + eps) with `norm_std`; 0 for a group of one. The
+/// baseline of both GiGPO's groups: `count` members, their `mean` and the sum of their
+/// squared deviations from it.
 #[inline]
-fn centred(x: f64, count: usize, mean: f64, sq_dev: f64, params: &GigpoParams) -> f64 {
+pub fn gigpo_centred(x: f64, count: usize, mean: f64, sq_dev: f64, params: &GigpoParams) -> f64 {
     if count < 2 {
         return 0.0;
     }
@@ -316,7 +345,7 @@ fn one_group(
     let n = members.len();
     let mean = members.iter().map(|&j| episode_return[j]).sum::<f64>() / n.max(1) as f64;
     let sq_dev: f64 = members.iter().map(|&j| (episode_return[j] - mean).powi(2)).sum();
-    let episode = members.iter().map(|&j| centred(episode_return[j], n, mean, sq_dev, params)).collect();
+    let episode = members.iter().map(|&j| gigpo_centred(episode_return[j], n, mean, sq_dev, params)).collect();
 
     // Step groups: ids by first appearance; count, sum, then squared deviations.
     let mut ids: HashMap<u64, u32> = HashMap::new();
@@ -342,22 +371,30 @@ fn one_group(
     }
     for s in &mut steps {
         let id = s.2 as usize;
-        s.1 = centred(s.1, count[id], means[id], sq[id], params);
+        s.1 = gigpo_centred(s.1, count[id], means[id], sq[id], params);
     }
     GroupOut { episode, steps, n_step_groups: means.len() }
 }
 
-/// The f32 outputs: per turn A_E + w·A_S, written on its policy tokens; a result beyond
-/// float32 is an error naming where.
-fn finish(
-    layout: &Layout<'_>,
+/// The f32 outputs from the f64 baselines (`episode` A_E per trajectory, `step` A_S per
+/// turn of `turns`): per turn A_E + w·A_S, written on its policy tokens; a result beyond
+/// float32 is an error naming where. `turns` is the batch's segmentation (from
+/// [`gigpo_inputs`]); `step_groups` is left empty for the caller to number.
+pub fn gigpo_finish(
+    mask: &[u8],
+    offsets: &[i64],
     turns: Turns,
     episode: Vec<f64>,
     step: Vec<f64>,
-    step_groups: Vec<i64>,
     params: &GigpoParams,
 ) -> Result<GigpoOutput> {
-    let n = layout.n_trajectories();
+    let layout = Layout::new(offsets, mask.len())?;
+    let (n, n_turns) = (layout.n_trajectories(), turns.n_turns());
+    expect_len("episode advantages", episode.len(), n, "one per trajectory")?;
+    expect_len("step advantages", step.len(), n_turns, "one per turn")?;
+    // `turns` must be this batch's segmentation (from [`gigpo_inputs`]).
+    expect_len("turns", turns.token_turn.len(), layout.n_tokens(), "the batch's segmentation, one per token")?;
+    expect_len("turns", turns.traj_offsets.len(), n + 1, "the batch's segmentation, len(offsets) entries")?;
     let episode_advantages: Vec<f32> = episode.iter().map(|&a| a as f32).collect();
     if let Some(j) = episode_advantages.iter().position(|a| !a.is_finite()) {
         return Err(MpoError::NonFiniteTrajectoryOutput {
@@ -395,7 +432,7 @@ fn finish(
     })?;
     // SAFETY: every token of every trajectory was written above.
     let advantages = unsafe { advantages.assume_written() };
-    Ok(GigpoOutput { advantages, turn_advantages, episode_advantages, step_advantages, step_groups, turns })
+    Ok(GigpoOutput { advantages, turn_advantages, episode_advantages, step_advantages, step_groups: Vec::new(), turns })
 }
 
 #[cfg(test)]
