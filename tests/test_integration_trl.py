@@ -333,3 +333,26 @@ def test_trl_a_completion_without_reward_is_refused_naming_it(tmp_path: Path, mo
     trainer = trl_mpo.build_trainer(tmp_path, max_steps=1)
     with pytest.raises(mpo_rs.InvalidBatchError, match="completion 0 of the batch has no reward"):
         trainer.train()
+
+
+def test_trl_gigpo_baseline_is_mpo_rs_gigpo_on_the_completions(tmp_path: Path) -> None:
+    """baseline="gigpo": the trainer's advantages are GiGPO's over the completions (scores on
+    their last turn, anchor states hashed from the completion token ids)."""
+    trainer = trl_mpo.build_trainer(tmp_path, max_steps=1, baseline=Estimator("gigpo", gamma=0.9))
+    assert trainer.mpo_baseline == Estimator("gigpo", gamma=0.9)
+    trainer.train()
+    last = trainer.mpo_last
+    assert last is not None and last.token_ids is not None
+    mask = last.loss_mask.cpu().numpy().astype(np.uint8)
+    rows, cols = mask.shape
+    want = mpo_rs.gigpo_advantages(
+        mask.reshape(-1),
+        np.arange(rows + 1, dtype=np.int64) * cols,
+        group_ids=last.group_ids,
+        scores=last.scores,
+        token_ids=last.token_ids.cpu().numpy().reshape(-1),
+        gamma=0.9,
+    )
+    np.testing.assert_array_equal(last.advantages.cpu().numpy().reshape(-1), want.advantages)
+    with pytest.raises(InvalidOptionError, match="baseline"):
+        trl_mpo.build_trainer(tmp_path, max_steps=1, baseline=Estimator("mae"))
