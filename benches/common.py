@@ -325,6 +325,28 @@ def suite_main(run: Callable[[bool], dict[str, Any]], doc: str | None) -> dict[s
     return result
 
 
+def write_section(
+    page: str | os.PathLike[str], text: str, title: str, before: tuple[str, ...] = ("## Reproduce",)
+) -> None:
+    """Replaces the page's section ``title`` (up to the next ``## ``) by ``text``, or puts
+    it before the first of the sections ``before`` the page has (at the end when it has
+    none of them): how the benchmarks
+    that are not suites write into docs/benchmarks.md, in the order the report keeps them
+    (report.KEPT_SECTIONS)."""
+    with open(page) as f:
+        body = f.read()
+    start = body.find(title + "\n")
+    if start >= 0:
+        end = body.find("\n## ", start + len(title))
+        body = body[:start] + text + ("\n" + body[end + 1 :] if end >= 0 else "")
+    else:
+        found = [i for i in (body.find("\n" + b + "\n") for b in before) if i >= 0]
+        anchor = found[0] if found else -1
+        body = body + "\n" + text if anchor < 0 else body[: anchor + 1] + text + "\n" + body[anchor + 1 :]
+    with open(page, "w") as f:
+        f.write(body)
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
