@@ -23,7 +23,6 @@ have several members, as repeated states do in ALFWorld or WebShop); one reward 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -201,26 +200,13 @@ def section(rows: list[dict[str, Any]], date: str, load: tuple[float, float], ar
     return "\n".join(lines)
 
 
+def run(quick: bool, repeats: int) -> list[dict[str, Any]]:
+    return [measure(*size, repeats=repeats) for size in (QUICK_SIZES if quick else SIZES)]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats")
-    ap.add_argument("--repeats", type=int, default=15, help="timed calls per case (the slow peer gets fewer)")
-    ap.add_argument("--docs", metavar="PAGE", help="rewrite the section of this page (docs/benchmarks.md)")
-    args = ap.parse_args()
-    load_start, date = os.getloadavg()[0], common.now_utc()
-    rows = [
-        measure(*size, repeats=3 if args.quick else args.repeats) for size in (QUICK_SIZES if args.quick else SIZES)
-    ]
-    shown = [a for a in sys.argv[1:] if not a.startswith("--docs") and a != args.docs]
-    text = section(rows, date, (load_start, os.getloadavg()[0]), shown)
-    print(text)
-    if args.docs:
-        common.write_section(
-            args.docs,
-            text,
-            SECTION,
-            before=("## rlox: a native GAE peer", "## Reproduction harness A/B", "## Reproduce"),
-        )
+    before = ("## rlox: a native GAE peer", "## Reproduction harness A/B", "## Reproduce")
+    common.section_main(__doc__.splitlines()[0], run, section, SECTION, before)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ advantages + values).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -157,20 +156,13 @@ def section(r: dict[str, Any], date: str, load: tuple[float, float], argv: list[
     return "\n".join(lines)
 
 
+def run(quick: bool, repeats: int) -> dict[str, Any]:
+    return measure(common.make_batch(n_traj=100) if quick else common.make_batch(), repeats)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a small batch, few repeats")
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--docs", metavar="PAGE", help="rewrite the section of this page (docs/benchmarks.md)")
-    args = ap.parse_args()
-    load_start, date = os.getloadavg()[0], common.now_utc()
-    b = common.make_batch(n_traj=100) if args.quick else common.make_batch()
-    r = measure(b, 3 if args.quick else args.repeats)
-    shown = [a for a in sys.argv[1:] if not a.startswith("--docs") and a != args.docs]
-    text = section(r, date, (load_start, os.getloadavg()[0]), shown)
-    print(text)
-    if args.docs:
-        common.write_section(args.docs, text, SECTION, before=("## Reproduction harness A/B", "## Reproduce"))
+    before = ("## Reproduction harness A/B", "## Reproduce")
+    common.section_main(__doc__.splitlines()[0], run, section, SECTION, before)
 
 
 if __name__ == "__main__":

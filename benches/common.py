@@ -347,6 +347,30 @@ def write_section(
         f.write(body)
 
 
+def section_main(
+    description: str,
+    run: Callable[[bool, int], Any],
+    render: Callable[[Any, str, tuple[float, float], list[str]], str],
+    title: str,
+    before: tuple[str, ...],
+) -> None:
+    """Command line of a benchmark that writes one section of docs/benchmarks.md:
+    ``--quick``, ``--repeats N``, ``--docs PAGE``. ``run(quick, repeats)`` measures;
+    ``render(result, date, (load at start, at end), shown arguments)`` is the section."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats (a smoke run)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed calls per case (a slow case gets fewer)")
+    ap.add_argument("--docs", metavar="PAGE", help="rewrite the section of this page (docs/benchmarks.md)")
+    args = ap.parse_args()
+    load_start, date = os.getloadavg()[0], now_utc()
+    result = run(args.quick, 3 if args.quick else args.repeats)
+    shown = [a for a in sys.argv[1:] if not a.startswith("--docs") and a != args.docs]
+    text = render(result, date, (load_start, os.getloadavg()[0]), shown)
+    print(text)
+    if args.docs:
+        write_section(args.docs, text, title, before)
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
