@@ -99,6 +99,12 @@ def test_turn_state_ids_win_and_scores_are_read(log):
     got = mpo_rs.arrow.with_advantages(table, estimator=mpo_rs.Estimator("gigpo", gamma=0.9), columns=cols)
     want = numpy_gigpo(log, scores=log["scores"], turn_state_ids=log["turn_state_ids"], gamma=0.9)
     np.testing.assert_array_equal(flat(got, "advantages"), want.advantages)
+    # Any integer type: narrower ids are widened.
+    narrow = table.set_column(
+        table.column_names.index("state"), "state", table.column("state").cast(pa.list_(pa.int16()))
+    )
+    got16 = mpo_rs.arrow.with_advantages(narrow, estimator=mpo_rs.Estimator("gigpo", gamma=0.9), columns=cols)
+    np.testing.assert_array_equal(flat(got16, "advantages"), want.advantages)
     # The default column name is read when present, before token_ids.
     renamed = table.rename_columns([c if c != "state" else "turn_state_ids" for c in table.column_names])
     again = mpo_rs.arrow.with_advantages(renamed, estimator="gigpo", score_col="score", gamma=0.9)

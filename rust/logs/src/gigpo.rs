@@ -70,34 +70,27 @@ pub(crate) fn read_anchors<'a>(
 
 impl<'a> ListCol<'a, '_> {
     /// An integer list's elements as int64 (borrowed when they are int64; uint64 ids keep
-    /// their bits, as the anchor ids are compared, not computed with).
+    /// their bits, as the anchor ids are compared, not computed with; narrower integers are
+    /// widened).
     fn ints(&self) -> Result<Cow<'a, [i64]>, DataError> {
         let span = self.offsets.span();
         let child = self.child;
         if let Some(p) = child.as_primitive_opt::<dt::Int64Type>() {
             return Ok(Cow::Borrowed(&p.values()[span]));
         }
-        macro_rules! ints {
-            ($($t:ty),*) => {$(
-                if let Some(p) = child.as_primitive_opt::<$t>() {
-                    return Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as i64).collect()));
-                }
-            )*};
+        if let Some(p) = child.as_primitive_opt::<dt::UInt64Type>() {
+            return Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as i64).collect()));
         }
-        ints!(
-            dt::Int8Type,
-            dt::Int16Type,
-            dt::Int32Type,
-            dt::UInt8Type,
-            dt::UInt16Type,
-            dt::UInt32Type,
-            dt::UInt64Type
-        );
-        Err(DataError::ColumnType {
-            column: self.name.into(),
-            found: format!("list<{}>", child.data_type()),
-            expected: "list<integer>",
-        })
+        if !child.data_type().is_integer() {
+            return Err(DataError::ColumnType {
+                column: self.name.into(),
+                found: format!("list<{}>", child.data_type()),
+                expected: "list<integer>",
+            });
+        }
+        let wide = arrow::compute::cast(&child.slice(span.start, span.len()), &dt::DataType::Int64)
+            .map_err(|e| DataError::Capacity(format!("cannot widen `{}` to int64: {e}", self.name)))?;
+        Ok(Cow::Owned(wide.as_primitive::<dt::Int64Type>().values().to_vec()))
     }
 }
 
@@ -246,8 +239,10 @@ mod tests {
     use crate::estimator::{Estimator, EstimatorColumns, OptionValue};
     use crate::schema::ColumnSpec;
 
-    /// Rows of [mask, token ids, token rewards], a group id each.
-    fn batch(rows: &[(Vec<u8>, Vec<i64>, Vec<f32>, i64)]) -> RecordBatch {
+    /// One row: its mask, token ids, token rewards and group id.
+    type Row = (Vec<u8>, Vec<i64>, Vec<f32>, i64);
+
+    fn batch(rows: &[Row]) -> RecordBatch {
         let mask = ListArray::from_iter_primitive::<UInt8Type, _, _>(
             rows.iter().map(|r| Some(r.0.iter().map(|&x| Some(x)).collect::<Vec<_>>())),
         );
@@ -266,7 +261,7 @@ mod tests {
         .unwrap()
     }
 
-    fn rows() -> Vec<(Vec<u8>, Vec<i64>, Vec<f32>, i64)> {
+    fn rows() -> Vec<Row> {
         let mut seed = 11u64;
         let mut next = move |m: u64| {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -345,7 +340,7 @@ mod tests {
         let t = with_ids(turns);
         let cols = ColumnSpec::default().resolve(t.schema_ref(), est.needs()).unwrap();
         assert_eq!(cols.anchors, Some(AnchorColumn::TurnStates("turn_state_ids".into())));
-        let e = crate::annotate_table(&[t.clone()], t.schema_ref(), &cols, &est).unwrap_err().to_string();
+        let e = crate::annotate_table(std::slice::from_ref(&t), t.schema_ref(), &cols, &est).unwrap_err().to_string();
         assert!(e.contains("column `turn_state_ids`") && e.contains("anchor-state ids, but the row has"), "{e}");
         let floats = Arc::new(Float32Array::from(vec![1.0f32]));
         let item = Arc::new(arrow::datatypes::Field::new_list_field(arrow::datatypes::DataType::Float32, true));
