@@ -33,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+
 ROOT = Path(__file__).resolve().parents[1]
 OLD_COMMIT = "776ec09"
 SECTION = "## Reproduction harness A/B"
@@ -150,19 +153,6 @@ def render(results: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(page: Path, section: str) -> None:
-    """Replaces the page's section (up to the next ``## ``), or puts it before ``## Reproduce``."""
-    text = page.read_text()
-    start = text.find(SECTION + "\n")
-    if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
-    else:
-        anchor = text.find("\n## Reproduce\n")
-        text = text + "\n" + section if anchor < 0 else text[: anchor + 1] + section + "\n" + text[anchor + 1 :]
-    page.write_text(text)
-
-
 def _shown_arguments(argv: list[str]) -> list[str]:
     """The arguments that decide the measurement (not where its output goes)."""
     shown, skip = [], False
@@ -251,7 +241,7 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
         if args.docs:
-            write_section(Path(args.docs), render(results, meta))
+            common.write_section(args.docs, render(results, meta), SECTION, before=("## Reproduce",))
             print(f"wrote the section of {args.docs}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

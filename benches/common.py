@@ -325,6 +325,52 @@ def suite_main(run: Callable[[bool], dict[str, Any]], doc: str | None) -> dict[s
     return result
 
 
+def write_section(
+    page: str | os.PathLike[str], text: str, title: str, before: tuple[str, ...] = ("## Reproduce",)
+) -> None:
+    """Replaces the page's section ``title`` (up to the next ``## ``) by ``text``, or puts
+    it before the first of the sections ``before`` the page has (at the end when it has
+    none of them): how the benchmarks
+    that are not suites write into docs/benchmarks.md, in the order the report keeps them
+    (report.KEPT_SECTIONS)."""
+    with open(page) as f:
+        body = f.read()
+    start = body.find(title + "\n")
+    if start >= 0:
+        end = body.find("\n## ", start + len(title))
+        body = body[:start] + text + ("\n" + body[end + 1 :] if end >= 0 else "")
+    else:
+        found = [i for i in (body.find("\n" + b + "\n") for b in before) if i >= 0]
+        anchor = found[0] if found else -1
+        body = body + "\n" + text if anchor < 0 else body[: anchor + 1] + text + "\n" + body[anchor + 1 :]
+    with open(page, "w") as f:
+        f.write(body)
+
+
+def section_main(
+    description: str,
+    run: Callable[[bool, int], Any],
+    render: Callable[[Any, str, tuple[float, float], list[str]], str],
+    title: str,
+    before: tuple[str, ...],
+) -> None:
+    """Command line of a benchmark that writes one section of docs/benchmarks.md:
+    ``--quick``, ``--repeats N``, ``--docs PAGE``. ``run(quick, repeats)`` measures;
+    ``render(result, date, (load at start, at end), shown arguments)`` is the section."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="small sizes, few repeats (a smoke run)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed calls per case (a slow case gets fewer)")
+    ap.add_argument("--docs", metavar="PAGE", help="rewrite the section of this page (docs/benchmarks.md)")
+    args = ap.parse_args()
+    load_start, date = os.getloadavg()[0], now_utc()
+    result = run(args.quick, 3 if args.quick else args.repeats)
+    shown = [a for a in sys.argv[1:] if not a.startswith("--docs") and a != args.docs]
+    text = render(result, date, (load_start, os.getloadavg()[0]), shown)
+    print(text)
+    if args.docs:
+        write_section(args.docs, text, title, before)
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()

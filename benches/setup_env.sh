@@ -22,7 +22,7 @@ else
     "${PIP[@]}" --upgrade pip
     # The harness (numpy, scipy, matplotlib), the Parquet suite (pyarrow) and the peers that
     # install as usual.
-    "${PIP[@]}" numpy scipy matplotlib pyarrow torch torchrl stateset-rl-core
+    "${PIP[@]}" numpy scipy matplotlib pyarrow torch torchrl stateset-rl-core rlox
     # verl without its training runtime: only what `verl.trainer.ppo.core_algos` imports
     # (found by importing it until it stopped failing). transformers is kept inside verl's
     # declared range; tensordict stays at the version torchrl needs, newer than verl

@@ -421,3 +421,20 @@ def test_ray_takes_per_turn_rewards_and_truncation_as_one_machine_does(cluster, 
     found = pa.concat_tables(ray.get(mpo_ray.add_advantages(dataset, estimator=estimator).to_arrow_refs()))
     default = with_advantages(table, estimator=estimator).sort_by("row_id")
     assert_same_log(found.sort_by("row_id"), default, exact=estimator in ("mae", "gae"))
+
+
+@pytest.mark.parametrize("norm_std", [False, True])
+def test_ray_gigpo_annotates_each_group_whole_as_one_machine_does(cluster, norm_std):
+    table = rollout_table(13, 60, 0, string_groups=True)
+    # Several blocks: every group spans them before the shuffle.
+    dataset = ray.data.from_arrow([table.slice(0, 25), table.slice(25, 20), table.slice(45)])
+    got = pa.concat_tables(
+        ray.get(
+            mpo_ray.add_advantages(dataset, estimator="gigpo", rewards_col="rewards", norm_std=norm_std).to_arrow_refs()
+        )
+    ).sort_by("row_id")
+    want = with_advantages(table, estimator="gigpo", rewards_col="rewards", norm_std=norm_std)
+    assert_same_log(got, want, exact=False)  # a group's rows in Ray's order: sums may differ by rounding
+    # No anchor column: refused on the driver, naming both.
+    with pytest.raises(mpo_rs.InvalidBatchError, match=r"missing column `turn_state_ids` or `token_ids`"):
+        mpo_ray.add_advantages(ray.data.from_arrow(table.drop_columns(["token_ids"])), estimator="gigpo")

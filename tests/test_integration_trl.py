@@ -72,6 +72,16 @@ def _expected_critic_free(last: mpo_trl.MPOBatch, estimator: Estimator, baseline
     return out
 
 
+def _train_once(trainer) -> tuple[mpo_trl.MPOBatch, np.ndarray, np.ndarray]:
+    """Trains ``trainer``; its last batch, with the loss mask flat and the rows' offsets."""
+    trainer.train()
+    last = trainer.mpo_last
+    assert last is not None
+    mask = last.loss_mask.cpu().numpy().astype(np.uint8)
+    rows, cols = mask.shape
+    return last, mask.reshape(-1), np.arange(rows + 1, dtype=np.int64) * cols
+
+
 def test_trl_recipe_trains_with_mpo_advantages(tmp_path: Path) -> None:
     log = Recorder()
     trainer = trl_mpo.build_trainer(tmp_path, rollout_log=log, max_steps=3)
@@ -176,15 +186,12 @@ def test_trl_values_from_a_value_model_go_to_mae(tmp_path: Path) -> None:
 
     trainer = trl_mpo.build_trainer(tmp_path, max_steps=1)
     trainer.__class__ = WithCritic
-    trainer.train()
-    last = trainer.mpo_last
-    assert last is not None and last.values is not None
-    mask = last.loss_mask.cpu().numpy().astype(np.uint8)
-    rows, cols = mask.shape
+    last, mask, offsets = _train_once(trainer)
+    assert last.values is not None
     direct = mpo_rs.mae_advantages(
         last.values.cpu().numpy().astype(np.float32).reshape(-1),
-        mask.reshape(-1),
-        np.arange(rows + 1, dtype=np.int64) * cols,
+        mask,
+        offsets,
         scores=last.scores,
         estimator=trainer.mpo_estimator,
     )
@@ -333,3 +340,23 @@ def test_trl_a_completion_without_reward_is_refused_naming_it(tmp_path: Path, mo
     trainer = trl_mpo.build_trainer(tmp_path, max_steps=1)
     with pytest.raises(mpo_rs.InvalidBatchError, match="completion 0 of the batch has no reward"):
         trainer.train()
+
+
+def test_trl_gigpo_baseline_is_mpo_rs_gigpo_on_the_completions(tmp_path: Path) -> None:
+    """baseline="gigpo": the trainer's advantages are GiGPO's over the completions (scores on
+    their last turn, anchor states hashed from the completion token ids)."""
+    trainer = trl_mpo.build_trainer(tmp_path, max_steps=1, baseline=Estimator("gigpo", gamma=0.9))
+    assert trainer.mpo_baseline == Estimator("gigpo", gamma=0.9)
+    last, mask, offsets = _train_once(trainer)
+    assert last.token_ids is not None
+    want = mpo_rs.gigpo_advantages(
+        mask,
+        offsets,
+        group_ids=last.group_ids,
+        scores=last.scores,
+        token_ids=last.token_ids.cpu().numpy().reshape(-1),
+        gamma=0.9,
+    )
+    np.testing.assert_array_equal(last.advantages.cpu().numpy().reshape(-1), want.advantages)
+    with pytest.raises(InvalidOptionError, match="baseline"):
+        trl_mpo.build_trainer(tmp_path, max_steps=1, baseline=Estimator("mae"))

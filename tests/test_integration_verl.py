@@ -409,8 +409,10 @@ def test_a_null_verl_key_means_verls_default():
     rewards, values, mask, uid = rollout_batch(18)
     nulls = OmegaConf.create({"gamma": None, "lam": None, "norm_adv_by_std_in_grpo": None, "mpo": {"lam": None}})
     defaults = OmegaConf.create({})
+    tokens = torch.arange(mask.numel()).reshape(mask.shape) % 3  # mpo_gigpo's anchor states
     for name, fn in plugin._ESTIMATOR_FUNCTIONS.items():
         kwargs = {"values": values} if name in plugin.CRITIC_ESTIMATORS else {}
+        kwargs |= {"token_ids": tokens} if name == "mpo_gigpo" else {}
         got = fn(rewards, mask, nulls, uid, **kwargs)
         want = fn(rewards, mask, defaults, uid, **kwargs)
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), name

@@ -143,6 +143,8 @@ def arrow_advantages(
     check_score_col: str | None = None,
     check_tolerance: object = None,
     observation_rewards: str = "error",
+    turn_state_ids_col: str | None = None,
+    token_ids_col: str | None = None,
 ) -> _ArrowStream: ...
 def advantages_parquet(
     input: str | os.PathLike[str],
@@ -161,6 +163,8 @@ def advantages_parquet(
     check_score_col: str | None = None,
     check_tolerance: object = None,
     observation_rewards: str = "error",
+    turn_state_ids_col: str | None = None,
+    token_ids_col: str | None = None,
 ) -> dict[str, int | float]: ...
 
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).
@@ -224,6 +228,8 @@ def resolve_log_columns(
     group_col: str,
     turn_rewards_col: str | None = None,
     truncated_col: str | None = None,
+    turn_state_ids_col: str | None = None,
+    token_ids_col: str | None = None,
 ) -> tuple[str | None, str | None, str | None, list[str]]: ...
 def annotate_batch(
     data: object,

@@ -31,8 +31,10 @@ from .columns import (
     OUTPUT_COLUMNS,
     REWARDS,
     SCORE,
+    TOKEN_IDS,
     TRUNCATED,
     TURN_REWARDS,
+    TURN_STATE_IDS,
     Columns,
     missing_column,
     missing_column_hint,
@@ -78,12 +80,16 @@ def with_advantages(
 
     ``columns`` (an :class:`mpo_rs.Columns`; None: the defaults) names the log's columns;
     the column keywords ``mask_col``, ``values_col``, ``rewards_col``, ``score_col``,
-    ``group_col``, ``turn_rewards_col``, ``truncated_col`` and ``check_score_col`` are sugar
-    that builds one (``mask_col="m"`` is ``columns=Columns(mask="m")``).
+    ``group_col``, ``turn_rewards_col``, ``truncated_col``, ``check_score_col``,
+    ``turn_state_ids_col`` and ``token_ids_col`` are sugar that builds one (``mask_col="m"``
+    is ``columns=Columns(mask="m")``).
 
     ``estimator`` is a name or an :class:`mpo_rs.Estimator`: ``"mae"`` (default), ``"gae"``,
-    ``"bilevel"``, or a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
-    ``"rloo"``. ``options`` (``lam=0.9``, ...) override the estimator's options; None
+    ``"bilevel"``, a critic-free group baseline over ``group_col``: ``"grpo"``, ``"drgrpo"`` or
+    ``"rloo"``, or ``"gigpo"`` (groups over ``group_col`` and step groups by anchor state:
+    a ``turn_state_ids_col`` list of one integer id per turn, else a ``token_ids_col`` list
+    aligned with the mask, hashed as :func:`mpo_rs.gigpo_advantages` hashes it; with neither
+    named, the ``turn_state_ids`` or ``token_ids`` column, in that order). ``options`` (``lam=0.9``, ...) override the estimator's options; None
     means the default. An unknown option, or one the estimator does not take, raises
     :class:`mpo_rs.InvalidOptionError` (see docs/estimators.md for the table).
 
@@ -115,7 +121,7 @@ def with_advantages(
     est = resolve(estimator, options, "mae")
     run = _Run(cols, check_tolerance, _observation.check(observation_rewards))
     try:
-        return _with_advantages(table, est, _wanted_columns(cols), run)
+        return _with_advantages(table, est, _wanted_columns(cols, est), run)
     except InvalidBatchError as e:
         raise _with_missing_column_hint(e, table, cols) from None
 
@@ -238,12 +244,15 @@ def advantages_parquet(
     )
 
 
-def _wanted_columns(c: Columns) -> list[str]:
+def _wanted_columns(c: Columns, estimator: Estimator) -> list[str]:
     """Columns worth exporting to Rust (exporting only these keeps wide logs cheap)."""
     names = [c.mask, c.values, c.group, c.truncated or TRUNCATED]
     named = [x for x in (c.rewards, c.score, c.turn_rewards) if x is not None]
     names += named or [_DEFAULT_REWARDS, _DEFAULT_SCORE, TURN_REWARDS]
     names += [c.check_score] if c.check_score is not None else []
+    anchors = [x for x in (c.turn_state_ids, c.token_ids) if x is not None]
+    if estimator.family == "gigpo" or anchors:  # a named one reaches Rust, which refuses it elsewhere
+        names += anchors or [TURN_STATE_IDS, TOKEN_IDS]
     return list(dict.fromkeys(names))
 
 

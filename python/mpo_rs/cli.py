@@ -109,7 +109,10 @@ def _parser() -> argparse.ArgumentParser:
         "--estimator",
         choices=ESTIMATORS,
         default="mae",
-        help="mae (default), gae, bilevel (RAGEN's bi-level GAE), or a critic-free group baseline: grpo, drgrpo, rloo",
+        help=(
+            "mae (default), gae, bilevel (RAGEN's bi-level GAE), a critic-free group baseline: grpo, drgrpo, rloo, "
+            "or gigpo (group and anchor-state step baselines; anchors from --turn-state-ids-col or --token-ids-col)"
+        ),
     )
     adv.add_argument(
         "--observation-rewards",
@@ -120,7 +123,19 @@ def _parser() -> argparse.ArgumentParser:
     add_option_flags(adv.add_argument_group("estimator options (defaults: the estimator's own)"))
     column_flags = adv.add_argument_group("columns")
     columns.add_flags(
-        column_flags, ("mask", "values", "rewards", "score", "turn_rewards", "check_score", "truncated", "group")
+        column_flags,
+        (
+            "mask",
+            "values",
+            "rewards",
+            "score",
+            "turn_rewards",
+            "check_score",
+            "truncated",
+            "group",
+            "turn_state_ids",
+            "token_ids",
+        ),
     )
     column_flags.add_argument(
         "--check-tolerance",

@@ -26,8 +26,10 @@ __all__ = [
     "REWARDS",
     "SCORE",
     "STEP",
+    "TOKEN_IDS",
     "TRUNCATED",
     "TURN_REWARDS",
+    "TURN_STATE_IDS",
     "VALUES",
     "Columns",
     "add_flags",
@@ -109,6 +111,8 @@ GROUP = default("group")
 STEP = default("step")
 TURN_REWARDS = default("turn_rewards")
 TRUNCATED = default("truncated")
+TURN_STATE_IDS = default("turn_state_ids")
+TOKEN_IDS = default("token_ids")
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(str(r["default"]) for r in COLUMN_SPEC if r["role"] == "output")
 """The four columns the tools append, in order."""
 
@@ -141,8 +145,9 @@ class Columns:
     diagnostics' alone), holding the column's name in the log. A column the spec always
     reads defaults to its default name; the others to None: read when present (``rewards``,
     ``score``, ``turn_rewards`` -- the first of them present is the reward signal --
-    ``truncated``) or only when named (``check_score``). The entry points also take the
-    fields as keywords (``mask_col="m"``), which build a ``Columns``."""
+    ``truncated``; gigpo's anchor states ``turn_state_ids``, else ``token_ids``) or only
+    when named (``check_score``). The entry points also take the fields as keywords
+    (``mask_col="m"``), which build a ``Columns``."""
 
     mask: str = MASK
     values: str = VALUES
@@ -152,6 +157,8 @@ class Columns:
     turn_rewards: str | None = None
     check_score: str | None = None
     truncated: str | None = None
+    turn_state_ids: str | None = None
+    token_ids: str | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.chosen().items():

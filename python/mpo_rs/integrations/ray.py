@@ -13,6 +13,10 @@ batch handed over through the Arrow C interface without copying its buffers:
   and squared deviation (:class:`mpo_rs._native.GroupStatistics`, shipped as an Arrow
   table); the driver merges them with the parallel-variance formula; the merged table, one
   row per group, is put in the object store once, and the map annotates each batch with it.
+* ``gigpo``'s baselines are statistics of a group's rows and their turns' anchor states, so
+  the dataset is grouped by the group column (``groupby(...).map_groups``, one shuffle) and
+  each group annotated whole by :func:`mpo_rs.arrow.with_advantages`; rows come out
+  grouped, not in their input order.
 
 Works unchanged on a multi-node cluster: start Ray there (``ray start``), call
 ``ray.init(address="auto")`` on the driver, and read and write paths every node can reach
@@ -39,6 +43,7 @@ except ModuleNotFoundError as _e:
 
 from .. import observation_rewards as _observation
 from .._native import GroupStatistics, annotate_batch, check_dataset_output, check_group_column, resolve_log_columns
+from ..arrow import with_advantages
 from ..columns import Columns
 from ..exceptions import InvalidBatchError, InvalidOptionError
 from ..options import Estimator, resolve
@@ -47,7 +52,7 @@ __all__ = ["add_advantages", "advantages_parquet", "group_statistics"]
 
 
 # What the Ray adapter reads of an mpo_rs.Columns (no check of turn rewards against a score).
-_READ = ("mask", "values", "rewards", "score", "group", "turn_rewards", "truncated")
+_READ = ("mask", "values", "rewards", "score", "group", "turn_rewards", "truncated", "turn_state_ids", "token_ids")
 
 
 @dataclass(frozen=True)
@@ -114,14 +119,23 @@ def add_advantages(
 
     ``mae``/``gae`` return a lazy dataset. The group estimators first run the statistics
     pass (a Ray job that reads only the score and group columns) and then return the lazy
-    mapped dataset. ``batch_size`` is the rows per ``map_batches`` call (None: one call per
-    block). Errors in the data raise :class:`mpo_rs.InvalidBatchError` from the task that
+    mapped dataset. ``gigpo`` (anchor states from a ``turn_state_ids_col`` or
+    ``token_ids_col`` list column, as in :func:`mpo_rs.arrow.with_advantages`) returns the
+    dataset grouped by ``group_col`` with each group annotated whole, one call per group
+    (``batch_size`` does not apply): its rows come out grouped. ``batch_size`` is the rows
+    per ``map_batches`` call (None: one call per block). Errors in the data raise :class:`mpo_rs.InvalidBatchError` from the task that
     meets them, naming the column and the row within the batch; blocks whose group ids one
     log cannot hold together (the group-id rule) are refused naming the blocks.
     """
     cols, options = Columns.split(columns, options)
     est = resolve(estimator, options, "mae")
     resolved = _Resolved.resolve(dataset, est, observation_rewards, cols)
+    if est.family == "gigpo":
+        # Both baselines are within a group: each group's rows in one call, annotated whole.
+        each = functools.partial(
+            _annotate_group, estimator=est, columns=cols, observation_rewards=resolved.observation_rewards
+        )
+        return dataset.groupby(cols.group).map_groups(each, batch_format="pyarrow")
     # Put once: every task reads the same copy from the object store (see _statistics).
     stats_ref = ray.put(_group_statistics(dataset, resolved)) if est.family == "group" else None
     return dataset.map_batches(
@@ -191,7 +205,7 @@ def advantages_parquet(
     out = os.fspath(output)
     check_dataset_output(local, None if "://" in out else out)
     read_args = dict(read_parquet_args or {})
-    if est.family == "group" and local and len(local) == len(paths):
+    if est.family in ("group", "gigpo") and local and len(local) == len(paths):
         check_group_column(local, cols.group)
         if "schema" not in read_args:
             schema = _one_group_type(local, cols.group)
@@ -276,6 +290,13 @@ def _statistics(stats_ref: Any) -> GroupStatistics:
         _statistics_cache.clear()
         _statistics_cache[key] = stats
     return stats
+
+
+def _annotate_group(batch: pa.Table, estimator: Estimator, columns: Columns, observation_rewards: str) -> pa.Table:
+    table: pa.Table = with_advantages(
+        batch, estimator=estimator, columns=columns, observation_rewards=observation_rewards
+    )
+    return table
 
 
 def _annotate(batch: pa.Table, estimator: Estimator, columns: _Resolved, stats_ref: Any) -> pa.Table:

@@ -9,7 +9,10 @@
   its last policy token. TRL's GRPO has no critic, so by default the value of every token
   is the completion's group baseline: the critic-free MAE of verl's ``mpo_mae_grpo``
   (``baseline="grpo"``; ``"rloo"`` for the leave-one-out mean, ``"drgrpo"`` for no std
-  scaling). With ``lam=1``, ``beta=0`` this is GRPO. A trainer that has a value model
+  scaling). With ``lam=1``, ``beta=0`` this is GRPO. ``baseline="gigpo"`` (or an
+  ``mpo_rs.Estimator("gigpo", ...)``) computes GiGPO's advantages instead: the episode
+  baseline over a prompt's completions plus the step baseline over their turns that start
+  from one anchor state, hashed from the completion token ids. A trainer that has a value model
   overrides :meth:`MPOGRPOTrainer.mpo_values` to return its values; MAE then runs with them.
 * optimises the clipped surrogate with MPO's **turn ratio** (``turn_ratio="product"`` or
   ``"geo_mean"``; ``None`` keeps TRL's token ratio), through
@@ -82,6 +85,8 @@ class MPOBatch:
     """(B,): the advantages TRL's own GRPO computed for the same batch."""
     values: Tensor | None
     """(B, C): the values from :meth:`MPOGRPOTrainer.mpo_values`, or None (critic-free)."""
+    token_ids: Tensor | None = None
+    """(B, C): the completion token ids (GiGPO's anchor states), else None."""
 
 
 class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
@@ -91,7 +96,9 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         estimator: an ``mpo_rs.Estimator("mae", lam=..., lam_intra=..., beta=..., gamma=...)``
             or ``"mae"`` (the table's defaults).
         baseline: the critic-free value baseline, a group estimator (``"grpo"``, ``"drgrpo"``,
-            ``"rloo"`` or ``mpo_rs.Estimator("grpo", eps=...)``). Default: from TRL's
+            ``"rloo"`` or ``mpo_rs.Estimator("grpo", eps=...)``), or ``"gigpo"`` /
+            ``mpo_rs.Estimator("gigpo", ...)``: GiGPO's advantages in place of critic-free MAE
+            (anchor states hashed from the completion token ids). Default: from TRL's
             ``scale_rewards`` (``"group"`` -> ``grpo``, ``"none"`` -> ``drgrpo``).
             Unused when :meth:`mpo_values` returns values.
         turn_ratio: ``"product"`` | ``"geo_mean"``: the loss's turn ratio; ``None`` keeps
@@ -140,7 +147,8 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
                     f"use scale_rewards='group' or 'none', or pass baseline='grpo' | 'drgrpo' | 'rloo'"
                 )
             baseline = name
-        return resolve_family(baseline, "group", "MPOGRPOTrainer's `baseline`")
+        gigpo = baseline == "gigpo" or (isinstance(baseline, Estimator) and baseline.family == "gigpo")
+        return resolve_family(baseline, "gigpo" if gigpo else "group", "MPOGRPOTrainer's `baseline`")
 
     def _check_settings(self) -> None:
         """Refuses the TRL settings this trainer does not carry over, naming them."""
@@ -203,7 +211,11 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
         local = slice(self.accelerator.process_index * rows, (self.accelerator.process_index + 1) * rows)
         scores, ids = scores_all[local], ids_all[local]
         values = self.mpo_values(output)
-        if values is None:
+        token_ids = None
+        if values is None and self.mpo_baseline.family == "gigpo":
+            token_ids = output["completion_ids"]
+            advantages = self._mpo_gigpo(loss_mask, token_ids, scores_all, ids_all, local)
+        elif values is None:
             batch = padded.PaddedBatch.of(loss_mask)
             baseline, scale = critic_free.row_baselines(scores_all, ids_all, self.mpo_baseline)
             flat = critic_free.mae_over_baselines(
@@ -212,7 +224,7 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
             advantages = batch.padded(flat)
         else:
             advantages, _ = padded.mae_advantages(values, loss_mask, scores=scores, estimator=self.mpo_estimator)
-        self.mpo_last = MPOBatch(loss_mask, scores, ids, advantages, output["advantages"], values)
+        self.mpo_last = MPOBatch(loss_mask, scores, ids, advantages, output["advantages"], values, token_ids)
         output["advantages"] = advantages.to(device=completion_mask.device, dtype=torch.float32)
         if self.mpo_rollout_log is not None:
             # Unique over the run, so a log of many steps groups each prompt's completions only.
@@ -229,6 +241,21 @@ class MPOGRPOTrainer(_GRPOTrainer):  # type: ignore[misc]
                 step=int(self.state.global_step),
             )
         return output
+
+    def _mpo_gigpo(
+        self, loss_mask: Tensor, token_ids: Tensor, scores_all: np.ndarray, ids_all: np.ndarray, local: slice
+    ) -> Tensor:
+        """GiGPO over the gathered completions (a prompt's completions may sit on other
+        processes: masks and token ids are padded to one width and gathered, as the
+        rewards are), this process's rows returned."""
+        acc = self.accelerator
+        mask_all = acc.gather(acc.pad_across_processes(loss_mask, dim=1)).cpu()
+        tokens_all = acc.gather(acc.pad_across_processes(token_ids, dim=1)).cpu()
+        advantages, _ = padded.advantages(
+            mask_all, None, scores=scores_all, group_ids=ids_all, token_ids=tokens_all, estimator=self.mpo_baseline
+        )
+        out: Tensor = advantages[local, : loss_mask.shape[1]]
+        return out
 
     def _scores(self, rewards_per_func: Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Each completion's score (TRL's weighted sum of its rewards) and group (its prompt:

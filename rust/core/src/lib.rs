@@ -34,7 +34,10 @@ pub use error::{MpoError, Result, TokenAt};
 pub use estimate::{estimate, Batch, Estimate, Groups};
 pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use gae::{gae_advantages, gae_advantages_with_truncation, GaeOutput};
-pub use gigpo::{anchor_hash, gigpo_advantages, Anchors, GigpoOutput, TurnIds};
+pub use gigpo::{
+    anchor_hash, gigpo_advantages, gigpo_centred, gigpo_finish, gigpo_inputs, Anchors, GigpoInputs, GigpoOutput,
+    TurnIds,
+};
 pub use group::{
     broadcast_to_tokens, group_advantage, group_advantages, group_baselines, GroupBaselines, GroupMoments,
 };

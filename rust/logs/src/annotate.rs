@@ -95,24 +95,8 @@ pub fn annotate(
     // Only the estimators see moved rewards; the input columns are written out as given.
     let r = relocate::apply(Rollouts::read(batch, columns)?, columns)?;
     let core_err = |e: MpoError| from_core(e, columns);
-    // Per-turn rewards become token rewards on each turn's last policy token (checked for
-    // every estimator: counts, finiteness, the optional sums).
-    let placed = match &r.rewards {
-        RewardData::Turn { rewards, offsets } => {
-            let turn = TurnRewards { rewards, offsets: Some(offsets) };
-            let check = match (&r.check_scores, &columns.check) {
-                (Some(scores), Some((_, tolerance))) => Some(SumCheck { scores, tolerance: *tolerance }),
-                _ => None,
-            };
-            Some(mpo_core::place_turn_rewards(&r.mask, &r.offsets, turn, check).map_err(core_err)?)
-        }
-        _ => None,
-    };
-    let rewards = match (&r.rewards, &placed) {
-        (_, Some(placed)) => Rewards::Token(placed),
-        (RewardData::Score(s), None) => Rewards::Score(s),
-        (RewardData::Token(t) | RewardData::Turn { rewards: t, .. }, None) => Rewards::Token(t),
-    };
+    let placed = placed_rewards(&r, columns)?;
+    let rewards = core_rewards(&r, &placed);
     let (advantages, returns, turns, turn_advantages) = match estimator {
         Estimator::Group(params) => {
             // The group baselines come from the statistics of the whole log (groups may span
@@ -127,6 +111,14 @@ pub fn annotate(
             let turn_adv =
                 (0..r.n_rows()).flat_map(|j| std::iter::repeat_n(per_row[j], turns.of_trajectory(j).len())).collect();
             (adv.clone(), adv, turns, turn_adv)
+        }
+        Estimator::Gigpo(params) => {
+            // GiGPO's baselines too come from the statistics of the whole log.
+            let Some(stats) = groups else {
+                return Err(DataError::Capacity("gigpo needs the statistics pass first".into()));
+            };
+            let out = crate::gigpo::advantages(stats, params, batch, columns, &r, rewards)?;
+            (out.advantages.clone(), out.advantages, out.turns, out.turn_advantages)
         }
         critic => {
             let input = mpo_core::Batch {
@@ -167,6 +159,27 @@ pub fn annotate(
     })
 }
 
+/// Per-turn rewards placed as token rewards on each turn's last policy token (checked for
+/// every estimator: counts, finiteness, the optional sums); None for other reward columns.
+pub(crate) fn placed_rewards(r: &Rollouts<'_>, columns: &Columns) -> Result<Option<Vec<f32>>, DataError> {
+    let RewardData::Turn { rewards, offsets } = &r.rewards else { return Ok(None) };
+    let turn = TurnRewards { rewards, offsets: Some(offsets) };
+    let check = match (&r.check_scores, &columns.check) {
+        (Some(scores), Some((_, tolerance))) => Some(SumCheck { scores, tolerance: *tolerance }),
+        _ => None,
+    };
+    mpo_core::place_turn_rewards(&r.mask, &r.offsets, turn, check).map(Some).map_err(|e| from_core(e, columns))
+}
+
+/// The reward signal as the core reads it: the placed turn rewards, else the batch's own.
+pub(crate) fn core_rewards<'a>(r: &'a Rollouts<'_>, placed: &'a Option<Vec<f32>>) -> Rewards<'a> {
+    match (&r.rewards, placed) {
+        (_, Some(placed)) => Rewards::Token(placed),
+        (RewardData::Score(s), None) => Rewards::Score(s),
+        (RewardData::Token(t) | RewardData::Turn { rewards: t, .. }, None) => Rewards::Token(t),
+    }
+}
+
 /// The group statistics of `batches` alone (one partial of a distributed run, see
 /// [`GroupStats::of_batches`]), the rows read and checked as [`annotate`] reads them.
 /// `columns.group` must be set; with a score column the mask is not read.
@@ -190,12 +203,13 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
 }
 
 /// Names the column and row of a core error (the core names arguments and trajectories).
-fn from_core(e: MpoError, columns: &Columns) -> DataError {
+pub(crate) fn from_core(e: MpoError, columns: &Columns) -> DataError {
     let column = |arg: &str| match arg {
         "values" => columns.values.clone().unwrap_or_else(|| arg.into()),
         "rewards" | "scores" | "turn_rewards" => columns.reward.name().into(),
         "check_scores" => columns.check.as_ref().map_or_else(|| arg.into(), |(c, _)| c.clone()),
         "truncated" => columns.truncated.clone().unwrap_or_else(|| arg.into()),
+        "turn_state_ids" | "token_ids" => columns.anchors.as_ref().map_or_else(|| arg.into(), |a| a.name().into()),
         "mask" => columns.mask.clone(),
         other => other.into(),
     };
@@ -205,6 +219,12 @@ fn from_core(e: MpoError, columns: &Columns) -> DataError {
         }
         MpoError::TurnRewardCount { trajectory, got, expected } => DataError::TurnRewardCount {
             column: columns.reward.name().into(),
+            row: trajectory as u64,
+            got: got as u64,
+            expected: expected as u64,
+        },
+        MpoError::TurnCount { arg: "turn_state_ids", trajectory, got, expected } => DataError::TurnIdCount {
+            column: column("turn_state_ids"),
             row: trajectory as u64,
             got: got as u64,
             expected: expected as u64,

@@ -23,6 +23,7 @@ use parquet::arrow::ProjectionMask;
 use rayon::prelude::*;
 
 use crate::error::DataError;
+use crate::gigpo::{read_anchors, AnchorData};
 use crate::schema::{check_number, column, Columns, RewardColumn};
 
 /// List offsets for the output columns, rebased to start at 0, in the input's width.
@@ -46,6 +47,8 @@ pub struct Rollouts<'a> {
     pub truncated: Option<Vec<bool>>,
     /// The scores the turn rewards must sum to, when a check column is named.
     pub check_scores: Option<Cow<'a, [f32]>>,
+    /// GiGPO's anchor states (ids per turn or token ids), when the estimator reads them.
+    pub anchors: Option<AnchorData<'a>>,
 }
 
 #[derive(Debug)]
@@ -87,6 +90,7 @@ impl<'a> Rollouts<'a> {
         };
         let truncated = columns.truncated.as_deref().map(|name| read_flags(batch, name)).transpose()?;
         let check_scores = columns.check.as_ref().map(|(name, _)| read_numbers(batch, name)).transpose()?;
+        let anchors = read_anchors(batch, columns, &mask_col)?;
         Ok(Self {
             offsets: mask_col.offsets.rebased(),
             list_offsets: mask_col.offsets.rebased_buffer(),
@@ -95,6 +99,7 @@ impl<'a> Rollouts<'a> {
             rewards,
             truncated,
             check_scores,
+            anchors,
         })
     }
 
@@ -185,7 +190,7 @@ pub fn read_numbers<'a>(batch: &'a RecordBatch, name: &str) -> Result<Cow<'a, [f
 }
 /// The list offsets of a column as given (not rebased), in either width.
 #[derive(Clone, Copy)]
-enum RawOffsets<'a> {
+pub(crate) enum RawOffsets<'a> {
     Small(&'a OffsetBuffer<i32>),
     Large(&'a OffsetBuffer<i64>),
 }
@@ -207,11 +212,11 @@ impl RawOffsets<'_> {
     }
 
     /// The child range the rows cover.
-    fn span(&self) -> std::ops::Range<usize> {
+    pub(crate) fn span(&self) -> std::ops::Range<usize> {
         self.get(0) as usize..self.get(self.len() - 1) as usize
     }
 
-    fn rebased(&self) -> Cow<'static, [i64]> {
+    pub(crate) fn rebased(&self) -> Cow<'static, [i64]> {
         let base = self.get(0);
         Cow::Owned((0..self.len()).map(|i| self.get(i) - base).collect())
     }
@@ -232,7 +237,7 @@ impl RawOffsets<'_> {
     }
 
     /// (row, token within the row) of child element `k` (an index into the child array).
-    fn locate(&self, k: usize) -> (u64, u64) {
+    pub(crate) fn locate(&self, k: usize) -> (u64, u64) {
         // The first row that ends after k; empty rows end where they start, so they are
         // skipped.
         let (mut lo, mut hi) = (0usize, self.len() - 1);
@@ -249,14 +254,14 @@ impl RawOffsets<'_> {
 }
 
 /// A list column of a batch: its name, offsets, list-level nulls and child values.
-struct ListCol<'a, 'n> {
-    name: &'n str,
-    offsets: RawOffsets<'a>,
-    child: &'a ArrayRef,
+pub(crate) struct ListCol<'a, 'n> {
+    pub(crate) name: &'n str,
+    pub(crate) offsets: RawOffsets<'a>,
+    pub(crate) child: &'a ArrayRef,
 }
 
 impl<'a, 'n> ListCol<'a, 'n> {
-    fn get(batch: &'a RecordBatch, name: &'n str) -> Result<Self, DataError> {
+    pub(crate) fn get(batch: &'a RecordBatch, name: &'n str) -> Result<Self, DataError> {
         let array = column(batch, name)?;
         let (offsets, child, nulls) = if let Some(l) = array.as_list_opt::<i32>() {
             (RawOffsets::Small(l.offsets()), l.values(), l.nulls())
@@ -280,7 +285,7 @@ impl<'a, 'n> ListCol<'a, 'n> {
         Ok(col)
     }
 
-    fn same_lengths_as(&self, reference: &ListCol<'_, '_>) -> Result<(), DataError> {
+    pub(crate) fn same_lengths_as(&self, reference: &ListCol<'_, '_>) -> Result<(), DataError> {
         let (a, b) = (self.offsets, reference.offsets);
         let (a0, b0) = (a.get(0), b.get(0));
         for row in 0..a.len() - 1 {
@@ -585,6 +590,7 @@ mod tests {
             observation_rewards: Default::default(),
             truncated: None,
             check: None,
+            anchors: None,
         }
     }
 

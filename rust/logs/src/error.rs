@@ -78,6 +78,9 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: {got} turn rewards, but the row has {expected} turns (runs of mask == 1); give one reward per turn")]
     TurnRewardCount { column: String, row: u64, got: u64, expected: u64 },
 
+    #[error("row {row}, column `{column}`: {got} anchor-state ids, but the row has {expected} turns (runs of mask == 1); give one id per turn")]
+    TurnIdCount { column: String, row: u64, got: u64, expected: u64 },
+
     #[error("row {row}, column `{column}`: the turn rewards sum to {sum}, but `{check_column}` is {score} (tolerance {tolerance} x max(1, |score|))")]
     TurnRewardSum { column: String, check_column: String, row: u64, sum: f64, score: f32, tolerance: f64 },
 
@@ -123,6 +126,7 @@ impl DataError {
             | DataError::ObservationReward { row, .. }
             | DataError::NonFiniteTurn { row, .. }
             | DataError::TurnRewardCount { row, .. }
+            | DataError::TurnIdCount { row, .. }
             | DataError::TurnRewardSum { row, .. }
             | DataError::UnknownGroup { row, .. } => *row += base,
             _ => {}
@@ -149,6 +153,7 @@ impl DataError {
             | DataError::ObservationReward { row, .. }
             | DataError::NonFiniteTurn { row, .. }
             | DataError::TurnRewardCount { row, .. }
+            | DataError::TurnIdCount { row, .. }
             | DataError::TurnRewardSum { row, .. }
             | DataError::UnknownGroup { row, .. } => Some(*row),
             _ => None,

@@ -50,10 +50,14 @@ mod tests {
         assert!(!rloo.needs().truncation);
         assert!(!Estimator::from_options("bilevel", &[]).unwrap().needs().truncation);
         assert!(Estimator::from_options("gae", &[]).unwrap().needs().truncation);
-        // gigpo reads anchor states, which no log column gives: refused before any row.
+        // gigpo reads anchor states: a turn_state_ids or token_ids column, else refused
+        // before any row, naming both.
         let gigpo = Estimator::from_options("gigpo", &[]).unwrap();
         let schema = arrow::datatypes::Schema::empty();
         let e = crate::ColumnSpec::default().resolve(&schema, gigpo.needs()).unwrap_err();
-        assert!(e.is_usage() && e.to_string().contains("mpo_rs.gigpo_advantages"), "{e}");
+        assert!(!e.is_usage() && e.to_string().contains("missing column `turn_state_ids` or `token_ids`"), "{e}");
+        let named = crate::ColumnSpec { token_ids: Some("t".into()), ..Default::default() };
+        let e = named.resolve(&schema, rloo.needs()).unwrap_err();
+        assert!(e.is_usage() && e.to_string().contains("applies to the gigpo estimator only"), "{e}");
     }
 }

@@ -26,7 +26,7 @@ use crate::schema::{check_group_type, column, GROUP_TYPES};
 
 /// Which scan of the statistics a [`GroupStats`] is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(crate) enum Phase {
     Sums,
     Deviations,
     Ready,
@@ -53,6 +53,8 @@ pub struct GroupStats {
     source: String,
     /// The group column's name, for errors.
     group_column: String,
+    /// GiGPO's step groups (same group, same anchor state), gathered in the same scans.
+    pub(crate) steps: Option<Box<crate::gigpo::StepStats>>,
 }
 
 /// The kind of a group column (dictionaries by their values).
@@ -191,6 +193,7 @@ impl GroupStats {
             kinds: IdKinds::default(),
             source: "the input".into(),
             group_column: STATISTICS_COLUMNS[0].into(),
+            steps: None,
         }
     }
 
@@ -339,6 +342,17 @@ impl GroupStats {
 
     /// Feeds one batch of the current scan, rows in file order.
     pub fn scan(&mut self, group_col: &str, batch: &RecordBatch, scores: &[f32]) -> Result<(), DataError> {
+        self.scan_rows(group_col, batch, |row| scores[row] as f64).map(drop)
+    }
+
+    /// [`GroupStats::scan`] with a float64 score per row; returns each row's group index.
+    pub(crate) fn scan_rows(
+        &mut self,
+        group_col: &str,
+        batch: &RecordBatch,
+        score: impl Fn(usize) -> f64,
+    ) -> Result<Vec<usize>, DataError> {
+        let mut groups = Vec::with_capacity(batch.num_rows());
         match self.phase {
             Phase::Sums => {
                 if let Some(array) = batch.column_by_name(group_col).filter(|a| !a.is_empty()) {
@@ -348,18 +362,41 @@ impl GroupStats {
                 for_each_key(batch, group_col, |row, key| {
                     let g = self.intern(group_col, key)?;
                     self.count[g] += 1;
-                    self.sum[g] += scores[row] as f64;
+                    self.sum[g] += score(row);
+                    groups.push(g);
                     Ok(())
-                })
+                })?;
             }
             Phase::Deviations => for_each_key(batch, group_col, |row, key| {
                 let g = self.find(key).ok_or_else(|| unknown(group_col, row))?;
-                let d = scores[row] as f64 - self.mean[g];
+                let d = score(row) - self.mean[g];
                 self.sq_dev[g] += d * d;
+                groups.push(g);
                 Ok(())
-            }),
-            Phase::Ready => Ok(()),
+            })?,
+            Phase::Ready => {}
         }
+        Ok(groups)
+    }
+
+    /// The scan [`GroupStats::wants_scan`] is in.
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The group index of each row of `batch` (finished statistics).
+    pub(crate) fn rows(&self, group_col: &str, batch: &RecordBatch) -> Result<Vec<usize>, DataError> {
+        let mut groups = Vec::with_capacity(batch.num_rows());
+        for_each_key(batch, group_col, |row, key| {
+            groups.push(self.find(key).ok_or_else(|| unknown(group_col, row))?);
+            Ok(())
+        })?;
+        Ok(groups)
+    }
+
+    /// Group `g`'s count, sum, mean and squared deviations.
+    pub(crate) fn moments(&self, g: usize) -> GroupMoments {
+        GroupMoments { count: self.count[g], sum: self.sum[g], mean: self.mean[g], sq_dev: self.sq_dev[g] }
     }
 
     /// The group-id rule over every input seen (after the last one).
@@ -371,6 +408,9 @@ impl GroupStats {
     pub fn finish_scan(&mut self) -> Result<(), DataError> {
         if self.phase == Phase::Sums {
             self.check_ids()?;
+        }
+        if let Some(steps) = &mut self.steps {
+            steps.finish_scan(self.phase);
         }
         self.phase = match self.phase {
             Phase::Sums => {
@@ -425,8 +465,7 @@ impl GroupStats {
     }
 
     fn advantage(&self, params: &GroupParams, g: usize, score: f32) -> f32 {
-        let m = GroupMoments { count: self.count[g], sum: self.sum[g], mean: self.mean[g], sq_dev: self.sq_dev[g] };
-        group_advantage(params, score, &m)
+        group_advantage(params, score, &self.moments(g))
     }
 
     fn find(&self, key: Key<'_>) -> Option<usize> {

@@ -4,7 +4,8 @@
 //! rewards, ...). This crate reads those columns out of Arrow `RecordBatch`es without
 //! copying where the types allow ([`schema`] finds and checks them, [`decode`] reads
 //! them), computes the advantage columns with mpo-core ([`annotate`]), gathers
-//! group-baseline statistics over any number of batches ([`groups`]), and streams Parquet
+//! group-baseline statistics over any number of batches ([`groups`]; GiGPO's step groups
+//! in [`gigpo`]), and streams Parquet
 //! files through all of it with bounded memory and atomic output ([`pipeline`]), replacing
 //! nothing that is not its own output ([`safety`], the one output-safety rule). No Python
 //! here: the `mpo_rs._native` binding and the `mpo-rs` command line are thin layers over
@@ -17,6 +18,7 @@ pub mod decode;
 mod encode;
 pub mod error;
 pub mod estimator;
+pub mod gigpo;
 pub mod groups;
 mod output;
 pub mod paths;
@@ -33,10 +35,13 @@ pub use annotate::{
 pub use decode::{read_numbers, read_row_scores, ListOffsets, RewardData, Rollouts};
 pub use error::{DataError, FileAt, LogError};
 pub use estimator::{Estimator, EstimatorColumns, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
+pub use gigpo::AnchorData;
 pub use groups::{GroupStats, IdKind, IdKinds, STATISTICS_COLUMNS};
 pub use pipeline::{check_group_column, run, Job, Phase, Progress, Summary, Tuning};
 pub use relocate::{ObservationRewards, OBSERVATION_REWARDS};
-pub use schema::{ColumnRow, ColumnSpec, Columns, ListKind, Needs, RewardColumn, COLUMNS, OUTPUT_COLUMNS};
+pub use schema::{
+    AnchorColumn, ColumnRow, ColumnSpec, Columns, ListKind, Needs, RewardColumn, COLUMNS, OUTPUT_COLUMNS,
+};
 pub use table::{annotate_batches, annotate_table};
 
 #[cfg(test)]

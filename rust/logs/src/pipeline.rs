@@ -38,7 +38,6 @@ use crate::estimator::{Estimator, EstimatorColumns};
 use crate::groups::GroupStats;
 use crate::output::writer_properties;
 use crate::paths::Targets;
-use crate::relocate::statistics_scores;
 use crate::schema::{ColumnSpec, Columns};
 
 /// One run of the tool.
@@ -118,6 +117,9 @@ pub fn run(
     let groups = match job.estimator {
         Estimator::Group(params) => {
             Some(group_statistics(&sources, &columns, GroupStats::new(params), &job.tuning, &mut clock)?)
+        }
+        Estimator::Gigpo(params) => {
+            Some(group_statistics(&sources, &columns, GroupStats::gigpo(&params), &job.tuning, &mut clock)?)
         }
         _ => None,
     };
@@ -342,8 +344,7 @@ fn group_statistics(
                 // row group's error.
                 while let Some(batch) = contain(|| reader.next()).map_err(|m| s.corrupt(Some(g), m))? {
                     let batch = batch.map_err(|e| s.corrupt_column(g, e))?;
-                    let scores = statistics_scores(&batch, columns).map_err(|e| s.data(g, row_base, e))?;
-                    stats.scan(group_col, &batch, &scores).map_err(|e| s.data(g, row_base, e))?;
+                    stats.scan_batch(&batch, columns).map_err(|e| s.data(g, row_base, e))?;
                     row_base += batch.num_rows() as u64;
                     rows += batch.num_rows() as u64;
                     clock.report(Phase::GroupStatistics, rows, 0)?;

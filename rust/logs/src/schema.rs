@@ -42,12 +42,15 @@ pub const DEFAULT_SCORE: &str = "score";
 pub const DEFAULT_TURN_REWARDS: &str = "turn_rewards";
 /// Read when present (critic estimators), or when named.
 pub const DEFAULT_TRUNCATED: &str = "truncated";
+/// GiGPO's anchor states, tried in this order when neither is named.
+pub const DEFAULT_TURN_STATE_IDS: &str = "turn_state_ids";
+pub const DEFAULT_TOKEN_IDS: &str = "token_ids";
 
 /// The types a group column may have (as errors print them).
 pub const GROUP_TYPES: &str = "integer, float or string (or a dictionary of them)";
 
 /// The columns of a rollout log (docs/parquet.md, "Columns").
-pub const COLUMNS: [ColumnRow; 13] = [
+pub const COLUMNS: [ColumnRow; 15] = [
     row(
         "mask",
         "loss_mask",
@@ -86,6 +89,20 @@ pub const COLUMNS: [ColumnRow; 13] = [
         "bool",
         "optional",
         "the row was cut off before its episode ended: its end bootstraps from its last value (mae, gae)",
+    ),
+    row(
+        "turn_state_ids",
+        DEFAULT_TURN_STATE_IDS,
+        "list<integer>",
+        "optional",
+        "one anchor-state id per turn (gigpo; read before token_ids)",
+    ),
+    row(
+        "token_ids",
+        DEFAULT_TOKEN_IDS,
+        "list<integer>",
+        "optional",
+        "token ids aligned with the mask, hashed into anchor states (gigpo, when there are no turn_state_ids)",
     ),
     row("advantages", "advantages", "list<float32>", "output", "per-token advantages, 0 off-policy"),
     row("returns", "returns", "list<float32>", "output", "per-token value targets"),
@@ -144,6 +161,10 @@ pub struct ColumnSpec {
     /// Per-row truncation flags (a bool column); `None`: `truncated` if present.
     pub truncated: Option<String>,
     pub group: String,
+    /// GiGPO's anchor states: one id per turn, or token ids to hash; `None`: the default
+    /// column if present (`turn_state_ids` first).
+    pub turn_state_ids: Option<String>,
+    pub token_ids: Option<String>,
     /// What the estimators make of a token reward where the mask is 0.
     pub observation_rewards: ObservationRewards,
 }
@@ -159,6 +180,8 @@ impl Default for ColumnSpec {
             check_score: None,
             truncated: None,
             group: default_column("group").into(),
+            turn_state_ids: None,
+            token_ids: None,
             observation_rewards: ObservationRewards::Error,
         }
     }
@@ -181,6 +204,23 @@ impl RewardColumn {
     }
 }
 
+/// Where GiGPO's anchor states come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnchorColumn {
+    /// A list of one id per turn.
+    TurnStates(String),
+    /// Token ids aligned with the mask, hashed per the estimator's `anchor` option.
+    Tokens(String),
+}
+
+impl AnchorColumn {
+    pub fn name(&self) -> &str {
+        match self {
+            AnchorColumn::TurnStates(n) | AnchorColumn::Tokens(n) => n,
+        }
+    }
+}
+
 /// The columns one estimator reads, checked against a schema.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Columns {
@@ -195,6 +235,8 @@ pub struct Columns {
     pub truncated: Option<String>,
     /// The score column the turn rewards must sum to, and the tolerance.
     pub check: Option<(String, f64)>,
+    /// GiGPO's anchor states (that estimator only).
+    pub anchors: Option<AnchorColumn>,
 }
 
 /// Why a truncation column is refused (the numpy and torch functions of the other
@@ -210,8 +252,8 @@ pub struct Needs {
     pub groups: bool,
     /// Whether it reads truncation flags (bootstraps a cut-off row from its last value).
     pub truncation: bool,
-    /// Whether it reads anchor states per turn (gigpo): the rollout-log tools do not read
-    /// them, so such an estimator is refused here, before any row is read.
+    /// Whether it reads anchor states per turn (gigpo): a `turn_state_ids` or `token_ids`
+    /// column.
     pub anchors: bool,
 }
 
@@ -221,13 +263,7 @@ impl ColumnSpec {
     /// flags (named, else `truncated` if present; only for an estimator that takes them) and checks that every needed column exists with a
     /// usable type and that no output column is already there.
     pub fn resolve(&self, schema: &Schema, needs: Needs) -> Result<Columns, LogError> {
-        if needs.anchors {
-            return Err(LogError::Usage(
-                "the rollout-log tools read no anchor states (`turn_state_ids`, `token_ids`), so they do not compute \
-                 gigpo; compute it on arrays with mpo_rs.gigpo_advantages"
-                    .into(),
-            ));
-        }
+        let anchors = self.anchor_column(schema, needs)?;
         let reward = match (&self.rewards, &self.score, &self.turn_rewards) {
             (Some(r), None, None) => RewardColumn::Token(r.clone()),
             (None, Some(s), None) => RewardColumn::Score(s.clone()),
@@ -288,9 +324,46 @@ impl ColumnSpec {
             observation_rewards: self.observation_rewards,
             truncated,
             check: self.check_score.clone(),
+            anchors,
         };
         columns.check_schema(schema).map_err(LogError::Batch)?;
         Ok(columns)
+    }
+
+    /// GiGPO's anchor column: the one named, else `turn_state_ids`, else `token_ids` when
+    /// present; an estimator without anchor states refuses a named one.
+    fn anchor_column(&self, schema: &Schema, needs: Needs) -> Result<Option<AnchorColumn>, LogError> {
+        let present = |name: &str| schema.column_with_name(name).is_some();
+        Ok(match (&self.turn_state_ids, &self.token_ids) {
+            (named, tokens) if !needs.anchors => {
+                if let Some(name) = named.as_ref().or(tokens.as_ref()) {
+                    return Err(LogError::Usage(format!(
+                        "an anchor-state column (`{name}`) applies to the gigpo estimator only"
+                    )));
+                }
+                None
+            }
+            (Some(_), Some(_)) => {
+                return Err(LogError::Usage(
+                    "give a turn_state_ids column or a token_ids column for the anchor states, not both".into(),
+                ))
+            }
+            (Some(t), None) => Some(AnchorColumn::TurnStates(t.clone())),
+            (None, Some(t)) => Some(AnchorColumn::Tokens(t.clone())),
+            (None, None) if present(DEFAULT_TURN_STATE_IDS) => {
+                Some(AnchorColumn::TurnStates(DEFAULT_TURN_STATE_IDS.into()))
+            }
+            (None, None) if present(DEFAULT_TOKEN_IDS) => Some(AnchorColumn::Tokens(DEFAULT_TOKEN_IDS.into())),
+            (None, None) => {
+                return Err(LogError::Batch(DataError::MissingColumn {
+                    column: format!("{DEFAULT_TURN_STATE_IDS}` or `{DEFAULT_TOKEN_IDS}"),
+                    available: format!(
+                        "gigpo reads anchor states: one id per turn, or token ids to hash; {}",
+                        available(schema, "")
+                    ),
+                }))
+            }
+        })
     }
 }
 
@@ -323,6 +396,9 @@ impl Columns {
         if let Some(group) = &self.group {
             check_group_type(group, ty(group)?)?;
         }
+        if let Some(a) = &self.anchors {
+            check_list(a.name(), ty(a.name())?, ElementKind::Integer)?;
+        }
         for out in OUTPUT_COLUMNS {
             if schema.column_with_name(out).is_some() {
                 return Err(DataError::OutputColumnExists { column: out.into() });
@@ -354,10 +430,17 @@ impl Columns {
     }
 
     /// Names of the columns read in the group-statistics pass (rewards or score, group;
-    /// the mask too where token rewards on observation tokens are moved).
+    /// the mask too where token rewards on observation tokens are moved; for gigpo, whose
+    /// statistics are per turn, the mask, the anchor column and a check-score column).
     pub fn score_pass_columns(&self) -> Vec<&str> {
         let mut cols = vec![self.reward.name()];
         cols.extend(self.group.as_deref());
+        if let Some(a) = &self.anchors {
+            cols.extend([self.mask.as_str(), a.name()]);
+            cols.extend(self.check.as_ref().map(|(c, _)| c.as_str()));
+            cols.dedup();
+            return cols;
+        }
         if self.observation_rewards != ObservationRewards::Error && matches!(self.reward, RewardColumn::Token(_)) {
             cols.push(&self.mask);
         }
@@ -381,12 +464,14 @@ pub(crate) fn available(schema: &Schema, wanted: &str) -> String {
 enum ElementKind {
     Mask,
     Number,
+    Integer,
 }
 
 fn check_list(name: &str, ty: &DataType, kind: ElementKind) -> Result<(), DataError> {
     let (expected, ok): (&'static str, fn(&DataType) -> bool) = match kind {
         ElementKind::Mask => ("list<bool or integer>", |t| t == &DataType::Boolean || t.is_integer()),
         ElementKind::Number => ("list<float or integer>", |t| t.is_floating() || t.is_integer()),
+        ElementKind::Integer => ("list<integer>", |t| t.is_integer()),
     };
     match ty {
         DataType::List(f) | DataType::LargeList(f) if ok(f.data_type()) => Ok(()),

@@ -11,7 +11,6 @@ use crate::annotate::{annotate, output_fields, output_schema};
 use crate::error::{DataError, LogError};
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
-use crate::relocate::statistics_scores;
 use crate::schema::Columns;
 
 /// The output columns (advantages, returns, turn_index, turn_advantages) of every batch,
@@ -25,6 +24,7 @@ pub fn annotate_table(
 ) -> Result<(Vec<RecordBatch>, Arc<Schema>), LogError> {
     let groups = match estimator {
         Estimator::Group(params) => Some(group_statistics(batches, columns, GroupStats::new(*params))?),
+        Estimator::Gigpo(params) => Some(group_statistics(batches, columns, GroupStats::gigpo(params))?),
         _ => None,
     };
     annotate_batches(batches, schema, columns, estimator, groups.as_ref(), false).map_err(LogError::Batch)
@@ -62,15 +62,14 @@ pub fn annotate_batches(
     Ok((out, out_schema))
 }
 
-/// Group statistics over all batches of the table (the same scans as the Parquet tool).
+/// Group (and GiGPO's step-group) statistics over all batches of the table (the same
+/// scans as the Parquet tool).
 fn group_statistics(batches: &[RecordBatch], columns: &Columns, mut stats: GroupStats) -> Result<GroupStats, LogError> {
-    let group_col = columns.group.as_deref().unwrap_or_default();
     while stats.wants_scan() {
         let mut base = 0u64;
         for batch in batches {
             let shifted = |e: DataError| LogError::Batch(e.shift_rows(base));
-            let scores = statistics_scores(batch, columns).map_err(shifted)?;
-            stats.scan(group_col, batch, &scores).map_err(shifted)?;
+            stats.scan_batch(batch, columns).map_err(shifted)?;
             base += batch.num_rows() as u64;
         }
         stats.finish_scan().map_err(LogError::Batch)?;

@@ -153,7 +153,7 @@ pub(crate) fn with_turn_columns(
 #[pyo3(signature = (
     data, estimator, mask_col, values_col, rewards_col, score_col, group_col,
     turn_rewards_col=None, truncated_col=None, check_score_col=None, check_tolerance=None,
-    observation_rewards="error"
+    observation_rewards="error", turn_state_ids_col=None, token_ids_col=None
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of `mpo_rs.arrow.with_advantages`
 fn arrow_advantages(
@@ -170,10 +170,13 @@ fn arrow_advantages(
     check_score_col: Option<String>,
     check_tolerance: Option<Bound<'_, PyAny>>,
     observation_rewards: &str,
+    turn_state_ids_col: Option<String>,
+    token_ids_col: Option<String>,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
     let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    (spec.turn_state_ids, spec.token_ids) = (turn_state_ids_col, token_ids_col);
     with_turn_columns(&mut spec, turn_rewards_col, truncated_col, check_score_col, check_tolerance.as_ref())?;
     spec.observation_rewards = self::observation_rewards(observation_rewards)?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;

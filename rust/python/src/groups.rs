@@ -80,6 +80,7 @@ impl GroupStatistics {
             observation_rewards: crate::arrow::observation_rewards(observation_rewards)?,
             truncated: None,
             check: None,
+            anchors: None,
         };
         let (batches, _) = read_all(data)?;
         let stats = run(py, || partial_group_statistics(&batches, &columns))?;
@@ -140,7 +141,7 @@ impl GroupStatistics {
 #[pyfunction]
 #[pyo3(signature = (
     schema, estimator, *, mask_col, values_col, rewards_col, score_col, group_col,
-    turn_rewards_col=None, truncated_col=None
+    turn_rewards_col=None, truncated_col=None, turn_state_ids_col=None, token_ids_col=None
 ))]
 #[allow(clippy::too_many_arguments)] // one per keyword of the Python call
 fn resolve_log_columns(
@@ -153,9 +154,12 @@ fn resolve_log_columns(
     group_col: String,
     turn_rewards_col: Option<String>,
     truncated_col: Option<String>,
+    turn_state_ids_col: Option<String>,
+    token_ids_col: Option<String>,
 ) -> PyResult<ResolvedColumns> {
     let estimator = estimator.get().core;
     let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    (spec.turn_state_ids, spec.token_ids) = (turn_state_ids_col, token_ids_col);
     crate::arrow::with_turn_columns(&mut spec, turn_rewards_col, truncated_col, None, None)?;
     let columns = spec.resolve(&schema.into_inner(), estimator.needs()).map_err(log_error)?;
     let statistics = match columns.group {

@@ -53,7 +53,7 @@ fn phase_name(p: Phase) -> &'static str {
     mask_col, values_col, rewards_col, score_col, group_col,
     progress=None, batch_bytes=None, max_row_group_bytes=None,
     turn_rewards_col=None, truncated_col=None, check_score_col=None, check_tolerance=None,
-    observation_rewards="error"
+    observation_rewards="error", turn_state_ids_col=None, token_ids_col=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn advantages_parquet<'py>(
@@ -74,9 +74,12 @@ fn advantages_parquet<'py>(
     check_score_col: Option<String>,
     check_tolerance: Option<Bound<'py, PyAny>>,
     observation_rewards: &str,
+    turn_state_ids_col: Option<String>,
+    token_ids_col: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let defaults = Tuning::default();
     let mut columns = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
+    (columns.turn_state_ids, columns.token_ids) = (turn_state_ids_col, token_ids_col);
     with_turn_columns(&mut columns, turn_rewards_col, truncated_col, check_score_col, check_tolerance.as_ref())?;
     columns.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
     let job = Job {
@@ -202,6 +205,7 @@ fn diagnose_batch<'py>(
         observation_rewards,
         truncated: None,
         check: None,
+        anchors: None,
     };
     let to_py =
         |error: DataError| to_py(LogError::Data { at: FileAt { path, row_group }, error: error.shift_rows(row_base) });

@@ -20,6 +20,9 @@ name                 critic     what
 ``mpo_mae_rloo``     no         MAE with the leave-one-out mean as the value baseline
 ``mpo_bilevel_gae``  yes        RAGEN's bi-level GAE (``algorithm.high_level_gamma``),
                                 whitened like RAGEN unless ``algorithm.mpo.whiten=false``
+``mpo_gigpo``        no         GiGPO (verl-agent's ``gigpo``): episode and anchor-state
+                                step baselines; anchors from ``anchor_obs`` or the rows'
+                                token ids
 ===================  =========  ==========================================================
 
 and policy-loss modes (``actor_rollout_ref.actor.policy_loss.loss_mode=...``) ``mpo``
@@ -75,6 +78,7 @@ from .estimators import (
     compute_gae_advantage_return,
     compute_mpo_bilevel_gae_advantage,
     compute_mpo_gae_advantage,
+    compute_mpo_gigpo_advantage,
     compute_mpo_grpo_advantage,
     compute_mpo_mae_advantage,
     compute_mpo_mae_grpo_advantage,
@@ -100,6 +104,7 @@ __all__ = [
     "compute_gae_advantage_return",
     "compute_mpo_bilevel_gae_advantage",
     "compute_mpo_gae_advantage",
+    "compute_mpo_gigpo_advantage",
     "compute_mpo_grpo_advantage",
     "compute_mpo_mae_advantage",
     "compute_mpo_mae_grpo_advantage",
@@ -122,6 +127,7 @@ _ESTIMATOR_FUNCTIONS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {
     "mpo_mae_grpo": compute_mpo_mae_grpo_advantage,
     "mpo_mae_rloo": compute_mpo_mae_rloo_advantage,
     "mpo_bilevel_gae": compute_mpo_bilevel_gae_advantage,
+    "mpo_gigpo": compute_mpo_gigpo_advantage,
 }
 _LOSS_FUNCTIONS: dict[str, Callable[..., tuple[Tensor, dict[str, Any]]]] = {
     "mpo": compute_policy_loss_mpo,

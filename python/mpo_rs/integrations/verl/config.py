@@ -17,6 +17,7 @@ from ...exceptions import InvalidConfigError, InvalidOptionError, MissingCriticV
 from ...options import Estimator, default
 
 __all__ = [
+    "BATCH_ESTIMATORS",
     "CRITIC_ESTIMATORS",
     "CRITIC_FREE_ESTIMATORS",
     "ESTIMATORS",
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 CRITIC_ESTIMATORS = ("mpo_gae", "mpo_mae", "mpo_bilevel_gae")
-CRITIC_FREE_ESTIMATORS = ("mpo_grpo", "mpo_rloo", "mpo_mae_grpo", "mpo_mae_rloo")
+CRITIC_FREE_ESTIMATORS = ("mpo_grpo", "mpo_rloo", "mpo_mae_grpo", "mpo_mae_rloo", "mpo_gigpo")
 ESTIMATORS = CRITIC_ESTIMATORS + CRITIC_FREE_ESTIMATORS
 LOSS_MODES = ("mpo", "mpo_geo_mean")
 
@@ -46,8 +47,12 @@ VERL_DEFAULTS: dict[str, Any] = {"gamma": 1.0, "lam": 1.0, "norm_adv_by_std_in_g
 """verl's own defaults (its ``AlgoConfig``) of the ``algorithm`` keys the plug-in reads,
 used when a key is absent or null."""
 
+# The plug-in estimators that read the batch beyond verl's arguments (the values hook
+# exposes it to them during the call): mpo_gigpo's anchor states.
+BATCH_ESTIMATORS = ("mpo_gigpo",)
+
 # The table estimator that owns each `algorithm.mpo` option (where its default lives).
-_OWNER = {"lam": "mae", "lam_intra": "mae", "beta": "mae", "lam_critic": "mae", "eps": "grpo"}
+_OWNER = {"lam": "mae", "lam_intra": "mae", "beta": "mae", "lam_critic": "mae", "eps": "grpo", "anchor": "gigpo"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,12 @@ class MPOOptions:
     """``mpo_mae``: lambda of the critic's value targets (1 = discounted Monte-Carlo return)."""
     eps: Any = None
     """GRPO-scaled estimators (``mpo_grpo``, ``mpo_mae_grpo`` with
-    ``algorithm.norm_adv_by_std_in_grpo=true``): added to the group std before dividing."""
+    ``algorithm.norm_adv_by_std_in_grpo=true``, ``mpo_gigpo`` in ``mean_std_norm``): added to
+    the std before dividing."""
+    anchor: Any = None
+    """``mpo_gigpo`` without ``anchor_obs``: how turns' token ids are read as anchor states,
+    ``"observation"`` (the tokens since the previous turn) or ``"prefix"`` (every token
+    before the turn)."""
     whiten: Any = None
     """Whiten advantages over the batch's LLM tokens (verl's ``masked_whiten`` formula): true,
     false, or None = the estimator's default (on for ``mpo_gae``, as verl's ``gae``; off
@@ -212,6 +222,11 @@ def estimator_options(name: str, config: Any) -> EstimatorOptions:
                               ``algorithm.lam`` and ``high_level_gamma`` from
                               ``algorithm.high_level_gamma`` (RAGEN's keys; absent or null:
                               the table's 0.95)
+    ``mpo_gigpo``             ``gigpo`` with ``algorithm.gamma``, verl-agent's
+                              ``algorithm.gigpo.step_advantage_w`` (``step_weight``) and
+                              ``algorithm.gigpo.mode`` (``mean_norm``, its default, or
+                              ``mean_std_norm``: ``norm_std``), ``algorithm.mpo.eps`` and
+                              ``algorithm.mpo.anchor``
     ========================  ==========================================================
 
     ``algorithm.mpo.whiten`` applies to all. Raises ``mpo_rs.InvalidOptionError`` naming the
@@ -242,6 +257,9 @@ def estimator_options(name: str, config: Any) -> EstimatorOptions:
         mae = {o: read.mpo(o) for o in ("lam", "lam_intra", "beta", "lam_critic")}
         estimator = read.build("mae", gamma=read.verl("gamma"), **mae)
         read.refuse_unused({"eps": "it has no group baseline"})
+    elif name == "mpo_gigpo":
+        estimator = _gigpo(read, config)
+        read.refuse_unused(dict.fromkeys(("lam", "lam_intra", "beta", "lam_critic"), "it is not an MAE estimator"))
     elif name in ("mpo_grpo", "mpo_rloo"):
         estimator = _group(read, leave_one_out=name == "mpo_rloo")
         read.refuse_unused(
@@ -253,6 +271,31 @@ def estimator_options(name: str, config: Any) -> EstimatorOptions:
         group = _group(read, leave_one_out=name == "mpo_mae_rloo")
         read.refuse_unused({"eps": no_eps, "lam_critic": "it has no critic"})
     return EstimatorOptions(estimator, group, whiten)
+
+
+# verl-agent's `algorithm.gigpo.mode` values, as the table's norm_std.
+_GIGPO_MODES = {"mean_norm": False, "mean_std_norm": True}
+
+
+def _gigpo(read: _Reader, config: Any) -> Estimator:
+    """GiGPO with verl-agent's keys (``algorithm.gigpo.step_advantage_w``, ``.mode``) beside
+    ``algorithm.gamma`` and ``algorithm.mpo.eps`` / ``.anchor``."""
+    section = config_get(config, "gigpo", None)
+    mode = config_get(section, "mode", None)
+    if mode is not None and mode not in _GIGPO_MODES:
+        raise InvalidOptionError(
+            f"`algorithm.gigpo.mode` (adv_estimator {read.name}) must be one of "
+            f"{', '.join(map(repr, _GIGPO_MODES))}, got {mode!r}"
+        )
+    norm_std = None if mode is None else _GIGPO_MODES[mode]
+    return read.build(
+        "gigpo",
+        gamma=read.verl("gamma"),
+        step_weight=("algorithm.gigpo.step_advantage_w", config_get(section, "step_advantage_w", None)),
+        norm_std=("algorithm.gigpo.mode", norm_std),
+        eps=read.mpo("eps"),
+        anchor=read.mpo("anchor"),
+    )
 
 
 def _group(read: _Reader, leave_one_out: bool) -> Estimator:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -14,17 +15,19 @@ from ... import estimators
 from ...exceptions import InvalidBatchError
 from ...torch import critic_free, padded
 from .config import EstimatorOptions, estimator_options
-from .values_hook import critic_values
+from .values_hook import critic_values, hooked_batch
 
 __all__ = [
     "compute_gae_advantage_return",
     "compute_mpo_bilevel_gae_advantage",
     "compute_mpo_gae_advantage",
+    "compute_mpo_gigpo_advantage",
     "compute_mpo_grpo_advantage",
     "compute_mpo_mae_advantage",
     "compute_mpo_mae_grpo_advantage",
     "compute_mpo_mae_rloo_advantage",
     "compute_mpo_rloo_advantage",
+    "observation_ids",
 ]
 
 
@@ -205,6 +208,96 @@ def compute_mpo_mae_rloo_advantage(
     """``mpo_mae_rloo``: critic-free MAE with each row's value the mean score of the other
     rollouts of its group. With ``lam=1``, ``beta=0`` this is RLOO. A group of one gets 0."""
     return _mae_rloo(token_level_rewards, response_mask, config, index, **kwargs)
+
+
+def compute_mpo_gigpo_advantage(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    config: Any = None,
+    index: Any = None,
+    anchor_obs: Any = None,
+    token_ids: Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor]:
+    """``mpo_gigpo``: GiGPO (verl-agent's ``gigpo``; docs/estimators.md, "GiGPO") over the
+    plug-in's rows, one trajectory per row and its turns the runs of LLM tokens: the episode
+    baseline over the rows of one ``uid`` group plus the step baseline over the group's
+    turns that start from the same anchor state, ``A_E + w * A_S`` on each turn's tokens.
+
+    Anchor states: verl-agent's ``anchor_obs`` (``non_tensor_batch["anchor_obs"]``: one
+    observation per row whose row is one turn, else a sequence of one observation per turn),
+    each observation hashed to a 64-bit id (equal observations, one id); else the rows'
+    token ids (``batch["responses"]``, aligned with ``response_mask``), hashed per
+    ``algorithm.mpo.anchor``. Inside verl's ``compute_advantage`` the values hook hands the
+    batch over; called directly, pass ``anchor_obs=`` or ``token_ids=``. A reward on an
+    observation token is credited to the LLM token before it. No critic: the advantages are
+    the returns too."""
+    name = "mpo_gigpo"
+    options = estimator_options(name, config)
+    ids = _group_ids(index, _rows(response_mask), name)
+    data = hooked_batch()
+    if anchor_obs is None and token_ids is None and data is not None:
+        anchor_obs = data.non_tensor_batch.get("anchor_obs")
+        if anchor_obs is None and "responses" in data.batch.keys():
+            token_ids = data.batch["responses"]
+    if anchor_obs is not None:
+        anchors: dict[str, Any] = {"turn_state_ids": observation_ids(anchor_obs, response_mask)}
+    elif token_ids is not None:
+        anchors = {"token_ids": token_ids}
+    else:
+        raise InvalidBatchError(
+            f"advantage estimator {name!r} needs anchor states: verl-agent's non_tensor_batch['anchor_obs'] or "
+            "the rows' token ids (batch['responses']); called outside verl's compute_advantage, pass "
+            "anchor_obs= or token_ids="
+        )
+    out, _ = padded.advantages(
+        response_mask,
+        token_level_rewards,
+        group_ids=ids,
+        observation_rewards="credit",
+        whiten=options.whiten,
+        estimator=options.estimator,
+        **anchors,
+    )
+    return out, out
+
+
+def observation_ids(anchor_obs: Any, response_mask: Tensor) -> list[list[int]]:
+    """One int64 id per turn of each row from verl-agent's ``anchor_obs``: a row with one
+    turn takes its observation as it is, a row with several a sequence of one per turn.
+    Equal observations get one id (a 64-bit BLAKE2b digest of the observation's type and
+    bytes: a string's UTF-8, an array's dtype, shape and buffer, else its ``repr``)."""
+    mask = response_mask.detach().cpu().numpy() != 0
+    starts = mask.copy()
+    starts[:, 1:] &= ~mask[:, :-1]
+    counts = starts.sum(axis=1)
+    if len(anchor_obs) != len(counts):
+        raise InvalidBatchError(f"`anchor_obs` has {len(anchor_obs)} entries, expected {len(counts)} (one per row)")
+    out = []
+    for row, (obs, turns) in enumerate(zip(anchor_obs, counts, strict=True)):
+        many = isinstance(obs, (list, tuple)) or (isinstance(obs, np.ndarray) and obs.dtype == object)
+        per_turn = [] if turns == 0 else list(obs) if many and turns != 1 else [obs]
+        if len(per_turn) != turns:
+            raise InvalidBatchError(
+                f"row {row}: `anchor_obs` gives {len(per_turn)} observation(s) but the row has {turns} turns "
+                "(runs of response_mask == 1): one observation for a one-turn row, else one per turn"
+            )
+        out.append([_observation_id(o) for o in per_turn])
+    return out
+
+
+def _observation_id(obs: Any) -> int:
+    if isinstance(obs, Tensor):
+        obs = obs.detach().cpu().numpy()
+    if isinstance(obs, np.ndarray):
+        data = b"a" + f"{obs.dtype.str}{obs.shape}".encode() + np.ascontiguousarray(obs).tobytes()
+    elif isinstance(obs, bytes):
+        data = b"b" + obs
+    elif isinstance(obs, str):
+        data = b"s" + obs.encode("utf-8", "surrogatepass")
+    else:
+        data = b"r" + repr(obs).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
 
 
 def compute_gae_advantage_return(

@@ -1,5 +1,6 @@
 """The values hook: lets the plug-in's critic estimators read the critic's values inside
-verl, and the v1 trainer group multi-output sessions for ``mpo_grpo`` as for ``grpo``.
+verl (and ``mpo_gigpo`` the batch's anchor states), and the v1 trainer group multi-output
+sessions for ``mpo_grpo`` as for ``grpo``.
 
 verl's ``compute_advantage`` passes ``values`` only to its built-in ``gae``; the hook wraps
 it (and the v1 trainer's ``compute_advantage_for_multi_trajectories``) through an import
@@ -18,10 +19,10 @@ from typing import Any
 
 from torch import Tensor
 
-from .config import CRITIC_ESTIMATORS, SESSION_GROUPED_ESTIMATORS, MissingCriticValuesError
+from .config import BATCH_ESTIMATORS, CRITIC_ESTIMATORS, SESSION_GROUPED_ESTIMATORS, MissingCriticValuesError
 from .rollout_log import after_compute_advantage
 
-__all__ = ["VALUES_HOOK_ENV", "critic_values", "install_values_hook"]
+__all__ = ["VALUES_HOOK_ENV", "critic_values", "hooked_batch", "install_values_hook"]
 
 VALUES_HOOK_ENV = "MPO_RS_VERL_VALUES_HOOK"
 
@@ -32,6 +33,17 @@ _V1_UTILS = "verl.trainer.ppo.v1.utils"
 _CRITIC_VALUES: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar(
     "mpo_rs_verl_critic_values", default=None
 )
+
+
+# Set by the compute_advantage wrapper, for the estimators of BATCH_ESTIMATORS, to the DataProto
+# of the call (verl passes them only its tensors `token_level_rewards` and `response_mask`).
+_BATCH: contextvars.ContextVar[Any] = contextvars.ContextVar("mpo_rs_verl_batch", default=None)
+
+
+def hooked_batch() -> Any:
+    """The ``DataProto`` of the ``compute_advantage`` call in progress, for an estimator of
+    :data:`BATCH_ESTIMATORS`; None outside one (or without the hook)."""
+    return _BATCH.get()
 
 
 # Set by the compute_advantage_for_multi_trajectories wrapper to the plug-in estimator that
@@ -78,6 +90,12 @@ def _wrap_compute_advantage(original: Callable[..., Any]) -> Callable[..., Any]:
         if session is not None and name == SESSION_GROUPED_ESTIMATORS[session]:
             _SESSION_ESTIMATOR.set(None)  # consumed: the wrapper below checks it was
             adv_estimator = name = session
+        if name in BATCH_ESTIMATORS:
+            batch_token = _BATCH.set(data)
+            try:
+                return original(data, adv_estimator, *args, **kwargs)
+            finally:
+                _BATCH.reset(batch_token)
         if name not in CRITIC_ESTIMATORS:
             return original(data, adv_estimator, *args, **kwargs)
         batch = data.batch
@@ -205,8 +223,9 @@ def _remove_import_patcher() -> None:
 
 
 def install_values_hook() -> None:
-    """Lets ``mpo_gae`` and ``mpo_mae`` read the critic's values inside verl, and makes the
-    v1 trainer group multi-output sessions for ``mpo_grpo`` as it does for ``grpo``.
+    """Lets ``mpo_gae`` and ``mpo_mae`` read the critic's values inside verl (and
+    ``mpo_gigpo`` the batch's ``anchor_obs`` or ``responses``), and makes the v1 trainer
+    group multi-output sessions for ``mpo_grpo`` as it does for ``grpo``.
 
     verl's ``compute_advantage`` (``verl.trainer.ppo.ray_trainer``) passes ``values`` only to
     its built-in ``gae``. This wraps it: for the mpo_rs critic estimators the wrapper exposes
