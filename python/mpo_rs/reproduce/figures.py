@@ -15,7 +15,7 @@ from .._outputs import figure_bytes, output_subdir, write_file
 from .analysis import METRIC_NAMES, Comparison
 from .config import BETA_SWEEP, LAMBDA_GRID, ReproduceConfig
 from .page_text import fmt
-from .rows import by_arm, task_title
+from .rows import by_arm, nanmean, task_title
 from .stats import (
     INCONCLUSIVE,
     NO_VERDICT,
@@ -305,7 +305,7 @@ def plot_when(per_task: Sequence[dict[str, Any]], ladder: Sequence[dict[str, Any
     plt = _pyplot()
     panels: list[tuple[str, list[float], list[Any], list[Any], float, list[str]]] = []
     if any(e["k"] is not None for e in ladder):
-        ev = [float(np.nanmean([e["ev"].get(m, math.nan) for m in ("mpo", "ppo")])) for e in ladder]
+        ev = [nanmean([e["ev"].get(m, math.nan) for m in ("mpo", "ppo")]) for e in ladder]
         over_grpo = [e["gain_over_grpo"].get("mpo") for e in ladder]
         marks = ["s" if e["k"] is None else "o" for e in ladder]
         title = "critic explained variance (ladder; square: learned)"
@@ -344,7 +344,8 @@ def plot_when(per_task: Sequence[dict[str, Any]], ladder: Sequence[dict[str, Any
         ax.set_xlabel(xlabel)
         ax.set_ylabel("paired gain (95% CI)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a panel whose gains are all unmeasured has none
+            ax.legend(fontsize=8)
     fig.suptitle("When does MPO help? Paired gains by seed", fontsize=11)
     fig.tight_layout()
     write_file(path, figure_bytes(fig, dpi=110))
