@@ -310,32 +310,17 @@ def plot_when(per_task: Sequence[dict[str, Any]], ladder: Sequence[dict[str, Any
         marks = ["s" if e["k"] is None else "o" for e in ladder]
         title = "critic explained variance (ladder; square: learned)"
         panels.append((title, ev, [e["mpo_minus_ppo"] for e in ladder], over_grpo, 0.01, marks))
+
+    def by_task(title: str, tasks: list[dict[str, Any]], xs: list[float], shift: float) -> None:
+        gains = ([t["mpo_minus_ppo"] for t in tasks], [t["mpo_minus_grpo"] for t in tasks])
+        panels.append((title, xs, *gains, shift, ["o"] * len(tasks)))
+
     think = [t for t in per_task if t["think_tokens"] is not None]
     if len({t["think_tokens"] for t in think}) > 1:
-        xs = [float(t["think_tokens"]) for t in think]
-        panels.append(
-            (
-                "thinking tokens per turn",
-                xs,
-                [t["mpo_minus_ppo"] for t in think],
-                [t["mpo_minus_grpo"] for t in think],
-                0.6,
-                ["o"] * len(think),
-            )
-        )
+        by_task("thinking tokens per turn", think, [float(t["think_tokens"]) for t in think], 0.6)
     shared = [t for t in per_task if math.isfinite(t["share"])]
     if shared:
-        xs = [t["share"] for t in shared]
-        panels.append(
-            (
-                "between-turn share on the base",
-                xs,
-                [t["mpo_minus_ppo"] for t in shared],
-                [t["mpo_minus_grpo"] for t in shared],
-                0.005,
-                ["o"] * len(shared),
-            )
-        )
+        by_task("between-turn share on the base", shared, [t["share"] for t in shared], 0.005)
     fig, axes = _grid(plt, max(len(panels), 1), (4.2, 3.4))
     for ax, (xlabel, xs, vs_ppo, vs_grpo, shift, marks) in zip(axes, panels, strict=False):
         _gain_points(ax, xs, vs_ppo, "MPO − PPO", "#4c78a8", -shift, marks)
