@@ -408,3 +408,20 @@ def test_gigpo_anchors_on_the_environments_state_and_the_hash_records_it():
     assert gigpo_arm("frozen_lake").estimator.options["anchor"] == "observation"
     assert gigpo_arm("search@think16").estimator.options["anchor"] == "prefix"
     assert gigpo_arm("multi_hop").identity()["options"]["anchor"] == "prefix"
+
+
+def test_the_gates_command_trains_on_as_many_seeds_as_asked(tmp_path, capsys):
+    """``--train-seeds N``: a pilot sized beyond its configuration's seeds trains every arm on
+    the first seed and the N-1 after it, and the learning gate reads all of them."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("matplotlib")
+    from mpo_rs.reproduce.gates import main
+
+    out = tmp_path / "out"
+    argv = ["--config", "quick", "--only", "search", "--arms", "grpo,ppo", "--train", str(out)]
+    assert main([*argv, "--train-seeds", "2", "--seeds", "1", "--tasks", "4", "--group", "4"]) == 0
+    rows = pq.read_table(out / "runs.parquet").to_pylist()
+    assert sorted((r["arm"], r["seed"]) for r in rows) == [("grpo", 0), ("grpo", 1), ("ppo", 0), ("ppo", 1)]
+    assert "| search | learning |" in capsys.readouterr().out
+    with pytest.raises(Exception, match="seed"):
+        main([*argv, "--train-seeds", "0"])

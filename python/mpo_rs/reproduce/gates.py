@@ -150,6 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ladder", action="store_true", help="also train the critic-quality ladder's arms on each task")
     p.add_argument("--gigpo", action="store_true", help="also train GiGPO on each task")
     p.add_argument("--arms", help="train only these of the candidate's arms (comma-separated keys)")
+    p.add_argument(
+        "--train-seeds",
+        type=int,
+        metavar="N",
+        help="train on the configuration's first seed and the N-1 after it (default: its own count)",
+    )
     p.add_argument("--cache", type=Path, help="keep the base policies here (a rerun takes them)")
     p.add_argument("--json", type=Path, help="also write the measurements here (after each task)")
     args = p.parse_args(argv)
@@ -168,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = candidate(config, args.only, params, **changes)
     if args.arms:
         config = config.with_arms(args.arms.split(","))
+    if args.train_seeds is not None:
+        config = dataclasses.replace(config, seeds=args.train_seeds)  # validated by the config
     rows = json.loads(args.results.read_text())["runs"] if args.results else None
     if args.train:
         from .api import run_config
