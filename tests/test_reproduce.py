@@ -131,7 +131,7 @@ def test_holm_by_hand():
     # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (monotone).
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
-    # A comparison that could not be made keeps its place in the family (m = 3, not 2).
+    # A comparison that could not be made keeps its place among those corrected (m = 3, not 2).
     assert holm([0.01, math.nan, 0.02]) == pytest.approx([0.03, math.nan, 0.04], nan_ok=True)
     assert holm([]) == []
     # The equivalent step-down decision: reject in ascending order while p_(i) < alpha / (m - i + 1).
@@ -153,13 +153,13 @@ def test_holm_verdict_rule_on_synthetic_numbers():
     assert holm_verdict(math.nan, 0.01) == INCONCLUSIVE and holm_verdict(0.2, math.nan) == INCONCLUSIVE
 
 
-def test_table1_family_is_holm_corrected():
-    from mpo_rs.reproduce.analysis import FAMILY, _family_holm, claims
+def test_table1_confirmatory_comparisons_are_holm_corrected():
+    from mpo_rs.reproduce.analysis import CONFIRMATORY, _holm_adjusted, claims
     from mpo_rs.reproduce.plan import PLAN
 
-    assert FAMILY == tuple(PLAN.family())  # the committed plan's family, both metrics
+    assert CONFIRMATORY == tuple(PLAN.confirmatory())  # the committed plan's, both metrics
     # MPO beats GRPO by 0.1 +- noise on 5 shared seeds: the paired interval alone excludes 0
-    # (p ~ 0.04), but Holm over the plan's family does not reject, so inconclusive; MPO - PPO
+    # (p ~ 0.04), but Holm over the plan's confirmatory comparisons does not reject, so inconclusive; MPO - PPO
     # (p ~ 2e-4) survives the correction.
     shared = [0.1, 0.5, 0.3, 0.2, 0.4]
     noise = [0.04, -0.06, 0.08, -0.10, 0.04]
@@ -184,11 +184,11 @@ def test_table1_family_is_holm_corrected():
     assert comps["MPO - MPO w/ token IS (final held-out success)"].verdict == REPRODUCED
     # Not measured (no auc_success in these rows): p = 1 in the correction, never a verdict.
     assert comps["MPO - GRPO (mean held-out success over training)"].verdict == INCONCLUSIVE
-    # Outside the family: decided by the paired interval, no Holm p-value.
+    # Not confirmatory: decided by the paired interval, no Holm p-value.
     assert math.isnan(comps["MPO w/ token IS - PPO (final held-out success)"].p_holm)
     corrected = {(x.metric, x.a, x.b): x.p_holm for x in comps.values() if math.isfinite(x.p_holm)}
-    assert corrected and set(corrected) <= set(FAMILY)
-    adjusted = _family_holm(rows, FAMILY)
+    assert corrected and set(corrected) <= set(CONFIRMATORY)
+    adjusted = _holm_adjusted(rows, CONFIRMATORY)
     assert all(corrected[k] == adjusted[k] for k in corrected)
 
 
@@ -322,6 +322,7 @@ def test_arms_differ_only_in_their_knobs(config):
         assert differ <= KNOBS, (arm.key, differ)  # same budget: epochs, minibatch, clip, ...
     mpo = by_key["mpo"].identity()
 
+    # The identity's "family" key is the arm's study (Arm.study), under the name committed hashes keep.
     def ablated(key):
         other = by_key[key].identity()
         return {k for k in mpo if mpo[k] != other[k]} - {"key", "label", "family"}
@@ -350,8 +351,8 @@ def test_arms_differ_only_in_their_knobs(config):
     ppo, ppo_whiten = by_key["ppo"].identity(), by_key["ppo_whiten"].identity()
     assert {k for k in ppo if ppo[k] != ppo_whiten[k]} - {"key", "label", "family"} == {"advantage_scale"}
     # One advantage-scale rule: no arm of the headline comparison whitens over the batch.
-    assert {a.advantage_scale for a in config.arms if a.group != "scale"} <= {"group-std", "none"}
-    assert {a.advantage_scale for a in config.arms if a.group == "scale"} == {"whiten"}
+    assert {a.advantage_scale for a in config.arms if a.study != "scale"} <= {"group-std", "none"}
+    assert {a.advantage_scale for a in config.arms if a.study == "scale"} == {"whiten"}
     for key in ("grpo", "gspo", "ppo", "mpo_token_is"):
         assert by_key[key].task == MAIN_TASK == "search" and by_key[key].identity()["lam_critic"] == 1.0
     assert (by_key["grpo"].ratio, by_key["gspo"].ratio, by_key["ppo"].ratio) == ("token", "sequence", "token")
@@ -370,7 +371,7 @@ def test_committed_configurations():
     assert door.max_turns * door.action_tokens >= 100
     gpu_door = make("key_door", **GPU.task("key_door").kwargs())
     assert gpu_door.max_turns > door.max_turns and GPU.model.width > FULL.model.width and GPU.device == "cuda"
-    assert {a.group for a in ARMS} == {"table1", "relatives", "beta", "lambda", "scale"}
+    assert {a.study for a in ARMS} == {"table1", "relatives", "beta", "lambda", "scale"}
     assert {a.task for a in ARMS} == {spec.name for spec in FULL.tasks}
     # The pilot that fixed the advantage-scale rule ran seed 0; the sizing pilot runs seeds of its own.
     assert 0 not in FULL.seed_list and not set(FULL.seed_list) & set(PILOT.seed_list)
@@ -446,7 +447,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
         "img/curves_key_door_table1.png",
         "img/curves_guess_number_table1.png",
         "img/final_success.png",
-        "img/family.png",
+        "img/confirmatory.png",
         "diagnosis/mpo/summary.json",
         "diagnosis/ppo/summary.json",
     ):
@@ -488,7 +489,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     assert gates["source"] == "run" and gates["size"]["seeds"] == [QUICK.first_seed]
     assert set(gates["tasks"]) == {spec.name for spec in QUICK.tasks}
     assert all(len(t["base"]) == 1 and not t["counts"] for t in gates["tasks"].values())
-    assert {c["verdict"] for c in results["family_comparisons"]} == {NO_VERDICT}
+    assert {c["verdict"] for c in results["confirmatory_comparisons"]} == {NO_VERDICT}
     page = (out / "reproduction.md").read_text()
     assert "| # | the paper |" in page and "img/final_success.png" in page
     assert "## Gates" in page and "measured on this run's own seeds, not a pilot's" in page
@@ -505,7 +506,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     for full_only in ("these are the final seeds", "(this configuration)", "`make reproduce` rewrites"):
         assert full_only not in page, full_only
     assert "Rerun: `mpo-rs reproduce --quick --out DIR`" in page
-    # A summary at the top: the bottom line, the estimates per task, the family's verdicts, caveats.
+    # A summary at the top: the bottom line, the estimates per task, the confirmatory comparisons' verdicts, caveats.
     summary = page.split("## Summary\n\n", 1)[1].split("\nConfiguration **quick**", 1)[0]
     assert page.index("## Summary") < page.index("## Claims")
     assert summary.startswith("**Bottom line.** ")
@@ -514,7 +515,7 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     ]  # fmt: skip
     verdicts = _table(summary, "| task | comparison |")
     for what in ("MPO - GRPO", "MPO - GSPO", "MPO - PPO", "MPO - MPO w/ token IS"):
-        assert ["Search", what] in [r[:2] for r in verdicts]  # Table 1's family: on every task
+        assert ["Search", what] in [r[:2] for r in verdicts]  # Table 1's comparisons: on every task
         assert ["GuessNumber", what] in [r[:2] for r in verdicts]
     caveats = [line for line in summary.splitlines() if line.startswith("- **")]
     assert len(caveats) == len(QUICK.tasks) and all("one seed per arm" in c for c in caveats)
@@ -668,12 +669,12 @@ def _synthetic_rows(level: dict[str, float], ev: float = 0.5) -> list[dict]:
 
 
 def _page(rows: list[dict], config=FULL):
-    from mpo_rs.reproduce.analysis import claims, family_comparisons
+    from mpo_rs.reproduce.analysis import claims, confirmatory_comparisons
     from mpo_rs.reproduce.page import Page
 
     found = claims(rows, config)
     chance = {"key_door": (0.004, "exact"), "guess_number": (0.265, "exact")}
-    return Page(config, rows, found, family_comparisons(rows, found, config), chance, {}, {})
+    return Page(config, rows, found, confirmatory_comparisons(rows, found, config), chance, {}, {})
 
 
 def _table(text: str, header: str) -> list[list[str]]:
@@ -689,19 +690,21 @@ def _table(text: str, header: str) -> list[list[str]]:
 
 
 def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
-    from mpo_rs.reproduce.analysis import FAMILY
+    from mpo_rs.reproduce.analysis import CONFIRMATORY
 
     page = _page(_synthetic_rows({"mpo": 0.6, "grpo": 0.3, "gspo": 0.62, "ppo": 0.1}, ev=0.05))
     summary = page.summary()
     bottom = summary.split("\n\n")[0]
-    # The bottom line: the plan's family, its tally, the power, what it decided (with its task).
-    assert bottom.startswith(f"**Bottom line.** {len(FAMILY)} comparisons were fixed in advance by the analysis plan")
+    # The bottom line: the plan's confirmatory comparisons, their tally, the power, what it decided (with its task).
+    assert bottom.startswith(
+        f"**Bottom line.** {len(CONFIRMATORY)} comparisons were fixed in advance by the analysis plan"
+    )
     assert "paired by seed over 5 seed(s) and Holm-corrected at alpha = 0.05" in bottom
     assert re.search(r"Power achieved: 95% half-widths [0-9.-]+ on 5 paired seed\(s\)", bottom)
     # Many decided: a count per task (the table has them in bold); few: each one named.
-    assert "Decided (in bold in the family's table below): Search 28 reproduced." in bottom
+    assert "Decided (in bold in the confirmatory comparisons' table below): Search 28 reproduced." in bottom
     assert "The other comparisons of the claims (uncorrected, exploratory; see Claims):" in bottom
-    # Point estimates: tasks x Table 1's arms, the family's order (main task first, controls last).
+    # Point estimates: tasks x Table 1's arms, the plan's order (main task first, controls last).
     estimates = _table(summary, "| task | chance | seeds |")
     assert [r[0] for r in estimates] == ["Search", "MultiHop", "FrozenLake", "KeyDoor", "GuessNumber"]
     header = summary.splitlines()[
@@ -717,9 +720,9 @@ def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
     finals = [0.3 + 0.03, 0.62 + 0.03, 0.1 + 0.03, 0.3 + 0.03, 0.6 + 0.06]  # level + mean of the seed drift
     assert search[5:] == [f"{x / 2:.2f} / {x:.2f}" for x in finals]  # auc is half the final in these rows
     assert estimates[3][1] == "0.004" and estimates[4][1] == "0.265"
-    # The family's verdicts: one row per task and pair, one column per metric; decided ones in bold.
+    # The confirmatory comparisons' verdicts: one row per task and pair, one column per metric; decided ones in bold.
     verdicts = _table(summary, "| task | comparison |")
-    assert len(verdicts) == len({(a, b) for _, a, b in FAMILY})
+    assert len(verdicts) == len({(a, b) for _, a, b in CONFIRMATORY})
     first = verdicts[0]
     assert first[:2] == ["Search", "MPO - GRPO"]
     assert re.fullmatch(r"\+0\.165 ± 0\.\d{3}, p=0\.\d{3}, \*\*reproduced\*\*", first[2])
@@ -732,7 +735,7 @@ def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
     caveats = [line for line in summary.splitlines() if line.startswith("- **")]
     assert [c.split("**")[1] for c in caveats] == ["Search", "MultiHop", "FrozenLake", "KeyDoor", "GuessNumber"]
     assert all("the critics never learned" in c for c in caveats)
-    # An arm subset: only its tasks, its family.
+    # An arm subset: only its tasks, its confirmatory comparisons.
     sub = _page(_synthetic_rows({"mpo": 0.6}), FULL.with_arms(["mpo", "ppo"]))
     summary = sub.summary()
     assert summary.startswith("**Bottom line.** 2 comparisons were fixed in advance")
@@ -794,21 +797,21 @@ def test_the_committed_page_states_its_design_from_the_committed_records():
     assert _design_inputs(QUICK, docs) == {}  # only the committed page reads the committed records
 
 
-def test_a_family_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):
-    from mpo_rs.reproduce import analysis as report  # where FAMILY is read
+def test_a_confirmatory_comparison_no_claim_makes_is_measured_and_corrected(monkeypatch):
+    from mpo_rs.reproduce import analysis as report  # where CONFIRMATORY is read
 
     extra = ("auc_success", "guess_mpo_token_is", "guess_ppo")
-    assert extra not in report.FAMILY
-    monkeypatch.setattr(report, "FAMILY", (*report.FAMILY, extra))
+    assert extra not in report.CONFIRMATORY
+    monkeypatch.setattr(report, "CONFIRMATORY", (*report.CONFIRMATORY, extra))
     rows = _synthetic_rows({"guess_mpo_token_is": 0.9, "guess_ppo": 0.1})
-    comps = {(c.metric, c.a, c.b): c for c in _page(rows).family_comps}
-    assert list(comps) == list(report.FAMILY)
+    comps = {(c.metric, c.a, c.b): c for c in _page(rows).confirmatory_comps}
+    assert list(comps) == list(report.CONFIRMATORY)
     mine = comps[extra]
     assert mine.what == "MPO w/ token IS - PPO" and mine.verdict == REPRODUCED
     ps = [c.p for c in comps.values()]
     assert mine.p_holm == pytest.approx(holm(ps)[-1])
     summary = _page(rows).summary()
-    assert f"**Bottom line.** {len(report.FAMILY)} comparisons" in summary
+    assert f"**Bottom line.** {len(report.CONFIRMATORY)} comparisons" in summary
     row = next(r for r in _table(summary, "| task | comparison |") if r[:2] == ["GuessNumber", "MPO w/ token IS - PPO"])
     assert re.fullmatch(r"\+0\.400 ± 0\.000, p=0\.\d{3}, \*\*reproduced\*\*", row[2])
     assert row[3] == "—"  # the extra comparison is on one metric only
@@ -844,7 +847,7 @@ def test_figure_groups_follow_the_configuration():
     from mpo_rs.reproduce.figures import figure_groups
 
     present = {a.key for a in FULL.arms}
-    groups = {(g.task, g.group): g for g in figure_groups(FULL, present)}
+    groups = {(g.task, g.study): g for g in figure_groups(FULL, present)}
     assert list(groups) == [
         ("key_door", "table1"),
         ("search", "table1"),
@@ -859,7 +862,7 @@ def test_figure_groups_follow_the_configuration():
     assert [k for k, _ in groups["search", "beta"].arms] == [BETA_SWEEP[b] for b in sorted(BETA_SWEEP)]
     assert [k for k, _ in groups["search", "scale"].arms] == ["ppo", "mpo", "ppo_whiten", "mpo_whiten"]
     sub = figure_groups(FULL, {"mpo", "ppo"})
-    assert [(g.task, g.group, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
+    assert [(g.task, g.study, [k for k, _ in g.arms]) for g in sub] == [("search", "table1", ["ppo", "mpo"])]
 
 
 def test_curve_figure_axes_chance_and_clipping():

@@ -64,7 +64,7 @@ def test_plan_is_what_the_configurations_run():
     claims = {c.claim for c in COMPARISONS}
     assert claims == {"table1", "relatives", "beta", "lambda"}
     assert {c.task for c in COMPARISONS if c.claim == "table1"} == set(TASK_PREFIX)
-    assert len(PLAN.family()) == 2 * len(COMPARISONS) and PLAN.alpha == 0.05 and PLAN.correction == "holm"
+    assert len(PLAN.confirmatory()) == 2 * len(COMPARISONS) and PLAN.alpha == 0.05 and PLAN.correction == "holm"
 
 
 def test_seeds_for_half_width_is_the_smallest_n():

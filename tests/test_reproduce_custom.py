@@ -74,7 +74,7 @@ def test_arms_subset_and_unknown_keys() -> None:
     # The default on a user env: Table 1's arms, retargeted; the knobs are the committed arms'.
     default = build_config(ENV, budget="quick")
     main = FULL.arm("mpo").task
-    assert [a.key for a in default.arms] == [a.key for a in FULL.arms if a.group == "table1" and a.task == main]
+    assert [a.key for a in default.arms] == [a.key for a in FULL.arms if a.study == "table1" and a.task == main]
     assert default.base is None  # no oracle to clone on a user env
     for arm in default.arms:
         committed = QUICK.arm(arm.key)
@@ -166,11 +166,11 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
         "mpo-seed1.json",
     ]
     results = json.loads((out / "results.json").read_text())
-    assert results["family"]["comparisons"] == [
+    assert results["confirmatory"]["comparisons"] == [
         {"metric": "auc_success", "a": "mpo", "b": "grpo"},
         {"metric": "final_success", "a": "mpo", "b": "grpo"},
     ]
-    assert [(c["what"], c["metric"]) for c in results["family_comparisons"]] == [
+    assert [(c["what"], c["metric"]) for c in results["confirmatory_comparisons"]] == [
         ("MPO - GRPO", "auc_success"),
         ("MPO - GRPO", "final_success"),
     ]
@@ -184,7 +184,7 @@ def test_user_env_end_to_end_with_an_arm_subset_and_resume(tmp_path: Path, capsy
     assert "`make reproduce` rewrites" not in page and "(this configuration)" not in page
     summary = page.split("## Summary\n\n", 1)[1].split("\n## ", 1)[0]
     assert summary.startswith("**Bottom line.** 2 comparisons were fixed in advance")
-    assert "| `examples.my_env:make` | MPO - GRPO |" in summary  # the family's table names the task
+    assert "| `examples.my_env:make` | MPO - GRPO |" in summary  # the confirmatory comparisons' table names the task
     assert "| `examples.my_env:make` |" in summary.split("| task | chance | seeds |", 1)[1]
     assert "## Does MPO help on my task?" in page
     assert "mpo-rs reproduce --env examples.my_env:make --arms mpo,ppo,grpo --budget small" in page
@@ -208,7 +208,7 @@ def test_compare_returns_the_paired_results(tmp_path: Path) -> None:
 
     result = compare(ENV, arms=("mpo", "ppo"), seeds=2, budget="quick", out=tmp_path / "api", workers=1)
     assert result.page.is_file() and result.config.arms[0].task == ENV
-    primary, final = result.family  # the plan's two metrics, the primary first
+    primary, final = result.confirmatory  # the plan's two metrics, the primary first
     assert (primary.metric, final.metric) == ("auc_success", "final_success")
     assert (final.what, final.n) == ("MPO - PPO", 2)
     # A user env has no base policy whose gates the run could measure: no verdict.

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mpo_rs.exceptions import InvalidOptionError
-from mpo_rs.reproduce.analysis import claims, family_comparisons
+from mpo_rs.reproduce.analysis import claims, confirmatory_comparisons
 from mpo_rs.reproduce.config import FULL, QUICK
 from mpo_rs.reproduce.gate_rules import GATES
 from mpo_rs.reproduce.gates import gates_payload
@@ -25,7 +25,7 @@ from mpo_rs.reproduce.stats import INCONCLUSIVE, NO_VERDICT, REPRODUCED, combine
 from mpo_rs.reproduce.tasks import TASK_PREFIX, task_role
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-CONFIG = FULL.with_arms(["grpo", "ppo", "mpo"])  # Search's Table-1 arms: a family of 4 comparisons
+CONFIG = FULL.with_arms(["grpo", "ppo", "mpo"])  # Search's Table-1 arms: 4 confirmatory comparisons
 
 
 # --------------------------------------------------------------------------- the plan
@@ -141,7 +141,7 @@ def test_a_task_that_passes_its_gates_keeps_its_verdicts_and_reads_equivalence_b
     rows = _rows(mpo=0.50, ppo=0.50, grpo=0.40)
     section = gates_section(CONFIG, rows, _measured(_base()))
     assert section["tasks"]["search"]["counts"] and section["tasks"]["search"]["withheld"] == ""
-    comps = {(c.metric, c.b): c for c in family_comparisons(rows, [], CONFIG, withheld(section, CONFIG))}
+    comps = {(c.metric, c.b): c for c in confirmatory_comparisons(rows, [], CONFIG, withheld(section, CONFIG))}
     assert comps[("auc_success", "grpo")].verdict == REPRODUCED
     near = comps[("auc_success", "ppo")]
     assert near.verdict == INCONCLUSIVE and near.margin == 0.03 and near.p_tost < 0.05
@@ -150,7 +150,7 @@ def test_a_task_that_passes_its_gates_keeps_its_verdicts_and_reads_equivalence_b
     # A wide interval around the same difference: no difference shown, never equivalence.
     wide = _rows(mpo=0.50, ppo=0.50, grpo=0.40, noise=0.08)
     section = gates_section(CONFIG, wide, _measured(_base()))
-    c = next(c for c in family_comparisons(wide, [], CONFIG, withheld(section, CONFIG)) if c.b == "ppo")
+    c = next(c for c in confirmatory_comparisons(wide, [], CONFIG, withheld(section, CONFIG)) if c.b == "ppo")
     assert c.verdict == INCONCLUSIVE and c.p_tost >= 0.05 and c.reading() == "no difference shown"
 
 
@@ -171,14 +171,14 @@ def test_a_task_that_fails_a_gate_gets_no_verdict_and_no_equivalence(rows, base,
     section = gates_section(CONFIG, rows, _measured(base))
     assert not section["tasks"]["search"]["counts"] and section["tasks"]["search"]["withheld"] == reason
     gated = withheld(section, CONFIG)
-    comps = family_comparisons(rows, [], CONFIG, gated)
+    comps = confirmatory_comparisons(rows, [], CONFIG, gated)
     assert comps and all(c.verdict == NO_VERDICT and c.withheld == reason for c in comps)
     assert all(math.isnan(c.p_tost) and c.reading() == f"no verdict: {reason}" for c in comps)
     assert all(math.isfinite(c.p_holm) for c in comps)  # the numbers stay, for the record
     found = {c.number: c for c in claims(rows, CONFIG, gated)}
     assert found[2].verdict == NO_VERDICT and all(c.verdict == NO_VERDICT for c in found[2].comparisons)
     # Ungated (the statistics alone), the same rows decide MPO - GRPO; nothing reads as equivalence.
-    ungated = family_comparisons(rows, [], CONFIG)
+    ungated = confirmatory_comparisons(rows, [], CONFIG)
     assert next(c for c in ungated if c.b == "grpo").verdict == REPRODUCED
     assert all(math.isnan(c.p_tost) and not c.reading().startswith("equivalent") for c in ungated)
 
@@ -186,7 +186,7 @@ def test_a_task_that_fails_a_gate_gets_no_verdict_and_no_equivalence(rows, base,
 def test_a_task_missing_from_the_gates_is_not_measured():
     assert withheld(None, CONFIG)["search"] == "its gates were not measured"
     rows = _rows(mpo=0.5, ppo=0.5, grpo=0.4)
-    assert all(c.verdict == NO_VERDICT for c in family_comparisons(rows, [], CONFIG, withheld(None, CONFIG)))
+    assert all(c.verdict == NO_VERDICT for c in confirmatory_comparisons(rows, [], CONFIG, withheld(None, CONFIG)))
 
 
 def test_the_quick_budget_measures_its_own_base_policies_cheaply():
@@ -224,7 +224,7 @@ def test_a_gates_file_round_trips_into_the_results_and_the_page(tmp_path):
         "chance": {},
         "meta": {"wall_s": 60.0, "workers": 1, "started": "today", "resumed": 0},
         "gates": again,
-        "family": {"plan_hash": PLAN.plan_hash()},
+        "confirmatory": {"plan_hash": PLAN.plan_hash()},
     }
     page = page_from_results(results, CONFIG, [])
     gates = page.split("\n## Gates\n", 1)[1].split("\n## ", 1)[0]
@@ -282,6 +282,6 @@ def test_reproduce_reads_a_gates_file_and_refuses_a_bad_one_before_running(tmp_p
         ("learning", None), ("exploration", True), ("premise", True)
     ]  # fmt: skip
     assert door["withheld"] == "its learning gate was not measured"
-    assert {c["verdict"] for c in results["family_comparisons"]} == {NO_VERDICT}
+    assert {c["verdict"] for c in results["confirmatory_comparisons"]} == {NO_VERDICT}
     page = (out / "reproduction.md").read_text()
     assert "read from the gates file `gates.json`" in page and "### KeyDoor (negative control)" in page

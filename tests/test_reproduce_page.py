@@ -4,6 +4,7 @@ report's code; a change of wording is made by ``python -m mpo_rs.reproduce.repor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,5 +31,20 @@ def test_the_committed_page_re_renders_from_its_results():
 def test_figure_names_on_the_docs_page():
     from mpo_rs.reproduce.report import docs_figure
 
-    assert docs_figure("img/family.png") == "img/reproduction/family.png"
+    assert docs_figure("img/confirmatory.png") == "img/reproduction/confirmatory.png"
     assert docs_figure("diagnosis/mpo/share_histogram.png") == "img/reproduction/mpo_share_histogram.png"
+
+
+def test_the_committed_results_read_under_todays_names():
+    # The committed runs' results.json keep the key names they were written with ("family",
+    # "family_comparisons"); read_results is the one place that reads both spellings.
+    from mpo_rs.reproduce.report import read_results
+
+    written = json.loads((DOCS / "full" / "results.json").read_text())
+    assert "family" in written and "confirmatory" not in written  # the committed file, as written
+    read = read_results(written)
+    assert (
+        read["confirmatory"] == written["family"] and read["confirmatory_comparisons"] == written["family_comparisons"]
+    )
+    assert "family" not in read and "family_comparisons" not in read and read["runs"] == written["runs"]
+    assert read_results(read) == read  # today's names read as they are

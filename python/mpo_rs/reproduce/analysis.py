@@ -1,9 +1,10 @@
-"""The claims and the family: the paired comparisons of arms (:class:`Comparison`), the
-paper's claims with their verdicts (:func:`claims`) and the pre-registered family with
-Holm's correction (:func:`family_comparisons`), computed from the rows and the gates: a
-comparison on a task that does not pass its gates (``withheld``, :func:`.gating.withheld`)
-keeps its numbers and gets no verdict; an undecided one of the family on a gated task gets
-the plan's equivalence reading (TOST)."""
+"""The claims and the confirmatory comparisons: the paired comparisons of arms
+(:class:`Comparison`), the paper's claims with their verdicts (:func:`claims`) and the
+analysis plan's confirmatory comparisons with Holm's correction
+(:func:`confirmatory_comparisons`), computed from the rows and the gates: a comparison on a
+task that does not pass its gates (``withheld``, :func:`.gating.withheld`) keeps its numbers
+and gets no verdict; an undecided confirmatory one on a gated task gets the plan's
+equivalence reading (TOST)."""
 
 from __future__ import annotations
 
@@ -30,24 +31,25 @@ from .stats import (
     verdict,
 )
 
-FAMILY: tuple[tuple[str, str, str], ...] = tuple(PLAN.family())
-"""The family of comparisons corrected for multiplicity, fixed in advance by the committed
+CONFIRMATORY: tuple[tuple[str, str, str], ...] = tuple(PLAN.confirmatory())
+"""The confirmatory comparisons, corrected for multiplicity, fixed in advance by the committed
 analysis plan (:data:`mpo_rs.reproduce.plan.PLAN`: Table 1 on every task, MPO against its
 public relatives, the β and (λ, λ_intra) claims on the main task, each on both metrics), as
 (metric, A, B) for the claim "A beats B"; Holm's correction runs over all of them (a
 comparison that cannot be made counts as p = 1)."""
 
 
-FAMILY_ALPHA = PLAN.alpha
-"""The family-wise error rate of the Holm-corrected comparisons."""
+ALPHA = PLAN.alpha
+"""The plan's significance level: the Holm-corrected confirmatory comparisons' chance of any
+false verdict among them, and the level of each one-sided test of equivalence (TOST)."""
 
 
-def family(config: ReproduceConfig) -> tuple[tuple[str, str, str], ...]:
-    """The family of comparisons of ``config``, corrected for multiplicity: those of
-    :data:`FAMILY` whose two arms it runs (a chosen subset of arms fixes a smaller family
-    with it). Every use of the family in this module goes through here."""
+def confirmatory(config: ReproduceConfig) -> tuple[tuple[str, str, str], ...]:
+    """The confirmatory comparisons of ``config``, corrected for multiplicity together: those of
+    :data:`CONFIRMATORY` whose two arms it runs (a chosen subset of arms fixes fewer with it).
+    Every use of them in this module goes through here."""
     keys = {arm.key for arm in config.arms}
-    return tuple(c for c in FAMILY if c[1] in keys and c[2] in keys)
+    return tuple(c for c in CONFIRMATORY if c[1] in keys and c[2] in keys)
 
 
 CRITIC_EV_FLOOR = 0.1
@@ -59,29 +61,29 @@ METRIC_NAMES = {
     "final_success": "final held-out success",
     "auc_success": "mean held-out success over training",
 }
-"""How a metric of the family is named in the summary (another by its key)."""
+"""How a metric of the plan is named in the summary (another by its key)."""
 
 
 def verdict_rule(config: ReproduceConfig, plan_hash: str = "") -> str:
     """The verdict rule as the page states it (the code is :func:`claims`); ``plan_hash`` the
     plan the run followed ('': today's)."""
-    fam = family(config)
-    pairs = len({(a, b) for _, a, b in fam})
-    metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(m for m, _, _ in fam))
+    tested = confirmatory(config)
+    pairs = len({(a, b) for _, a, b in tested})
+    metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(m for m, _, _ in tested))
     text = (
         "Runs share their seeds across arms (same initialisation, tasks and sampler draws), so the "
         'primary analysis is paired by seed: for a claim "A beats B", the per-seed differences A - B '
         "over the seeds run on both arms give a mean and a Student-t 95% interval on n - 1 degrees of "
         "freedom; Welch's unpaired interval of the difference of the seed means is shown beside it. "
     )
-    if fam:
+    if tested:
         text += (
-            f'The {len(fam)} comparisons listed under "Power achieved" ({pairs} pair(s) of arms, each on {metrics}) '
-            f"form one family, fixed in advance by the analysis plan "
+            f'The {len(tested)} comparisons listed under "Power achieved" ({pairs} pair(s) of arms, each on {metrics}) '
+            f"are the confirmatory comparisons, fixed in advance by the analysis plan "
             f"`{plan_hash or PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
             "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
-            f"adjusted p-value is below {FAMILY_ALPHA:g} and the difference is positive, **not reproduced** when "
-            f"it is below {FAMILY_ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "
+            f"adjusted p-value is below {ALPHA:g} and the difference is positive, **not reproduced** when "
+            f"it is below {ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "
             "intervals shown for them are the uncorrected 95% ones, so one may exclude 0 while Holm does not "
             "reject). Every other comparison"
         )
@@ -93,9 +95,9 @@ def verdict_rule(config: ReproduceConfig, plan_hash: str = "") -> str:
         "reproduced**, containing 0 **inconclusive** (uncorrected: read them as exploratory). A claim "
         "made of several comparisons is reproduced when all are, not reproduced when any is reversed. "
         "All of this holds only on a task that passes every gate of its role (see Gates): on any other task a "
-        "comparison is shown with **no verdict**. An inconclusive comparison of the family on a gated task reads "
+        "comparison is shown with **no verdict**. An inconclusive confirmatory comparison on a gated task reads "
         f"**equivalent** within the plan's margin ({margins}) when both one-sided paired t-tests reject at "
-        f"{FAMILY_ALPHA:g} (its paired 90% interval lies inside the margin; TOST, uncorrected), and **no "
+        f"{ALPHA:g} (its paired 90% interval lies inside the margin; TOST, uncorrected), and **no "
         "difference shown** otherwise; never as equivalence on a task that is not gated."
     )
 
@@ -105,7 +107,7 @@ class Comparison:
     """A - B for one metric over seeds: the paired analysis (``diff``, ``low``, ``high``: the
     mean per-seed difference and its 95% interval over ``n`` seeds run on both arms; ``p``:
     the paired t-test's two-sided p-value), Welch's unpaired interval beside it, and for a
-    comparison in :data:`FAMILY` its Holm-adjusted p-value. One-sample comparisons (``b``
+    comparison in :data:`CONFIRMATORY` its Holm-adjusted p-value. One-sample comparisons (``b``
     empty) test A - offset and have no Welch interval."""
 
     what: str
@@ -123,7 +125,7 @@ class Comparison:
     p_holm: float = math.nan
     half_width: float = math.nan
     p_tost: float = math.nan
-    """The TOST p-value of equivalence within ``margin`` (the family's, on a gated task)."""
+    """The TOST p-value of equivalence within ``margin`` (a confirmatory comparison's, on a gated task)."""
     margin: float = math.nan
     withheld: str = ""
     """Why the comparison gets no verdict (its task does not pass its gates); '' when it has one."""
@@ -135,7 +137,7 @@ class Comparison:
             return f"{NO_VERDICT}: {self.withheld}"
         if self.verdict != INCONCLUSIVE:
             return self.verdict
-        if math.isfinite(self.p_tost) and self.p_tost < FAMILY_ALPHA:
+        if math.isfinite(self.p_tost) and self.p_tost < ALPHA:
             return f"equivalent within ±{self.margin:g}"
         return "no difference shown"
 
@@ -188,12 +190,12 @@ def _compare(rows: list[dict[str, Any]], metric: str, a: str, b: str, what: str,
     )
 
 
-def _family_holm(
-    rows: list[dict[str, Any]], fam: tuple[tuple[str, str, str], ...]
+def _holm_adjusted(
+    rows: list[dict[str, Any]], tested: tuple[tuple[str, str, str], ...]
 ) -> dict[tuple[str, str, str], float]:
-    """Holm-adjusted p-values of the family's paired tests, keyed like the family."""
-    ps = [_compare(rows, metric, a, b, "").p for metric, a, b in fam]
-    return dict(zip(fam, holm(ps), strict=True))
+    """Holm-adjusted p-values of the confirmatory comparisons' paired tests, keyed like ``tested``."""
+    ps = [_compare(rows, metric, a, b, "").p for metric, a, b in tested]
+    return dict(zip(tested, holm(ps), strict=True))
 
 
 Withheld = Mapping[str, str] | None
@@ -205,12 +207,12 @@ None: no gating, every comparison decided by the statistics alone and none read 
 def _decide(
     c: Comparison, adjusted: Mapping[tuple[str, str, str], float], withheld: Withheld, tasks: Mapping[str, str]
 ) -> None:
-    """Sets ``c``'s verdict: Holm's when it is in the family (and the TOST of equivalence within
+    """Sets ``c``'s verdict: Holm's when it is confirmatory (and the TOST of equivalence within
     the plan's margin of its metric); then, on a task whose gates it does not pass, no verdict."""
     key = (c.metric, c.a, c.b)
     if key in adjusted:
         c.p_holm = adjusted[key]
-        c.verdict = holm_verdict(c.diff, c.p_holm, FAMILY_ALPHA)
+        c.verdict = holm_verdict(c.diff, c.p_holm, ALPHA)
     if withheld is None:
         return  # the statistics alone: verdicts, and no equivalence reading (it needs a gated task)
     task = tasks.get(c.a, "")
@@ -230,7 +232,7 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig, withheld: Withhe
     keys = {arm.key for arm in config.arms}
     main = task_title(config.arm("mpo").task) if "mpo" in keys else "KeyDoor"
     out: list[Claim] = []
-    adjusted = _family_holm(rows, family(config))
+    adjusted = _holm_adjusted(rows, confirmatory(config))
     tasks = {arm.key: arm.task for arm in config.arms}
 
     def claim(number: int, paper: str, comps: list[Comparison], note: str = "") -> None:
@@ -386,7 +388,7 @@ def _prediction_claim(
                 continue
             what = f"{task_title(spec.name)} (PPO critic's median share {share:.2f}): MPO - {label.get(other, other)}"
             c = _compare(rows, metric, mpo, other, what)
-            _decide(c, adjusted, withheld, {mpo: spec.name})  # Table 1's: the family's correction
+            _decide(c, adjusted, withheld, {mpo: spec.name})  # Table 1's: the confirmatory correction
             comps.append(c)
             if side is not None and not c.withheld:  # only gated tasks' gains enter the contrast
                 groups[b][side].append(Paired(c.diff, c.low, c.high, c.n, c.p))
@@ -427,19 +429,19 @@ def _prediction_claim(
     )
 
 
-def family_comparisons(
+def confirmatory_comparisons(
     rows: list[dict[str, Any]], found: list[Claim], config: ReproduceConfig, withheld: Withheld = None
 ) -> list[Comparison]:
-    """The comparisons of the family, in its order, Holm-adjusted, with their equivalence
+    """The confirmatory comparisons, in the plan's order, Holm-adjusted, with their equivalence
     reading, and no verdict on a task not gated (``withheld``): the same numbers a claim that
-    shows one of them has (a family may compare arms no claim of the paper names, e.g. on a
+    shows one of them has (they may compare arms no claim of the paper names, e.g. on a
     task of its own). ``found`` is accepted for the callers' symmetry and not read."""
-    fam = family(config)
-    adjusted = _family_holm(rows, fam)
+    tested = confirmatory(config)
+    adjusted = _holm_adjusted(rows, tested)
     label = arm_labels(config)
     tasks = {arm.key: arm.task for arm in config.arms}
     out = []
-    for key in fam:
+    for key in tested:
         # Named here, the same way whichever claim (if any) also shows it.
         metric, a, b = key
         comp = _compare(rows, metric, a, b, f"{label.get(a, a)} - {label.get(b, b)}")

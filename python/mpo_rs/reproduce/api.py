@@ -94,8 +94,8 @@ def build_config(
         # Built and played once here, so a bad env fails before anything is written.
         task = check_user_env(spec, dict(env_params or {}), config.first_seed)
         template = template_arms(config)
-        main_group = template["mpo"].group
-        chosen = [a for a in template.values() if a.group == main_group] if keys is None else template.values()
+        main_study = template["mpo"].study
+        chosen = [a for a in template.values() if a.study == main_study] if keys is None else template.values()
         # A user env has no oracle to clone: its arms start from the user's demonstrator's clone,
         # the user's policy file or else the random initialisation (base=None); the critic
         # warm-up needs only the policy's rollouts, so it stays.
@@ -139,14 +139,14 @@ def _try_base(config: ReproduceConfig, task: str) -> None:
 @dataclass
 class CompareResult:
     """What :func:`compare` returns: where the report is, the configuration run, the
-    results (``results.json``'s content) and the paired comparisons of the Holm-corrected
-    family (:class:`~mpo_rs.reproduce.analysis.Comparison`: ``diff``, ``low``, ``high``,
+    results (``results.json``'s content) and the analysis plan's confirmatory comparisons, paired
+    and Holm-corrected (:class:`~mpo_rs.reproduce.analysis.Comparison`: ``diff``, ``low``, ``high``,
     ``half_width``, ``n``, ``p_holm``, ``verdict``, Welch's interval beside them)."""
 
     out: Path
     config: ReproduceConfig
     results: dict[str, Any]
-    family: list[Any]
+    confirmatory: list[Any]
 
     @property
     def page(self) -> Path:
@@ -217,7 +217,7 @@ def run_config(
     note(f"done in {meta['wall_s'] / 60:.1f} min")
     from .analysis import Comparison
 
-    return CompareResult(target, config, results, [Comparison(**c) for c in results["family_comparisons"]])
+    return CompareResult(target, config, results, [Comparison(**c) for c in results["confirmatory_comparisons"]])
 
 
 def compare(

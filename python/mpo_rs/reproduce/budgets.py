@@ -55,7 +55,7 @@ def base_config(budget: str | Budget, device: str) -> ReproduceConfig:
 
 def template_arms(base: ReproduceConfig) -> dict[str, Arm]:
     """The arms a user env can run: those of the base configuration's main task (the MPO
-    arm's), in its order; their keys stay, so the family of comparisons applies as is."""
+    arm's), in its order; their keys stay, so the confirmatory comparisons apply as they are."""
     main = base.arm("mpo").task
     return {a.key: a for a in base.arms if a.task == main}
 
@@ -107,7 +107,7 @@ def command_line(config: ReproduceConfig) -> str:
         elif isinstance(source, SavedPolicy):
             parts.append(f"--base-policy {shlex.quote(source.path)}")
         template = template_arms(base)
-        default = [a.key for a in template.values() if a.group == template["mpo"].group]
+        default = [a.key for a in template.values() if a.study == template["mpo"].study]
     else:
         default = [a.key for a in base.arms]
     keys = [a.key for a in config.arms]

@@ -71,7 +71,7 @@ ADVANTAGE_SCALE_RULE = (
     "No arm's advantages are rescaled by statistics of the batch: GRPO and GSPO keep their defining "
     "(score - group mean) / group std (a group whose rollouts all score the same contributes 0); PPO and "
     "MPO use their advantages in reward units. Batch whitening over the policy tokens (verl's default for "
-    "GAE) is the ablation of the `scale` group. The rule was fixed after a pilot (seed 0, an earlier budget "
+    "GAE) is the ablation of the `scale` study. The rule was fixed after a pilot (seed 0, an earlier budget "
     "of 120 updates x 32 episodes and 2 epochs, before the final runs) in which PPO and MPO, whitened, never solved a held-out task while GRPO reached 0.83 and the "
     "same arms unwhitened reached 0.25; the final runs use other seeds."
 )
@@ -91,9 +91,10 @@ class Arm:
     """Unique id (file names, tables)."""
     label: str
     """Name in tables and figures."""
-    group: str
-    """``table1`` (on every task), ``relatives`` (MPO's public relatives), ``beta``,
-    ``lambda`` or ``scale`` (on the main task): the arms a figure shows together."""
+    study: str
+    """The study the arm belongs to: ``table1`` (Table 1's arms, on every task), ``relatives``
+    (MPO's public relatives), ``beta``, ``lambda`` or ``scale`` (on the main task), ``gigpo``
+    or ``ladder``: the arms a figure shows together."""
     task: str
     """Registry name of the environment (``mpo_rs.envs.make``)."""
     estimator: Estimator
@@ -170,7 +171,8 @@ class Arm:
         out = {
             "key": self.key,
             "label": self.label,
-            "family": self.group,
+            # The study under its old key name: the hashes of committed runs depend on it.
+            "family": self.study,
             "task": self.task,
             "estimator": self.method,
             "ratio": self.ratio,
@@ -188,11 +190,11 @@ CRITIC_SOURCES = ("learned", "reference")
 """Where a critic arm's values come from (:attr:`Arm.critic`)."""
 
 
-def _mpo(key: str, label: str, group: str, task: str = MAIN_TASK, ratio: str = "turn", **knobs: Any) -> Arm:
+def _mpo(key: str, label: str, study: str, task: str = MAIN_TASK, ratio: str = "turn", **knobs: Any) -> Arm:
     """An MPO arm: MAE with (λ, λ_intra, β) = (0.8, 0.95, 1) unless ``knobs`` say otherwise."""
     whiten = knobs.pop("whiten", False)
     options = {"lam": 0.8, "lam_intra": 0.95, "beta": 1.0, "lam_critic": 1.0} | knobs
-    return Arm(key, label, group, task, Estimator("mae", **options), ratio, whiten)
+    return Arm(key, label, study, task, Estimator("mae", **options), ratio, whiten)
 
 
 _PPO = Estimator("gae", lam=0.95, lam_critic=1.0)

@@ -1,4 +1,4 @@
-"""The report's figures: learning curves, final-success bars, the family at a glance and the
+"""The report's figures: learning curves, final-success bars, the confirmatory comparisons at a glance and the
 critics' value-structure diagnosis (matplotlib, imported when a figure is drawn)."""
 
 from __future__ import annotations
@@ -51,53 +51,53 @@ CLIP = {"success": (0.0, 1.0), "turns": (0.0, math.inf), "response_length": (0.0
 """Where a curve's interval is clipped: a rate to [0, 1], a count to >= 0."""
 
 
-GROUP_TITLES = {
+STUDY_TITLES = {
     "table1": "Table 1",
     "beta": "β",
     "lambda": "(λ, λ_intra)",
     "scale": "Advantage scale",
     "turns": "Table 1 arms",
 }
-"""How a group of arms is titled in figures (another group by its name)."""
+"""How a study's arms are titled in figures (another study by its name)."""
 
 
 SWEEPS = {
     "beta": [(k, f"β={b:g}") for b, k in sorted(BETA_SWEEP.items())],
     "lambda": [(k, f"({lam:.2f}, {i:.2f})") for (lam, i), k in LAMBDA_GRID.items()],
 }
-"""Groups shown as a sweep that includes the MPO arm, as bars only (no curves)."""
+"""Studies shown as a sweep that includes the MPO arm, as bars only (no curves)."""
 
 
 ANCHORS = {"scale": ("ppo", "mpo")}
-"""Arms a group's figures show beside its own (the arms it ablates)."""
+"""Arms a study's figures show beside its own (the arms it ablates)."""
 
 
 @dataclass
 class FigureGroup:
-    """The arms of one group on one task, as one set of curves and one panel of bars."""
+    """The arms of one study on one task, as one set of curves and one panel of bars."""
 
     task: str
-    group: str
+    study: str
     title: str
     arms: list[tuple[str, str]]
 
 
 def figure_groups(config: ReproduceConfig, present: set[str]) -> list[FigureGroup]:
-    """Per task (in the configuration's order), per group of arms run on it: the arms to
-    draw, with a sweep's MPO arm and a group's anchors."""
+    """Per task (in the configuration's order), per study of arms run on it: the arms to
+    draw, with a sweep's MPO arm and a study's anchors."""
     groups = []
     for spec in config.tasks:
         mine = [a for a in config.arms if a.task == spec.name and a.key in present]
-        for group in dict.fromkeys(a.group for a in mine):
-            if group in SWEEPS:
-                arms = SWEEPS[group]
+        for study in dict.fromkeys(a.study for a in mine):
+            if study in SWEEPS:
+                arms = SWEEPS[study]
             else:
-                anchors = [a for a in mine if a.key in ANCHORS.get(group, ()) and a.group != group]
-                arms = [(a.key, a.label) for a in (*anchors, *(a for a in mine if a.group == group))]
+                anchors = [a for a in mine if a.key in ANCHORS.get(study, ()) and a.study != study]
+                arms = [(a.key, a.label) for a in (*anchors, *(a for a in mine if a.study == study))]
             arms = [(k, name) for k, name in arms if k in present and k in {a.key for a in mine}]
             if arms:
-                title = f"{GROUP_TITLES.get(group, group)} ({task_title(spec.name).strip('`')})"
-                groups.append(FigureGroup(spec.name, group, title, arms))
+                title = f"{STUDY_TITLES.get(study, study)} ({task_title(spec.name).strip('`')})"
+                groups.append(FigureGroup(spec.name, study, title, arms))
     return groups
 
 
@@ -252,8 +252,8 @@ def plot_bars(
 VERDICT_COLORS = {REPRODUCED: "#2e7d32", NOT_REPRODUCED: "#c62828", INCONCLUSIVE: "#757575", NO_VERDICT: "#bdbdbd"}
 
 
-def plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], path: Path) -> Path:
-    """The family at a glance: one panel per metric, one row per task and pair of arms, the
+def plot_confirmatory(comps: list[Comparison], task_of: Callable[[Comparison], str], path: Path) -> Path:
+    """The confirmatory comparisons at a glance: one panel per metric, one row per task and pair of arms, the
     paired difference and its 95% interval, coloured by the Holm verdict (light grey: no verdict, the task is not gated), 0 marked."""
     plt = _pyplot()
     metrics = list(dict.fromkeys(c.metric for c in comps))
@@ -279,7 +279,7 @@ def plot_family(comps: list[Comparison], task_of: Callable[[Comparison], str], p
     first.set_ylim(len(names) - 0.5, -0.5)
     handles = [plt.Line2D([], [], color=col, marker="o", linewidth=1.6, label=v) for v, col in VERDICT_COLORS.items()]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.suptitle("The pre-registered family: paired differences by seed, coloured by the Holm verdict", fontsize=11)
+    fig.suptitle("The confirmatory comparisons: paired differences by seed, coloured by the Holm verdict", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     write_file(path, figure_bytes(fig, dpi=110))
     plt.close(fig)

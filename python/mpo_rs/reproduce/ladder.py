@@ -18,7 +18,7 @@ def ladder_arms(task: str = MAIN_TASK) -> tuple[Arm, ...]:
     """The critic-quality ladder on ``task``: MPO, PPO, AReaL's turn-level GAE and RAGEN's
     bi-level GAE (their Table-1 and relatives' estimators and ratios) on the reference critic
     degraded to each fraction of :data:`LADDER` (1: the reference itself). Keys
-    ``<prefix><method>_ref<k>``, group ``ladder``; GRPO (no critic) is the table's own arm."""
+    ``<prefix><method>_ref<k>``, study ``ladder``; GRPO (no critic) is the table's own arm."""
     p = task_prefix(task)
     learned = {a.key[len(p) :]: a for a in (*table1_arms(task), *relatives_arms(task))}
     out = []
@@ -30,7 +30,7 @@ def ladder_arms(task: str = MAIN_TASK) -> tuple[Arm, ...]:
                     arm,
                     key=f"{p}{method}_ref{k:g}",
                     label=f"{arm.label}, reference critic x{k:g}",
-                    group="ladder",
+                    study="ladder",
                     critic="reference",
                     critic_ev=None if k == 1.0 else k,
                 )

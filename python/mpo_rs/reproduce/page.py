@@ -7,7 +7,7 @@ import json
 import math
 
 from ..envs.premise import premise_verdict
-from .analysis import CRITIC_EV_FLOOR, FAMILY_ALPHA, METRIC_NAMES, Comparison, ppo_critic_share, verdict_rule
+from .analysis import ALPHA, CRITIC_EV_FLOOR, METRIC_NAMES, Comparison, ppo_critic_share, verdict_rule
 from .budgets import budget_name, command_line, is_committed
 from .config import ADVANTAGE_SCALE_RULE, BASE_BAND, CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS, Arm, registry_name
 from .gating import gates_markdown, withheld
@@ -169,7 +169,7 @@ class Page(Summary):
                 f"has {self.config.seeds}."
             )
             lines.append("")
-        table1 = [c for c in self.family_comps if c.metric == PLAN.sizing_metric and self._is_table1(c)]
+        table1 = [c for c in self.confirmatory_comps if c.metric == PLAN.sizing_metric and self._is_table1(c)]
         if table1:
             widths = []
             for task in ran:
@@ -292,13 +292,13 @@ class Page(Summary):
             "",
             "## Power achieved",
             "",
-            f"The Holm-corrected family (alpha = {FAMILY_ALPHA:g}): the paired 95% half-width each comparison "
-            "achieved, and the TOST p-value of equivalence within the plan's margin (on a gated task only).",
+            f"The confirmatory comparisons, Holm-corrected (alpha = {ALPHA:g}): the paired 95% half-width each "
+            "comparison achieved, and the TOST p-value of equivalence within the plan's margin (on a gated task only).",
             "",
             "| task | comparison | metric | paired seeds | half-width | paired p | Holm p | TOST p | verdict |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for comp in self.family_comps:
+        for comp in self.confirmatory_comps:
             lines.append(
                 f"| {task_title(self._task_of(comp))} | {comp.what} | {METRIC_NAMES.get(comp.metric, comp.metric)} | "
                 f"{comp.n} | {fmt(comp.half_width)} | {fmt(comp.p)} | "

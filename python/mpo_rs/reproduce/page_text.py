@@ -41,7 +41,7 @@ def spread(xs: Sequence[float], digits: int = 3) -> str:
 
 
 def cell(c: Comparison | None) -> str:
-    """A family comparison in a table cell: difference ± half-width, Holm p, verdict."""
+    """A confirmatory comparison in a table cell: difference ± half-width, Holm p, verdict."""
     if c is None:
         return "—"
     if not math.isfinite(c.diff):
@@ -115,7 +115,7 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
     quick, small, full = (base_config(name, "cpu").budget for name in ("quick", "small", "full"))
     keys = arm_keys("user")
     base = base_config("full", "cpu")
-    table1 = [k for k in keys if base.arm(k).group == base.arm("mpo").group]
+    table1 = [k for k in keys if base.arm(k).study == base.arm("mpo").study]
     return [
         "## Does MPO help on my task?",
         "",
@@ -135,7 +135,7 @@ def my_task_section(config: ReproduceConfig) -> list[str]:
         "from mpo_rs.reproduce import compare",
         "",
         'result = compare("examples.my_env:make", arms=("mpo", "ppo", "grpo"), seeds=5, budget="small", out="my-run")',
-        "for c in result.family:  # MPO - PPO, MPO - GRPO: paired by seed, Holm-corrected",
+        "for c in result.confirmatory:  # MPO - PPO, MPO - GRPO: paired by seed, Holm-corrected",
         "    print(c.what, round(c.diff, 3), round(c.half_width, 3), c.verdict)",
         "```",
         "",

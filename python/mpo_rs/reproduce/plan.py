@@ -8,10 +8,10 @@ plan it followed:
   evaluation's success after update 0 -- the update-0 evaluation is the base policy's, the
   same for every arm of a seed --, ``auc_success`` in the report's rows: the less noisy one), and the
   final held-out success (``final_success``) on at least :data:`FINAL_EPISODES` episodes;
-- the **family**: every comparison of :data:`COMPARISONS` (Table 1's claims on every task,
-  MPO against its public relatives, the β and (λ, λ_intra) claims on the main task) on both
-  metrics; each is paired by seed (``stats.paired_diff_ci``) and the family's p-values are
-  Holm-adjusted together (``stats.holm``) at ``alpha`` = 0.05;
+- the **confirmatory comparisons**: every comparison of :data:`COMPARISONS` (Table 1's claims
+  on every task, MPO against its public relatives, the β and (λ, λ_intra) claims on the main
+  task) on both metrics; each is paired by seed (``stats.paired_diff_ci``) and their p-values
+  are Holm-adjusted together (``stats.holm``) at ``alpha`` = 0.05;
 - the **seed count**: from a pilot (:data:`~mpo_rs.reproduce.config.PILOT`, whose seeds FULL
   never uses), the per-seed paired standard deviation of each Table-1 comparison on the
   primary metric; the seeds the final runs need are the smallest n with
@@ -28,7 +28,7 @@ plan it followed:
   reject at ``alpha`` -- the paired 90% interval lies inside +-m --, else "no difference
   shown"; the TOST is not corrected for multiplicity (Holm runs over the superiority tests).
 
-The report's family of comparisons is this plan's (``report.FAMILY``), and the page and
+The report's confirmatory comparisons are this plan's (``analysis.CONFIRMATORY``), and the page and
 ``results.json`` name the plan's hash. The committed record is ``docs/analysis-plan.md``
 (``python -m mpo_rs.reproduce.plan > docs/analysis-plan.md``); a test fails when the plan
 changes without it, so the record in the history is the plan the runs followed.
@@ -120,7 +120,7 @@ def _comparisons() -> tuple[Contrast, ...]:
 
 
 COMPARISONS: tuple[Contrast, ...] = _comparisons()
-"""The family, in the page's order."""
+"""The confirmatory comparisons (each on every metric of the plan), in the page's order."""
 
 # The time budget behind the cap on seeds: the full run may take 120 minutes on the 2-core
 # machine. Measured on today's harness (before the speed-up of issue 19 item 7), CPU seconds
@@ -155,7 +155,7 @@ class AnalysisPlan:
     """The cap: the seeds the time budget allows (TIME_BUDGET_S / SECONDS_PER_SEED)."""
     comparisons: tuple[Contrast, ...]
     prediction_rule: str
-    """Claim 9, outside the Holm family: does ``mpo-rs diagnose`` predict where MPO helps."""
+    """Claim 9, outside the confirmatory comparisons: does ``mpo-rs diagnose`` predict where MPO helps."""
     gates: Gates
     """The gates' thresholds: a comparison gets a verdict only on a task that passes its gates."""
     task_roles: tuple[tuple[str, str], ...]
@@ -177,7 +177,7 @@ class AnalysisPlan:
         """sha256 (12 hex digits) of the plan's canonical JSON."""
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
 
-    def family(self) -> list[tuple[str, str, str]]:
+    def confirmatory(self) -> list[tuple[str, str, str]]:
         """(metric, A, B) of every comparison Holm's correction runs over, metric by metric."""
         return [(m, c.a, c.b) for m in self.metrics for c in self.comparisons]
 
@@ -321,13 +321,13 @@ def render_markdown(plan: AnalysisPlan = PLAN) -> str:
         "",
         f"- Metrics: {', '.join(f'`{m}`' for m in plan.metrics)} (the primary first); the final evaluation "
         f"has at least {plan.final_episodes} held-out episodes.",
-        f"- Family: {len(plan.comparisons)} comparisons on each metric ({len(plan.family())} tests), paired by "
-        f"seed, {plan.correction.capitalize()}-corrected together at alpha = {plan.alpha:g}.",
+        f"- Confirmatory comparisons: {len(plan.comparisons)} on each metric ({len(plan.confirmatory())} tests), "
+        f"paired by seed, {plan.correction.capitalize()}-corrected together at alpha = {plan.alpha:g}.",
         f"- Seeds: from the pilot `{plan.pilot}` (seeds {', '.join(map(str, plan.pilot_seeds))}, never reused), "
         f"the smallest n with t_(0.975, n-1) sd / sqrt(n) <= {plan.target_half_width:g} for every "
         f"{'/'.join(plan.sizing_claims)} comparison on `{plan.sizing_metric}`, at least {plan.min_seeds} and "
         f"at most {plan.max_seeds} (the time budget).",
-        f"- Claim 9, outside the family: {plan.prediction_rule}.",
+        f"- Claim 9, outside the confirmatory comparisons: {plan.prediction_rule}.",
         "- Gates: a comparison gets a verdict only on a task that passes every gate of its role; on any other "
         "task (one not measured included) it is shown with no verdict and no equivalence reading. The base "
         "policy's gates are measured on a pilot's seeds (a gates file) or on the run's own first two seeds, the "

@@ -1,7 +1,7 @@
 """The reproduction's report: results tables, figures, claims with verdicts, and the
 generated ``docs/reproduction.md``, written from the runs (:func:`mpo_rs.reproduce.run.run_one`
 results); no number or figure is typed by hand. The layers below, each computed from the one
-before: :mod:`.rows` (a row per run), :mod:`.analysis` (claims and the family), :mod:`.figures`,
+before: :mod:`.rows` (a row per run), :mod:`.analysis` (claims and the confirmatory comparisons), :mod:`.figures`,
 :mod:`.summary` and :mod:`.page`. Needs pyarrow for the tables and matplotlib for the figures.
 """
 
@@ -12,7 +12,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,11 @@ import numpy as np
 
 from .._outputs import output_subdir, table_bytes, write_file
 from ..exceptions import InvalidOptionError
-from .analysis import FAMILY_ALPHA, claims, family, family_comparisons
+from .analysis import ALPHA, claims, confirmatory, confirmatory_comparisons
 from .budgets import is_committed
 from .config import CONFIGS, ReproduceConfig
 from .env import task_chance
-from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_curves, plot_family, plot_when
+from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_confirmatory, plot_curves, plot_when
 from .gating import gates_section, withheld
 from .page import Page
 from .page_text import fmt
@@ -36,7 +36,21 @@ from .stats import (
 from .userbase import base_description
 from .when import WHEN_TITLE, ladder_gains, task_gains, when_inputs
 
-__all__ = ["docs_figure", "page_figures", "page_from_results", "rerender", "write_report"]
+__all__ = ["docs_figure", "page_figures", "page_from_results", "read_results", "rerender", "write_report"]
+
+CONFIRMATORY_FIGURE = "The confirmatory comparisons' paired differences"
+"""The title of the figure of the analysis plan's confirmatory comparisons (``confirmatory.png``)."""
+
+CONFIRMATORY_CAPTION = (
+    "Each row is one confirmatory comparison A - B of the analysis plan on one task: the mean per-seed "
+    "difference and its uncorrected paired 95% interval; the colour is the Holm-corrected verdict "
+    "(so an interval may exclude 0 in grey)."
+)
+"""Its caption."""
+
+# A results.json written before the confirmatory comparisons had that name keeps them under
+# the old keys; read_results reads them under today's (the committed runs' files stay as written).
+_RENAMED_KEYS = {"family": "confirmatory", "family_comparisons": "confirmatory_comparisons"}
 
 
 def _write_tables(
@@ -89,16 +103,14 @@ def write_report(
     groups = figure_groups(config, present)
     figures: dict[str, Path] = {}
     captions: dict[str, str] = {}
-    family_comps = family_comparisons(rows, found, config, withheld(section, config))
-    if family_comps:
+    confirmatory_comps = confirmatory_comparisons(rows, found, config, withheld(section, config))
+    if confirmatory_comps:
         arm_task = {a.key: a.task for a in config.arms}
-        title = "The family's paired differences"
-        figures[title] = plot_family(family_comps, lambda c: arm_task.get(c.a, ""), img / "family.png")
-        captions[title] = (
-            "Each row is one comparison A - B of the analysis plan's family on one task: the mean per-seed "
-            "difference and its uncorrected paired 95% interval; the colour is the Holm-corrected verdict "
-            "(so an interval may exclude 0 in grey)."
+        title = CONFIRMATORY_FIGURE
+        figures[title] = plot_confirmatory(
+            confirmatory_comps, lambda c: arm_task.get(c.a, ""), img / "confirmatory.png"
         )
+        captions[title] = CONFIRMATORY_CAPTION
     tasks, main, shares = when_inputs(config, rows, section)
     if tasks:
         metric = PLAN.metrics[0]
@@ -107,10 +119,10 @@ def write_report(
         )
         captions[WHEN_TITLE] = "MPO's paired gains, as the first screen's table gives them."
     for group in groups:
-        if group.group in SWEEPS:
+        if group.study in SWEEPS:
             continue
         title = f"Learning curves, {group.title}"
-        slug = "".join(ch if ch.isalnum() else "_" for ch in f"{group.task}_{group.group}")
+        slug = "".join(ch if ch.isalnum() else "_" for ch in f"{group.task}_{group.study}")
         figures[title], captions[title] = plot_curves(
             runs, group.arms, group.title, img / f"curves_{slug}.png", chance.get(group.task, (None, ""))[0]
         )
@@ -140,20 +152,19 @@ def write_report(
             for c in found
         ],
     }
-    fam = family(config)
-    results["family"] = {
+    results["confirmatory"] = {
         "plan_hash": PLAN.plan_hash(),
-        "alpha": FAMILY_ALPHA,
+        "alpha": ALPHA,
         "correction": "holm",
-        "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in fam],
+        "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in confirmatory(config)],
     }
-    results["family_comparisons"] = [vars(c) for c in family_comps]
+    results["confirmatory_comparisons"] = [vars(c) for c in confirmatory_comps]
     results["gates"] = section
     design = _design_inputs(config, docs_dir)
-    page = Page(config, rows, found, family_comps, chance, meta, captions, design, section, PLAN.plan_hash())
+    page = Page(config, rows, found, confirmatory_comps, chance, meta, captions, design, section, PLAN.plan_hash())
     results["summary"] = page.summary()
     label = arm_labels(config)
-    for comp in family_comps:
+    for comp in confirmatory_comps:
         words = direction_words(
             label.get(comp.a, comp.a), label.get(comp.b, comp.b), comp.diff, comp.half_width, comp.verdict
         )
@@ -208,6 +219,13 @@ def _json_default(x: Any) -> Any:
     return str(x)
 
 
+def read_results(results: Mapping[str, Any]) -> dict[str, Any]:
+    """``results.json``'s content under today's names: the confirmatory comparisons of a run
+    written when they were named otherwise (``family``, ``family_comparisons``) under
+    ``confirmatory`` and ``confirmatory_comparisons``. The one reader of both spellings."""
+    return {_RENAMED_KEYS.get(key, key): value for key, value in results.items()}
+
+
 def docs_figure(path: str) -> str:
     """Where the docs page keeps the figure at ``path`` (relative to the output directory):
     under ``img/reproduction/``, a figure of a subdirectory (``diagnosis/mpo/x.png``) prefixed
@@ -237,7 +255,7 @@ def rerender(docs_dir: str | os.PathLike[str]) -> str:
     writes it to ``DOCS/reproduction.md``. Only the wording can change; every number is the
     committed run's."""
     docs = Path(docs_dir)
-    results = json.loads((docs / "full" / "results.json").read_text())
+    results = read_results(json.loads((docs / "full" / "results.json").read_text()))
     committed = {c.config_hash(): c for c in CONFIGS.values()}
     if results["config_hash"] not in committed:
         raise InvalidOptionError(f"{docs / 'full' / 'results.json'} is not of a committed configuration")
@@ -255,19 +273,20 @@ def page_from_results(
     docs_dir: str | os.PathLike[str] | None = None,
 ) -> str:
     """The page of a finished run, rendered again from its ``results.json`` content alone:
-    the claims and the family are recomputed from its rows and its gates; ``figures`` are the page's
+    the claims and the confirmatory comparisons are recomputed from its rows and its gates; ``figures`` are the page's
     (title, relative path, caption) in order (``results["figures"]`` where a run recorded
     them). The committed page re-renders byte for byte (tests/test_reproduce_page.py)."""
+    results = read_results(results)
     rows = results["runs"]
     # The gates are judged again from the measurements the run recorded (none: not measured).
     section = gates_section(config, rows, results.get("gates"))
     found = claims(rows, config, withheld(section, config))
-    family_comps = family_comparisons(rows, found, config, withheld(section, config))
+    confirmatory_comps = confirmatory_comparisons(rows, found, config, withheld(section, config))
     chance = {task: (c["success"], c["how"]) for task, c in results["chance"].items()}
     captions = {title: caption for title, _, caption in figures if caption}
     design = _design_inputs(config, docs_dir)
-    plan_hash = str(results.get("family", {}).get("plan_hash", ""))
-    page = Page(config, rows, found, family_comps, chance, results["meta"], captions, design, section, plan_hash)
+    plan_hash = str(results.get("confirmatory", {}).get("plan_hash", ""))
+    page = Page(config, rows, found, confirmatory_comps, chance, results["meta"], captions, design, section, plan_hash)
     return page.markdown({title: rel for title, rel, _ in figures})
 
 

@@ -9,11 +9,11 @@
   seeds (same initialisation, tasks and sampler draws), so this is the primary analysis.
 - :func:`t_cdf` / :func:`t_two_sided_p`: Student's t distribution through the regularized
   incomplete beta function (a continued fraction; no scipy at run time).
-- :func:`holm`: Holm-Bonferroni step-down adjusted p-values over a family of comparisons.
+- :func:`holm`: Holm-Bonferroni step-down adjusted p-values over comparisons corrected together.
 - :func:`verdict`: a claim "A > B" is *reproduced* when the interval of A - B lies above
   0, *not reproduced* when it lies below 0, and *inconclusive* otherwise (or when it is
   undefined: fewer than 2 seeds, a missing arm). :func:`holm_verdict` is the same rule for
-  a comparison in a corrected family: the Holm-adjusted p-value below alpha decides, and
+  a comparison among those corrected together: the Holm-adjusted p-value below alpha decides, and
   the sign of the difference says which way. :data:`NO_VERDICT` is a comparison's on a task
   that does not pass its gates (:mod:`.gating`): its numbers are shown, nothing is decided.
 - :func:`tost_p`: the two one-sided tests of equivalence within a margin (TOST) on the paired
@@ -217,7 +217,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-Bonferroni step-down adjusted p-values, in the order given. With the m p-values
     sorted ascending, p_(i) adjusted = max over j <= i of min(1, (m - j + 1) p_(j)); a
     comparison is rejected at level alpha when its adjusted p-value is below alpha. The
-    family size m counts every entry: a NaN (a comparison that could not be made) stays NaN
+    m counts every entry: a NaN (a comparison that could not be made) stays NaN
     and is treated as p = 1, so a missing arm never makes the others' correction milder."""
     m = len(p_values)
     filled = [p if math.isfinite(p) else 1.0 for p in p_values]
@@ -231,7 +231,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def holm_verdict(diff: float, p_adjusted: float, alpha: float = 0.05) -> str:
-    """The rule for a claim "A > B" inside a Holm-corrected family: *reproduced* when the
+    """The rule for a claim "A > B" among Holm-corrected ones: *reproduced* when the
     adjusted p-value of the paired test is below ``alpha`` and A - B > 0, *not reproduced*
     when it is below ``alpha`` and A - B < 0, *inconclusive* otherwise (or undefined)."""
     if not (math.isfinite(diff) and math.isfinite(p_adjusted)) or p_adjusted >= alpha or diff == 0:

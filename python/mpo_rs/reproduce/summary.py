@@ -1,6 +1,6 @@
-"""The page's first screen: the family's tally and decided comparisons, the arms' point
-estimates per task, the family's verdicts per task and the caveats (:meth:`Summary.summary`,
-also ``results.json``'s ``summary``)."""
+"""The page's first screen: the confirmatory comparisons' tally and the decided ones, the
+arms' point estimates per task, the confirmatory comparisons' verdicts per task and the
+caveats (:meth:`Summary.summary`, also ``results.json``'s ``summary``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis import CRITIC_EV_FLOOR, FAMILY_ALPHA, METRIC_NAMES, Claim, Comparison, ppo_critic_share
+from .analysis import ALPHA, CRITIC_EV_FLOOR, METRIC_NAMES, Claim, Comparison, ppo_critic_share
 from .config import Arm, ReproduceConfig
 from .page_text import cell, counts, fmt, power_text, tally
 from .plan import PLAN
@@ -27,7 +27,7 @@ class Summary:
     config: ReproduceConfig
     rows: list[dict[str, Any]]
     found: list[Claim]
-    family_comps: list[Comparison]
+    confirmatory_comps: list[Comparison]
     chance: dict[str, tuple[float, str]]
     meta: dict[str, Any]
     captions: dict[str, str]
@@ -41,17 +41,17 @@ class Summary:
     """The hash of the analysis plan the run followed ('': today's)."""
 
     def summary(self) -> str:
-        """The bottom line: the family's tally and decided comparisons, a table of the arms'
-        point estimates per task, a table of the family's paired verdicts per task, the caveats."""
+        """The bottom line: the confirmatory comparisons' tally and the decided ones, a table of the
+        arms' point estimates per task, a table of their paired verdicts per task, the caveats."""
         ran = [spec.name for spec in self.config.tasks if self._task_arms(spec.name)]
         if not ran:
             return ""
-        # The family's order (the main task first, the controls last), then the rest.
-        tasks = list(dict.fromkeys([*(self._task_of(c) for c in self.family_comps), *ran]))
+        # The plan's order (the main task first, the controls last), then the rest.
+        tasks = list(dict.fromkeys([*(self._task_of(c) for c in self.confirmatory_comps), *ran]))
         tasks = [t for t in tasks if t in ran]
         lines = [self._bottom_line(), "", *self._estimates_table(tasks), ""]
-        if self.family_comps:
-            lines += [*self._family_table(), ""]
+        if self.confirmatory_comps:
+            lines += [*self._confirmatory_table(), ""]
         caveats = []
         for task in tasks:
             found = self._caveats(self._task_arms(task), self.chance.get(task, (math.nan, ""))[0])
@@ -69,11 +69,12 @@ class Summary:
         return [float(r.get(metric, math.nan)) for r in self.rows if r["arm"] == key]
 
     def _bottom_line(self) -> str:
-        comps = self.family_comps
+        comps = self.confirmatory_comps
         others = self._other_comparisons()
         if not comps:
-            return "**Bottom line.** No comparison of the analysis plan's family is among these arms. " + tally(
-                others, "The comparisons of the claims (uncorrected, exploratory)"
+            return (
+                "**Bottom line.** None of the analysis plan's confirmatory comparisons is among these arms. "
+                + tally(others, "The comparisons of the claims (uncorrected, exploratory)")
             )
         pairs = len({(c.a, c.b) for c in comps})
         metrics = " and ".join(METRIC_NAMES.get(m, m) for m in dict.fromkeys(c.metric for c in comps))
@@ -82,7 +83,7 @@ class Summary:
         text = (
             f"**Bottom line.** {len(comps)} comparisons were fixed in advance by the analysis plan "
             f"`{self.run_plan()}` ({pairs} pair(s) of arms, each on {metrics}), paired by seed over {n} seed(s) and "
-            f"Holm-corrected at alpha = {FAMILY_ALPHA:g}"
+            f"Holm-corrected at alpha = {ALPHA:g}"
         )
         if self.run_plan() != PLAN.plan_hash():
             text += f" (read here by the current plan `{PLAN.plan_hash()}`, whose gates and equivalence margins apply)"
@@ -103,7 +104,7 @@ class Summary:
         if len(decided) > 6:  # too many for a sentence: per task, the table has them in bold
             tasks = dict.fromkeys(self._task_of(c) for c in decided)
             text += (
-                " Decided (in bold in the family's table below): "
+                " Decided (in bold in the confirmatory comparisons' table below): "
                 + "; ".join(
                     f"{task_title(t)} {counts([c for c in decided if self._task_of(c) == t], decided_only=True)}"
                     for t in tasks
@@ -157,18 +158,20 @@ class Summary:
         if not same:
             return (
                 f" The {len(open_)} undecided show no difference; none is read as equivalence, which needs both "
-                f"one-sided paired tests to reject at {FAMILY_ALPHA:g} within the plan's margin ({margins}) on a "
+                f"one-sided paired tests to reject at {ALPHA:g} within the plan's margin ({margins}) on a "
                 "task that passes its gates."
             )
         return (
             f" Of the {len(open_)} undecided, {len(same)} are equivalent within the plan's margin ({margins}; "
-            f"both one-sided paired tests reject at {FAMILY_ALPHA:g}) and {len(open_) - len(same)} show no "
+            f"both one-sided paired tests reject at {ALPHA:g}) and {len(open_) - len(same)} show no "
             "difference (not equivalence)."
         )
 
     def _other_comparisons(self) -> list[Comparison]:
-        family_keys = {(c.metric, c.a, c.b) for c in self.family_comps}
-        return [c for claim in self.found for c in claim.comparisons if c.b and (c.metric, c.a, c.b) not in family_keys]
+        confirmatory = {(c.metric, c.a, c.b) for c in self.confirmatory_comps}
+        return [
+            c for claim in self.found for c in claim.comparisons if c.b and (c.metric, c.a, c.b) not in confirmatory
+        ]
 
     def _task_of(self, comp: Comparison) -> str:
         arms = {a.key: a for a in self.config.arms}
@@ -179,7 +182,7 @@ class Summary:
         """Tasks x arms: each arm's mean over seeds on the plan's metrics, beside the base
         policy's held-out success every arm starts from ("scratch" where the arms start from a
         random initialisation). The columns are the arms every task runs (Table 1's); a task's
-        other arms are in the family's table and in "Results per arm"."""
+        other arms are in the confirmatory comparisons' table and in "Results per arm"."""
         by_task = {t: self._task_arms(t) for t in tasks}
         labels = list(dict.fromkeys(a.label for a in by_task[tasks[0]]))
         if len(tasks) > 1:
@@ -215,15 +218,16 @@ class Summary:
             lines.append("| " + " | ".join(cells) + " |")
         return lines
 
-    def _family_table(self) -> list[str]:
-        """The family's comparisons, one row per task and pair of arms, one column per metric:
+    def _confirmatory_table(self) -> list[str]:
+        """The confirmatory comparisons, one row per task and pair of arms, one column per metric:
         paired difference ± half-width, Holm-adjusted p, verdict (bold when decided)."""
-        metrics = list(dict.fromkeys(c.metric for c in self.family_comps))
+        metrics = list(dict.fromkeys(c.metric for c in self.confirmatory_comps))
         rows: dict[tuple[str, str], dict[str, Comparison]] = {}
-        for c in self.family_comps:
+        for c in self.confirmatory_comps:
             rows.setdefault((self._task_of(c), c.what), {})[c.metric] = c
         lines = [
-            "The family, paired by seed (difference of means ± 95% half-width, Holm-adjusted p, verdict or reading):",
+            "The confirmatory comparisons, paired by seed (difference of means ± 95% half-width, Holm-adjusted p, "
+            "verdict or reading):",
             "",
             "| task | comparison | " + " | ".join(METRIC_NAMES.get(m, m) for m in metrics) + " |",
             "|---|---|" + "---|" * len(metrics),

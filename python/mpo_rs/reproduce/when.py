@@ -16,7 +16,8 @@ read off the intervals (:func:`~mpo_rs.reproduce.stats.direction_words`): a gain
 holds 0 is "no difference shown", never "equal".
 
 Every gain is paired by seed (:func:`~mpo_rs.reproduce.stats.paired_diff_ci`: mean and 95%
-interval) on one metric; nothing here is a verdict of the analysis plan's family.
+interval) on one metric; nothing here is a verdict of the analysis plan's confirmatory
+comparisons.
 """
 
 from __future__ import annotations
@@ -179,8 +180,8 @@ def when_section(
     the critic-quality ladder on ``main_task`` where it ran (:func:`ladder_gains`), each in
     words read off its interval; ``figure``: the figure's path on the page, drawn by
     :func:`~mpo_rs.reproduce.figures.plot_when`. Gains are paired by seed, per comparison, and
-    outside the analysis plan's family (no Holm adjustment: a map, not a verdict). A task in
-    ``withheld`` (task -> why, :func:`~mpo_rs.reproduce.gating.withheld`) fails its gates: its
+    none is one of the analysis plan's confirmatory comparisons (no Holm adjustment: a map, not
+    a verdict). A task in ``withheld`` (task -> why, :func:`~mpo_rs.reproduce.gating.withheld`) fails its gates: its
     gains are shown as numbers, never read in words."""
     per_task = task_gains(rows, tasks, shares, metric)
     ladder = ladder_gains(rows, main_task, metric)
@@ -192,8 +193,8 @@ def when_section(
         "",
         f"MPO's paired gain ({METRIC_NAMES.get(metric, metric)}, mean and 95% interval over seeds) over PPO, "
         "which reads the same critic token by token, and over GRPO, which has none. Each row is "
-        "one comparison, outside the plan's Holm family: where the interval holds 0 the words say "
-        "so. A log of your own sits on this map through `mpo-rs diagnose`: its between-turn share "
+        "one comparison, exploratory (none of the plan's confirmatory comparisons): where the interval holds 0 "
+        "the words say so. A log of your own sits on this map through `mpo-rs diagnose`: its between-turn share "
         "and its critic's explained variance are the two columns to compare.",
         "",
     ]
