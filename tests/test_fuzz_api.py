@@ -530,7 +530,6 @@ def _learner_field_values():
             st.builds(lambda lam, beta: mpo_rs.Estimator("mae", lam=lam, beta=beta), unit(0, 1), unit(0, 3)),
         ),
         "advantage_scale": st.sampled_from(lc.ADVANTAGE_SCALES),
-        "normalize_advantages": st.booleans(),
         "ratio": st.sampled_from((None, *RATIO_MODES)),
         "turn_ratio": st.sampled_from(TURN_RATIOS),
         "clip_low": unit(0, 0.99),
@@ -589,7 +588,7 @@ def test_learner_config_fields_give_a_config_or_an_invalid_option_error(data):
     for name in ("max_grad_norm", "value_clip", "dual_clip"):
         value = getattr(config, name)
         assert value is None or (type(value) is float and math.isfinite(value) and value > 0), (name, value)
-    for name in ("normalize_advantages", "bf16", "shuffle"):
+    for name in ("bf16", "shuffle"):
         assert type(getattr(config, name)) is bool, name
     if config.device not in (None, "cpu") or max(config.ppo_epochs, config.critic_passes) > 3:
         return  # a device this machine may not have; 10**20 epochs are valid but endless

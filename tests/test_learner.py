@@ -420,8 +420,6 @@ def test_whitening_scales_the_advantages_over_the_policy_tokens(one_thread, esti
             raw, _ = make_learner(estimator).compute_advantages(batch, values)
             expected = whiten(torch.from_numpy(raw), torch.from_numpy(batch.mask)).numpy()
             np.testing.assert_array_equal(advantages, expected)
-            old_spelling, _ = make_learner(estimator, normalize_advantages=True).compute_advantages(batch, values)
-            np.testing.assert_array_equal(old_spelling, expected)
     n = int(batch.mask.sum())
     assert metrics["whiten"]["advantages/mean"] == pytest.approx(0.0, abs=1e-6)
     # Unbiased variance in the whitening: the population std of the result is sqrt((n-1)/n).
@@ -810,6 +808,15 @@ def test_the_removed_estimator_fields_say_where_the_option_went(field):
 def test_an_unknown_setting_is_an_invalid_option_error():
     with pytest.raises(InvalidOptionError, match="no setting `minibatch`"):
         LearnerConfig(minibatch=4)
+    with pytest.raises(InvalidOptionError, match=r"no setting `clip_hgh` \(did you mean `clip_high`\?\)"):
+        LearnerConfig(clip_hgh=0.3)
+
+
+def test_the_removed_whitening_flag_names_its_replacement():
+    with pytest.raises(
+        InvalidOptionError, match=r'no setting `normalize_advantages` \(write advantage_scale="whiten"\)'
+    ):
+        LearnerConfig(normalize_advantages=True)
     with pytest.raises(InvalidOptionError, match=r"Estimator\('gae', lam=\.\.\.\)"):
         LearnerConfig(estimator="gae", lam=0.9)
     with pytest.raises(InvalidOptionError, match="`estimator` twice"):
@@ -855,7 +862,6 @@ NAN, INF = float("nan"), float("inf")
         ("dual_clip", 1.0),
         ("shuffle", 1),
         ("bf16", "yes"),
-        ("normalize_advantages", "false"),
         ("estimator", 5),
         ("estimator", None),
         ("estimator", "vapo"),
@@ -912,12 +918,9 @@ def test_ratio_defaults_to_the_estimators_natural_one():
     assert LearnerConfig().ratio is None
 
 
-def test_normalize_advantages_is_the_old_spelling_of_whitening():
-    assert LearnerConfig(normalize_advantages=True).advantage_scale == "whiten"
+def test_whitening_is_the_advantage_scale():
     assert LearnerConfig().advantage_scale == "none" and not LearnerConfig().whitens
-    late = LearnerConfig()
-    late.normalize_advantages = True  # set after construction, as older callers may
-    assert late.whitens
+    assert LearnerConfig(advantage_scale="whiten").whitens
 
 
 # --------------------------------------------------------------------------- GPU

@@ -461,14 +461,16 @@ def test_turn_ratio_statistics_alone_equal_those_of_policy_loss():
 
 def test_turn_ratio_statistics_masked_path_equals_the_compact_one():
     # The masked reduction (CUDA's, without a host sync) and the compact one (CPU's) agree.
+    from mpo_rs.torch._ratio import flat_turn_ratio_statistics
+
     torch.manual_seed(5)
     for rows, cols, keep in ((3, 40, 0.6), (2, 5, 0.0), (1, 1, 1.0)):
         mask = torch.rand(rows, cols) < keep
         log_ratio = torch.where(mask, 0.4 * torch.randn(rows, cols, dtype=F64), 0.0).reshape(-1)
         index, _ = losses.turn_index_from_mask(mask)
         mask_f = mask.reshape(-1).to(F64)
-        compact = losses._turn_ratio_statistics(log_ratio, mask_f, index, 0.2, 0.28, compact=True)
-        masked = losses._turn_ratio_statistics(log_ratio, mask_f, index, 0.2, 0.28, compact=False)
+        compact = flat_turn_ratio_statistics(log_ratio, mask_f, index, 0.2, 0.28, compact=True)
+        masked = flat_turn_ratio_statistics(log_ratio, mask_f, index, 0.2, 0.28, compact=False)
         for name in losses.TURN_RATIO_STATISTICS:
             torch.testing.assert_close(masked[name], compact[name], equal_nan=True, rtol=1e-12, atol=0.0)
 

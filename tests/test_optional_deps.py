@@ -47,9 +47,6 @@ def _child(hidden: tuple[str, ...], code: str) -> dict | None:
     "hidden, code, feature, extra",
     [
         (("torch",), "import mpo_rs.torch.losses", "mpo_rs.torch", "torch"),
-        # The deprecated second names still name themselves.
-        (("torch",), "import mpo_rs.losses", "mpo_rs.losses", "torch"),
-        (("torch",), "import mpo_rs.learner", "mpo_rs.learner", "torch"),
         (("torch",), "import mpo_rs.torch", "mpo_rs.torch", "torch"),
         (("torch",), "import mpo_rs.torch.learner", "mpo_rs.torch", "torch"),
         (("ray",), "import mpo_rs.integrations.ray", "mpo_rs.integrations.ray", "ray"),

@@ -302,7 +302,7 @@ def test_explained_variance_nan_when_returns_constant():
 
 # --------------------------------------------------------------------------- configurations
 
-KNOBS = {"estimator", "ratio", "advantage_scale", "normalize_advantages"}  # the estimator carries its options
+KNOBS = {"estimator", "ratio", "advantage_scale"}  # the estimator carries its options
 
 
 def _learner_fields(arm, config):

@@ -296,7 +296,7 @@ def test_the_learners_whitening_is_verls():
         values=rng.standard_normal(n_tokens).astype(np.float32),
     )
     policy = torch.nn.Linear(1, 1)
-    learner = Learner(policy, torch.optim.SGD(policy.parameters(), lr=0.1), LearnerConfig(normalize_advantages=True))
+    learner = Learner(policy, torch.optim.SGD(policy.parameters(), lr=0.1), LearnerConfig(advantage_scale="whiten"))
     raw, _ = Learner(policy, torch.optim.SGD(policy.parameters()), LearnerConfig()).compute_advantages(
         batch, batch.values
     )
@@ -326,36 +326,6 @@ def test_cuda_tensors_give_results_on_their_device_equal_to_the_cpu_ones():
     torch.testing.assert_close(out.cpu(), mt.group_advantages(rewards, mask, groups), rtol=0, atol=0)
     adv = cpu[0].cuda()
     torch.testing.assert_close(mt.whiten(adv, mask.cuda()).cpu(), mt.whiten(cpu[0], mask), rtol=1e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("mpo_rs.learner", "mpo_rs.torch.learner"),
-        ("mpo_rs.losses", "mpo_rs.torch.losses"),
-        ("mpo_rs.diagnostics", "mpo_rs.diagnose"),
-    ],
-)
-def test_the_deprecated_module_names_warn_and_still_work(monkeypatch, old, new):
-    import importlib
-    import re
-    import sys
-
-    canonical = importlib.import_module(new)
-    monkeypatch.delitem(sys.modules, old, raising=False)  # so the import runs (and warns) again
-    with pytest.warns(DeprecationWarning, match=rf"{re.escape(old)} is deprecated: import .*{re.escape(new)}"):
-        module = importlib.import_module(old)
-    renamed = {"summarize": "summarize_value_structure"}
-    for name in module.__all__:
-        assert getattr(module, name) is getattr(canonical, renamed.get(name, name)), name
-    if old == "mpo_rs.learner":
-        assert module.RolloutBatch is mt.RolloutBatch is padded_module_batch()
-
-
-def padded_module_batch():
-    from mpo_rs.torch.batch import RolloutBatch
-
-    return RolloutBatch
 
 
 def test_reward_in_a_padded_rows_last_column_hints_at_observation_rewards_credit():

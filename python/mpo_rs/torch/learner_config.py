@@ -26,6 +26,7 @@ try:
 except ModuleNotFoundError as _e:
     raise missing("mpo_rs.torch.learner_config", "torch", _e) from None
 
+from .._native import closest_name
 from ..exceptions import InvalidOptionError
 from ..options import ESTIMATORS, Estimator
 from .advantages import as_estimator, natural_ratio
@@ -52,6 +53,8 @@ _MOVED_OPTIONS = {
     "grpo_leave_one_out": "leave_one_out",
     "grpo_eps": "eps",
 }
+# Settings renamed before a release: old name -> what to write instead.
+_REPLACED = {"normalize_advantages": 'advantage_scale="whiten"'}
 
 
 @dataclass
@@ -68,8 +71,6 @@ class LearnerConfig:
     after estimation, as verl does for GAE (:func:`mpo_rs.torch.whiten`: masked mean,
     unbiased variance, ``rsqrt(var + 1e-8)``; needs 2 policy tokens or more). Applies to
     every estimator; GRPO's per-group std is the estimator's ``norm_std``."""
-    normalize_advantages: bool = False
-    """Older spelling of ``advantage_scale="whiten"`` (kept working; True sets it)."""
 
     # Policy loss (see mpo_rs.torch.losses.policy_loss).
     ratio: str | None = None
@@ -123,8 +124,6 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             setattr(self, f.name, _CHECKS[f.name](f.name, getattr(self, f.name)))
-        if self.normalize_advantages:
-            self.advantage_scale = "whiten"
         check_clip_range(self.clip_low, self.clip_high, self.dual_clip)
 
     @property
@@ -152,8 +151,7 @@ class LearnerConfig:
 
     @property
     def whitens(self) -> bool:
-        # normalize_advantages may also be set on a config after construction.
-        return self.advantage_scale == "whiten" or self.normalize_advantages
+        return self.advantage_scale == "whiten"
 
 
 def _check_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -169,8 +167,14 @@ def _check_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         )
     unknown = [k for k in kwargs if k not in names]
     if unknown:
+        word = unknown[0]
+        if word in _REPLACED:
+            hint = f" (write {_REPLACED[word]})"
+        else:
+            guess = closest_name(word, names)
+            hint = "" if guess is None else f" (did you mean `{guess}`?)"
         raise InvalidOptionError(
-            f"LearnerConfig has no setting `{unknown[0]}`; its settings are {', '.join(sorted(names))}"
+            f"LearnerConfig has no setting `{word}`{hint}; its settings are {', '.join(sorted(names))}"
         )
     if len(args) > len(names):
         raise InvalidOptionError(f"LearnerConfig takes at most {len(names)} settings, got {len(args)} positional ones")
@@ -285,7 +289,6 @@ def _device(name: str, value: Any) -> str | torch.device | None:
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "estimator": _estimator,
     "advantage_scale": _choice(ADVANTAGE_SCALES),
-    "normalize_advantages": _flag,
     "ratio": _choice(RATIO_MODES, optional=True),
     "turn_ratio": _choice(TURN_RATIOS),
     # Their ranges are the losses' (check_clip_range, after the fields).
