@@ -812,6 +812,17 @@ def test_an_unknown_setting_is_an_invalid_option_error():
         LearnerConfig(clip_hgh=0.3)
 
 
+def test_a_setting_assigned_after_construction_is_refused_as_at_construction():
+    config = LearnerConfig()
+    config.clip_high = 0.3
+    assert config.clip_high == 0.3
+    with pytest.raises(
+        InvalidOptionError, match=r'no setting `normalize_advantages` \(write advantage_scale="whiten"\)'
+    ):
+        config.normalize_advantages = True  # type: ignore[attr-defined]
+    assert not hasattr(config, "normalize_advantages") and not config.whitens
+
+
 def test_the_removed_whitening_flag_names_its_replacement():
     with pytest.raises(
         InvalidOptionError, match=r'no setting `normalize_advantages` \(write advantage_scale="whiten"\)'

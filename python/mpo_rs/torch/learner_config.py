@@ -121,6 +121,12 @@ class LearnerConfig:
         _check_arguments(args, kwargs)
         return super().__new__(cls)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A removed or misspelt setting assigned after construction is refused as at
+        # construction, not kept as an attribute nothing reads.
+        _check_arguments((), {name: value})
+        object.__setattr__(self, name, value)
+
     def __post_init__(self) -> None:
         for f in fields(self):
             setattr(self, f.name, _CHECKS[f.name](f.name, getattr(self, f.name)))
