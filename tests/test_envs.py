@@ -20,6 +20,7 @@ from mpo_rs.envs import (
     MultiHop,
     MultiTurnEnv,
     Search,
+    Sokoban,
     TokenizedTextEnv,
     VectorEnv,
     chance_success,
@@ -375,7 +376,7 @@ def test_step_after_done_is_refused():
 def test_bad_parameters():
     with pytest.raises(
         InvalidConfigError,
-        match=r"unknown environment 'maze'; known: frozen_lake, guess_number, key_door, multi_hop, search",
+        match=r"unknown environment 'maze'; known: frozen_lake, guess_number, key_door, multi_hop, search, sokoban",
     ):
         make("maze")
     with pytest.raises(InvalidConfigError, match=r"key_door: unknown parameter\(s\) horizon; accepted: max_turns"):
@@ -402,6 +403,7 @@ def test_registry_and_protocol():
         "search": Search,
         "multi_hop": MultiHop,
         "frozen_lake": FrozenLake,
+        "sokoban": Sokoban,
     }
     for name, cls in ENVIRONMENTS.items():
         env = make(name)

@@ -1,4 +1,4 @@
-"""The tasks where MPO's premise should hold (search, multi_hop, frozen_lake) and the premise
+"""The tasks where MPO's premise should hold (search, multi_hop, frozen_lake, sokoban) and the premise
 measurement (mpo_rs.envs.premise): hand-checked episodes, malformed turns, the oracles, chance
 against Monte Carlo, the exact values against Monte Carlo, and the between-turn share on a
 small run (>= 0.8 on search, < 0.5 on key_door)."""
@@ -28,7 +28,7 @@ from mpo_rs.envs.premise import (
     share_statistics,
 )
 
-NEW = ("search", "multi_hop", "frozen_lake")
+NEW = ("search", "multi_hop", "frozen_lake", "sokoban")
 
 
 def _oracle(env):
@@ -244,6 +244,8 @@ def test_default_chance_formulas_match_the_dynamic_programme():
         ("search", 0.3, {"hit_probs": [0.05, 0.9], "think_tokens": 2}),
         ("multi_hop", 0.2, {"hop_choices": [2, 5]}),
         ("frozen_lake", 0.4, {"success_rate": 0.8}),
+        ("sokoban", 0.3, {}),
+        ("sokoban", 0.5, {"num_boxes": 2, "size": 5}),
     ],
 )
 def test_exact_values_match_monte_carlo(name, eps, params):

@@ -4,6 +4,7 @@
 demonstration noise eps, the oracle's success, the noisy oracle's success, the explained
 variance of its exact values (the best any critic of the policy could do), the median
 between-turn share, the share of GRPO groups of 4 whose outcomes differ, and the turns.
+``... sokoban`` prints the same per Sokoban setting (sokoban_screen.log is its output).
 ``... key_door`` prints, per KeyDoor design and eps, the median between-turn share of the exact
 values and of the reference critic's cross-fitted table (64 tasks x 16 rollouts).
 """
@@ -21,6 +22,19 @@ from mpo_rs.envs import make
 from mpo_rs.envs.premise import NoisyOracle, belief_model, rollout, share_statistics
 from mpo_rs.reproduce.reference import belief_keys, cross_fitted_values
 
+SOKOBAN_SETTINGS: list[dict[str, Any]] = [
+    {},
+    {"num_boxes": 2},
+    {"size": 5},
+    {"size": 5, "num_boxes": 2},
+    {"max_turns": 6},
+    {"max_turns": 15},
+    {"max_turns": 15, "search_depth": 10},
+    {"num_boxes": 2, "max_turns": 15},
+]
+"""Room 6x6 or 5x5, one box or two, budget 6/10/15 (the reverse play as deep as the budget,
+or 10 with a budget of 15: the same rooms as the default with five turns to spare)."""
+
 
 def _rollouts(task: str, params: dict[str, Any], eps: float, n: int, group: int) -> list[Any]:
     env = make(task, **params)
@@ -33,11 +47,11 @@ def _ev(values: np.ndarray, returns: np.ndarray) -> float:
     return float(1 - np.var(returns - values) / np.var(returns))
 
 
-def frozen_lake(settings: list[dict[str, Any]], eps_list: list[float]) -> None:
+def noisy_oracle(task: str, settings: list[dict[str, Any]], eps_list: list[float]) -> None:
     for params in settings:
-        print("oracle", params, round(make("frozen_lake", **params).oracle_success(), 3), flush=True)
+        print("oracle", params, round(make(task, **params).oracle_success(), 3), flush=True)
         for eps in eps_list:
-            rs = _rollouts("frozen_lake", params, eps, 1024, 4)
+            rs = _rollouts(task, params, eps, 1024, 4)
             scores = np.array([r.score for r in rs])
             v = np.concatenate([np.array(r.values)[np.array(r.mask, bool)] for r in rs])
             g = np.concatenate([np.full(int(np.sum(r.mask)), r.score) for r in rs])
@@ -79,7 +93,8 @@ def key_door(designs: list[tuple[dict[str, Any], list[float]]]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["frozen_lake"]:
-        frozen_lake(
+        noisy_oracle(
+            "frozen_lake",
             [
                 {},
                 {"success_rate": 0.8},
@@ -103,5 +118,7 @@ if __name__ == "__main__":
                 ({"max_turns": 2, "key_position": 8, "open_position": 8, "max_noise": 0}, [0.4, 0.7]),
             ]
         )
+    elif sys.argv[1:] == ["sokoban"]:
+        noisy_oracle("sokoban", SOKOBAN_SETTINGS, [0.1, 0.2, 0.3, 0.5])
     else:
-        sys.exit("usage: screens.py frozen_lake|key_door")
+        sys.exit("usage: screens.py frozen_lake|key_door|sokoban")

@@ -15,6 +15,7 @@ Built-in environments, by registry name:
 - ``multi_hop`` (:class:`MultiHop`): follow a chain of links; a wrong hop shows up as a dead
   end and must be backtracked.
 - ``frozen_lake`` (:class:`FrozenLake`): RAGEN's FrozenLake 4x4 slippery, as tokens.
+- ``sokoban`` (:class:`Sokoban`): RAGEN's Sokoban, 6x6 rooms with one box, as tokens.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .key_door import KeyDoor
 from .multi_hop import MultiHop
 from .protocol import Episode, MultiTurnEnv, Policy, render_episode, run_episode
 from .search import Search
+from .sokoban import Sokoban
 from .text import TextEnv, TokenizedTextEnv
 from .vector import VectorEnv
 
@@ -42,6 +44,7 @@ __all__ = [
     "MultiTurnEnv",
     "Policy",
     "Search",
+    "Sokoban",
     "TextEnv",
     "TokenizedTextEnv",
     "VectorEnv",
@@ -57,6 +60,7 @@ ENVIRONMENTS: dict[str, type] = {
     Search.name: Search,
     MultiHop.name: MultiHop,
     FrozenLake.name: FrozenLake,
+    Sokoban.name: Sokoban,
 }
 """Registry name -> environment class; ``make(name, **params)`` builds one."""
 

@@ -42,11 +42,13 @@ from ..exceptions import InvalidConfigError
 from . import frozen_lake as fl
 from . import multi_hop as mh
 from . import search as se
+from . import sokoban as sk
 from .frozen_lake import FrozenLake
 from .guess_number import GuessNumber
 from .key_door import OPEN, KeyDoor
 from .multi_hop import MultiHop
 from .search import Search
+from .sokoban import Sokoban
 
 __all__ = [
     "PREMISE_SHARE",
@@ -67,7 +69,7 @@ __all__ = [
 TARGET_SUCCESS = 0.2
 """The base policy's success the noise is set for (the paper's base models: 9-25%; FrozenLake's
 random well-formed moves alone reach 0.17, which rules out a lower target)."""
-TASKS = ("search", "multi_hop", "frozen_lake", "guess_number", "key_door")
+TASKS = ("search", "multi_hop", "frozen_lake", "sokoban", "guess_number", "key_door")
 PREMISE_SHARE = 0.8
 """A task meets MPO's premise when its reference critic's median between-turn share of the
 value variance is at least this."""
@@ -388,6 +390,60 @@ class _FrozenLakeModel(_Model):
         return out
 
 
+class _SokobanModel(_Model):
+    """b = (turn, player cell, box cells, room). The moves are deterministic: a belief has one
+    outcome per action, and a state the room cannot be solved from in the turns left is worth
+    0 whatever follows (so the recursion stops there)."""
+
+    def __init__(self, env: Sokoban) -> None:
+        super().__init__(env)
+        self.W = [tuple(a) for a in env.well_formed_actions()]
+
+    def initial(self, observation: Sequence[int]) -> Belief:
+        desc, (player, boxes) = self.env.parse_grid(observation)
+        return (0, player, boxes, desc)
+
+    def update(self, b: Belief, action: Sequence[int], observation: Sequence[int]) -> Belief:
+        grid = self.env.parse_grid(observation)
+        return (b[0] + 1, *(b[1:3] if grid is None else grid[1]), b[3])
+
+    def _distance(self, desc: tuple[int, ...], state: sk.State, turns: int) -> int | None:
+        """The fewest moves to a solution, or None if more than ``turns`` (or none)."""
+        d = sk.distances(desc, self.env.size).get(state)
+        return d if d is not None and d <= turns else None
+
+    def oracle(self, b: Belief) -> tuple[int, ...]:
+        _, player, boxes, desc = b
+        return (sk.ANSWER, sk.DIRECTIONS[sk.best_direction(desc, self.env.size, (player, boxes))], sk.END)
+
+    def table_key(self, b: Belief, prefix: Sequence[int]) -> tuple[Any, Any]:
+        """The reference critic's key of a policy token (``prefix``: the turn's tokens before
+        it): the turns left and the fewest moves to a solution (None: beyond the turns left);
+        once the direction is out, the fewest moves after it instead. The belief itself holds
+        the room, which a few rollouts of one task reach; this summary pools the rooms by how
+        far they are from solved, and keeps what the turn's move decides."""
+        t, player, boxes, desc = b
+        prefix = tuple(int(x) for x in prefix)
+        left = self.T - t
+        state = (left, self._distance(desc, (player, boxes), left))
+        if not any(action[: len(prefix)] == prefix for action in self.W or ()):
+            return state, (len(prefix), "malformed")
+        if len(prefix) < 2:
+            return state, prefix
+        nxt = sk.move(desc, self.env.size, (player, boxes), sk.DIRECTIONS.index(prefix[1]))
+        return state, (len(prefix), self._distance(desc, nxt, left - 1))
+
+    def outcomes(self, b: Belief, a: Any) -> list[Outcome]:
+        t, player, boxes, desc = b
+        if a is not MALFORMED:
+            player, boxes = sk.move(desc, self.env.size, (player, boxes), sk.DIRECTIONS.index(a[1]))
+            if self._distance(desc, (player, boxes), 0) == 0:
+                return [(1.0, 1.0, True, None)]
+        if self._distance(desc, (player, boxes), self.T - t - 1) is None:
+            return [(1.0, 0.0, True, None)]
+        return [(1.0, 0.0, False, (t + 1, player, boxes, desc))]
+
+
 def belief_model(env: Any) -> _Model:
     """The belief model of a built-in environment."""
     models: dict[type, type[_Model]] = {
@@ -396,6 +452,7 @@ def belief_model(env: Any) -> _Model:
         Search: _SearchModel,
         MultiHop: _MultiHopModel,
         FrozenLake: _FrozenLakeModel,
+        Sokoban: _SokobanModel,
     }
     if type(env) in models:
         return models[type(env)](env)

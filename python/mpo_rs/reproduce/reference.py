@@ -15,7 +15,7 @@ toward them), so a table that memorises its own returns gains nothing. The two h
 their tasks, as a critic that reads the prompt does. Where the belief state holds the task
 itself (FrozenLake's map), few rollouts reach each key, so the table keys a summary the task's
 model gives instead (``table_key``: FrozenLake's turn and optimal success from the cell, then of
-the move), pooled over tasks. That is the task's *critic ceiling* for the policy,
+the move; Sokoban's turns left and fewest moves to a solution, then after the move), pooled over tasks. That is the task's *critic ceiling* for the policy,
 and the between-turn share of these values is the premise measured on that policy (not on
 the noisy oracle the premise measurement of docs/envs.md plays).
 """
@@ -88,7 +88,7 @@ def belief_keys(
     followed by the observation it got (the last one possibly empty); the belief is updated
     from each (action, observation) pair, as :mod:`mpo_rs.envs.premise` does."""
     model = belief_model(env)
-    # A task whose belief holds the task itself (FrozenLake's map) keys a summary of it instead.
+    # A task whose belief holds the task itself (FrozenLake's map, Sokoban's room) keys a summary of it instead.
     summary = getattr(model, "table_key", None)
     keys: list[Key] = []
     for index, (start, end) in enumerate(itertools.pairwise(offsets)):
