@@ -165,11 +165,10 @@ def write_report(
     results["summary"] = page.summary()
     label = arm_labels(config)
     for comp in confirmatory_comps:
-        words = direction_words(
-            label.get(comp.a, comp.a), label.get(comp.b, comp.b), comp.diff, comp.half_width, comp.verdict
-        )
-        if comp.withheld:
-            words = f"no verdict ({comp.withheld}): {words}"
+        a, b = label.get(comp.a, comp.a), label.get(comp.b, comp.b)
+        words = direction_words(a, b, comp.diff, comp.half_width, comp.verdict)
+        if comp.withheld:  # the numbers only: "no difference shown" would be a reading
+            words = f"no verdict ({comp.withheld}): {a} - {b} {comp.diff:+.3f} ± {comp.half_width:.3f}"
         elif comp.reading().startswith("equivalent"):
             words += f", {comp.reading()} (TOST p={fmt(comp.p_tost)})"
         note(
