@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .._deps import missing
 
+# The package's one guard: importing any of its modules runs this first.
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError as _e:

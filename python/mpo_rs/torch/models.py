@@ -14,15 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
 from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor, nn
-    from torch.nn import functional as F
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.models", "torch", _e) from None
-
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 
 __all__ = ["CausalLMOutput", "KVCache", "TinyCausalLM", "tiny_hf_model"]
