@@ -32,14 +32,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._deps import missing
+from .._deps import needs
 
-try:
+with needs("mpo_rs.integrations.ray", "ray"):
     import pyarrow as pa
     import ray
     import ray.data
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.integrations.ray", "ray", _e) from None
 
 from .. import observation_rewards as _observation
 from .._native import GroupStatistics, annotate_batch, check_dataset_output, check_group_column, resolve_log_columns

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .._deps import missing
+from .._deps import needs
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 
 __all__ = ["CausalLMOutput", "KVCache", "TinyCausalLM", "tiny_hf_model"]
@@ -264,10 +264,8 @@ def tiny_hf_model(
     """A tiny randomly initialised ``transformers`` causal LM (``kind="llama"`` or
     ``"gpt2"``) built from a config; nothing is downloaded. Dropout is off, so sampling and
     the learner score tokens alike in train mode too. Seed with ``torch.manual_seed``."""
-    try:
+    with needs("mpo_rs.torch.models.tiny_hf_model", "hf"):
         import transformers
-    except ModuleNotFoundError as e:
-        raise missing("mpo_rs.torch.models.tiny_hf_model", "hf", e) from None
     extra: dict[str, Any] = {}
     if attn_implementation is not None:
         extra["attn_implementation"] = attn_implementation
