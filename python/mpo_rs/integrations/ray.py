@@ -20,8 +20,7 @@ batch handed over through the Arrow C interface without copying its buffers:
 
 Works unchanged on a multi-node cluster: start Ray there (``ray start``), call
 ``ray.init(address="auto")`` on the driver, and read and write paths every node can reach
-(shared storage or ``s3://`` / ``gs://`` URIs). Needs the ``ray`` extra
-(the ``ray`` extra).
+(shared storage or ``s3://`` / ``gs://`` URIs). Needs the ``ray`` extra.
 """
 
 from __future__ import annotations
