@@ -22,12 +22,7 @@ from mpo_rs.torch.sampler import sample  # noqa: E402
 VOCAB, BOS, SEP, STOP = 12, 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 class RaggedEnv:
