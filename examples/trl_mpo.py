@@ -37,19 +37,23 @@ def tiny_model_and_tokenizer(seed: int = 0) -> tuple[LlamaForCausalLM, PreTraine
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
+    config = tiny_llama_config(len(vocab), pad_token_id=0, eos_token_id=1, max_position_embeddings=64)
+    return LlamaForCausalLM(config), tokenizer
+
+
+def tiny_llama_config(vocab_size: int, **settings: Any) -> LlamaConfig:
+    """A 1-layer Llama of width 16 with no BOS token, which trains on a CPU in seconds;
+    ``settings``: the rest of its ``LlamaConfig`` (the pad and EOS ids, the context length)."""
+    return LlamaConfig(
+        vocab_size=vocab_size,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=1,
         bos_token_id=None,
+        **settings,
     )
-    return LlamaForCausalLM(config), tokenizer
 
 
 def tool(turn: list[int]) -> list[int]:
