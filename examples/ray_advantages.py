@@ -33,6 +33,7 @@ from mpo_rs.options import ESTIMATORS, option_names
 
 # advantages_parquet takes every option of the table, as the other entry points do.
 OPTIONS = list(option_names())
+COLUMNS = ("mask", "values", "rewards", "score", "group")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -41,7 +42,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("output", help="directory to write the annotated Parquet files to")
     parser.add_argument("--estimator", choices=ESTIMATORS, default="mae")
     add_option_flags(parser.add_argument_group("estimator options (defaults: the estimator's own)"), OPTIONS)
-    columns.add_flags(parser.add_argument_group("columns"), ("mask", "values", "rewards", "score", "group"))
+    columns.add_flags(parser.add_argument_group("columns"), COLUMNS)
     parser.add_argument("--batch-size", type=int, default=None, help="rows per map_batches call (default: a block)")
     parser.add_argument("--address", default=None, help="Ray cluster address ('auto' to join a running one)")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
@@ -63,11 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.output,
         estimator=args.estimator,
         **option_args(args, OPTIONS),
-        mask_col=args.mask_col,
-        values_col=args.values_col,
-        rewards_col=args.rewards_col,
-        score_col=args.score_col,
-        group_col=args.group_col,
+        **columns.flag_keywords(args, COLUMNS),
         batch_size=args.batch_size,
     )
     print(f"wrote {args.output} ({args.estimator}) in {time.perf_counter() - start:.1f} s")

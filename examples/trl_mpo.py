@@ -37,19 +37,23 @@ def tiny_model_and_tokenizer(seed: int = 0) -> tuple[LlamaForCausalLM, PreTraine
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
+    config = tiny_llama_config(len(vocab), pad_token_id=0, eos_token_id=1, max_position_embeddings=64)
+    return LlamaForCausalLM(config), tokenizer
+
+
+def tiny_llama_config(vocab_size: int, **settings: Any) -> LlamaConfig:
+    """A 1-layer Llama of width 16 with no BOS token, which trains on a CPU in seconds;
+    ``settings``: the rest of its ``LlamaConfig`` (the pad and EOS ids, the context length)."""
+    return LlamaConfig(
+        vocab_size=vocab_size,
         hidden_size=16,
         intermediate_size=32,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=1,
         bos_token_id=None,
+        **settings,
     )
-    return LlamaForCausalLM(config), tokenizer
 
 
 def tool(turn: list[int]) -> list[int]:
@@ -104,19 +108,16 @@ def reward(completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
     return rewards
 
 
-def build_trainer(output_dir: Path | str, *, rollout_log: Any = None, max_steps: int = 3, **mpo: Any) -> MPOGRPOTrainer:
-    """The trainer: MPO's advantages (critic-free MAE over group-normalised scores) and the
-    turn-ratio loss. ``mpo`` overrides MPOGRPOTrainer's own arguments."""
-    model, tokenizer = tiny_model_and_tokenizer()
-    dataset = Dataset.from_dict({"prompt": [" ".join(WORDS[i : i + 3]) for i in range(0, 24, 3)]})
-    args = GRPOConfig(
+def cpu_config(output_dir: Path | str, *, max_steps: int, max_completion_length: int) -> GRPOConfig:
+    """TRL's configuration for a few small steps on the CPU, the same for both trainers."""
+    return GRPOConfig(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
         per_device_train_batch_size=4,
         num_generations=2,  # 2 completions per prompt: the group
         steps_per_generation=2,  # the second step reuses the batch: old log-probs differ
-        max_completion_length=16,
+        max_completion_length=max_completion_length,
         max_steps=max_steps,
         learning_rate=1e-2,
         logging_steps=1,
@@ -124,6 +125,14 @@ def build_trainer(output_dir: Path | str, *, rollout_log: Any = None, max_steps:
         report_to="none",
         seed=0,
     )
+
+
+def build_trainer(output_dir: Path | str, *, rollout_log: Any = None, max_steps: int = 3, **mpo: Any) -> MPOGRPOTrainer:
+    """The trainer: MPO's advantages (critic-free MAE over group-normalised scores) and the
+    turn-ratio loss. ``mpo`` overrides MPOGRPOTrainer's own arguments."""
+    model, tokenizer = tiny_model_and_tokenizer()
+    dataset = Dataset.from_dict({"prompt": [" ".join(WORDS[i : i + 3]) for i in range(0, 24, 3)]})
+    args = cpu_config(output_dir, max_steps=max_steps, max_completion_length=16)
     options: dict[str, Any] = {
         "estimator": Estimator("mae", lam=0.8, lam_intra=0.95, beta=1.0),
         "baseline": "grpo",  # critic-free: the group mean is the value, scaled by 1/(group std + eps)
@@ -183,21 +192,7 @@ def build_environment_trainer(
     """MPOGRPOTrainer on TRL's tool path: a chat model whose template supports tool calls
     (e.g. a Qwen3), conversational prompts and ``environment_factory``."""
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"look up q{i}"}] for i in range(8)]})
-    args = GRPOConfig(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        steps_per_generation=2,
-        max_completion_length=256,
-        max_steps=max_steps,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-    )
+    args = cpu_config(output_dir, max_steps=max_steps, max_completion_length=256)
     options: dict[str, Any] = {"estimator": Estimator("mae", lam=0.8), "baseline": "grpo", "turn_ratio": "product"}
     options.update(mpo)
     return MPOGRPOTrainer(

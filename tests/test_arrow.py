@@ -5,6 +5,7 @@ named by row and column."""
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,18 +17,21 @@ from mpo_rs import _native, synthetic  # noqa: E402
 from mpo_rs.arrow import OUTPUT_COLUMNS, with_advantages  # noqa: E402
 
 
-def make_log(rows: int, seed: int = 0, groups: int = 5) -> dict[str, np.ndarray]:
-    """Flat columns of a small random multi-turn log (mpo_rs.synthetic's TINY shape, ids
-    of `groups` scattered groups); every row ends on a policy token."""
-    b = synthetic.flat_batch(rows, seed=seed, n_groups=groups, **synthetic.TINY)
-    return {
+def make_log(rows: int, seed: int = 0, groups: int = 5, **shape: Any) -> dict[str, np.ndarray]:
+    """Flat columns of a small random multi-turn log (mpo_rs.synthetic's TINY shape, which
+    ``shape`` overrides; ids of `groups` scattered groups, not sorted; ``token_ids`` with
+    ``tokens=True``); every row ends on a policy token."""
+    b = synthetic.flat_batch(rows, seed=seed, n_groups=groups, **{**synthetic.TINY, **shape})
+    log = {
         "offsets": b.offsets,
         "mask": b.mask.astype(np.uint8),
         "values": b.values,
         "rewards": b.rewards,
         "scores": b.scores,
         "groups": b.group_ids,
+        "token_ids": b.token_ids,
     }
+    return {name: column for name, column in log.items() if column is not None}
 
 
 def to_table(log: dict[str, np.ndarray], large: bool = False, chunks: int = 1) -> pa.Table:

@@ -13,7 +13,7 @@ import reference as ref
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import Batch, batches
-from test_invariants import _insert_observations, _per_traj, _take
+from test_invariants import _insert_observations, assert_trajectories_are_independent
 
 import mpo_rs
 from mpo_rs import Estimator, InvalidBatchError, InvalidOptionError
@@ -156,16 +156,7 @@ def test_inserting_observations_changes_no_policy_result(b, p, data):
 
 @given(batches(), bilevel_params, st.randoms(use_true_random=False))
 def test_trajectories_are_independent(b, p, rnd):
-    order = list(range(b.n))
-    rnd.shuffle(order)
-    whole = _bilevel(b, **p)
-    perm = _bilevel(_take(b, order), **p)
-    per = _per_traj(whole.advantages, b.offsets)
-    assert _per_traj(perm.advantages, _take(b, order).offsets) == [per[j] for j in order]
-    cut = rnd.randint(0, b.n)
-    left, right = _take(b, list(range(cut))), _take(b, list(range(cut, b.n)))
-    joined = np.concatenate([_bilevel(left, **p).returns, _bilevel(right, **p).returns])
-    assert np.array_equal(joined, whole.returns)
+    assert_trajectories_are_independent(lambda x: _bilevel(x, **p), b, rnd)
 
 
 def test_thread_count_does_not_change_a_bit():

@@ -21,6 +21,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from test_arrow import make_log as arrow_log  # noqa: E402
+
 import mpo_rs  # noqa: E402
 from mpo_rs import synthetic  # noqa: E402
 from mpo_rs.arrow import OUTPUT_COLUMNS  # noqa: E402
@@ -29,18 +31,7 @@ from mpo_rs.arrow import OUTPUT_COLUMNS  # noqa: E402
 def make_log(rows: int, seed: int = 0, groups: int = 6) -> dict[str, np.ndarray]:
     """mpo_rs.synthetic's TINY shape with normal values, three score levels, scattered
     group ids and token ids."""
-    b = synthetic.flat_batch(
-        rows, seed=seed, n_groups=groups, values="normal", tokens=True, **{**synthetic.TINY, "score_levels": 3}
-    )
-    return {
-        "offsets": b.offsets,
-        "mask": b.mask.astype(np.uint8),
-        "values": b.values,
-        "rewards": b.rewards,
-        "scores": b.scores,
-        "groups": b.group_ids,  # scattered, not sorted
-        "token_ids": b.token_ids,
-    }
+    return arrow_log(rows, seed, groups, values="normal", tokens=True, score_levels=3)
 
 
 def table_of(log: dict[str, np.ndarray], rows: slice = slice(None)) -> pa.Table:

@@ -259,7 +259,7 @@ def _scripted_llama(tokenizer, seed: int = 0):
     trains) is the real model's."""
     import random
 
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     rng = random.Random(seed)
 
@@ -284,17 +284,11 @@ def _scripted_llama(tokenizer, seed: int = 0):
             return out.to(input_ids.device)
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
+    config = trl_mpo.tiny_llama_config(
+        len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        max_position_embeddings=2048,
     )
     return ScriptedLlama(config)
 

@@ -3,6 +3,10 @@ invariances, ...), checked by hypothesis against the independent reference."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import reference as ref
 from hypothesis import assume, given
@@ -164,19 +168,24 @@ def _per_traj(arr: np.ndarray, offsets: np.ndarray) -> list[list[float]]:
     return [arr[offsets[j] : offsets[j + 1]].tolist() for j in range(len(offsets) - 1)]
 
 
-@given(batches(), mae_params, st.randoms(use_true_random=False))
-def test_trajectories_are_independent(b, p, rnd):
+def assert_trajectories_are_independent(estimate: Callable[[Batch], Any], b: Batch, rnd: random.Random) -> None:
+    """Shuffling the trajectories shuffles the advantages; splitting the batch in two splits
+    the returns (``estimate``: an estimator's result for a batch)."""
     order = list(range(b.n))
     rnd.shuffle(order)
-    whole = _mae(b, **p)
-    perm = _mae(_take(b, order), **p)
+    whole = estimate(b)
+    perm = estimate(_take(b, order))
     per = _per_traj(whole.advantages, b.offsets)
     assert _per_traj(perm.advantages, _take(b, order).offsets) == [per[j] for j in order]
-    # splitting the batch in two splits the results
     cut = rnd.randint(0, b.n)
     left, right = _take(b, list(range(cut))), _take(b, list(range(cut, b.n)))
-    joined = np.concatenate([_mae(left, **p).returns, _mae(right, **p).returns])
+    joined = np.concatenate([estimate(left).returns, estimate(right).returns])
     assert np.array_equal(joined, whole.returns)
+
+
+@given(batches(), mae_params, st.randoms(use_true_random=False))
+def test_trajectories_are_independent(b, p, rnd):
+    assert_trajectories_are_independent(lambda x: _mae(x, **p), b, rnd)
 
 
 @given(

@@ -97,16 +97,6 @@ def echo_rollout(policy: nn.Module, n_prompts: int, per_prompt: int, gen: torch.
     )
 
 
-@pytest.fixture
-def one_thread():
-    # Tiny ops: a second intra-op thread only adds contention (30x slower on a busy
-    # 2-core machine); one thread also makes the run reproducible.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def make_learner(estimator: str | Estimator = "mae", seed: int = 0, **config) -> Learner:
     torch.manual_seed(seed)
     policy = TinyCausalLM()

@@ -63,6 +63,16 @@ def grad_of(loss_fn, new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return loss.detach(), grad
 
 
+def seeded_batch(rows: int, cols: int, *, observation_share: float, noise: float) -> tuple[torch.Tensor, ...]:
+    """A random (rows, cols) batch from seed 0: the policy mask (about ``observation_share``
+    of the tokens off it), old log-probs, new ones ``noise`` from them, advantages."""
+    torch.manual_seed(0)
+    mask = torch.rand(rows, cols) > observation_share
+    old = -torch.rand(rows, cols) * 3
+    new = old + noise * torch.randn(rows, cols)
+    return mask, old, new, torch.randn(rows, cols)
+
+
 def padded_to_flat(mask: torch.Tensor, *tensors: torch.Tensor, lengths=None):
     """Flat tokens of padded rows (row b keeps its first lengths[b] columns)."""
     rows, cols = mask.shape
@@ -483,11 +493,7 @@ def test_turn_ratio_statistics_are_nan_without_turns():
 
 
 def test_bf16_log_probs_are_computed_in_fp32():
-    torch.manual_seed(0)
-    mask = torch.rand(3, 40) > 0.3
-    old = -torch.rand(3, 40) * 3
-    new32 = old + 0.01 * torch.randn(3, 40)
-    adv = torch.randn(3, 40)
+    mask, old, new32, adv = seeded_batch(3, 40, observation_share=0.3, noise=0.01)
     new16 = new32.to(torch.bfloat16).requires_grad_()
     loss16, metrics = losses.policy_loss(new16, old, adv, mask)
     assert loss16.dtype == torch.float32 and metrics["ratio_mean"].dtype == torch.float32
@@ -609,11 +615,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.gpu
 @cuda
 def test_gpu_matches_cpu_without_host_sync():
-    torch.manual_seed(0)
-    mask = torch.rand(8, 512) > 0.4
-    old = -torch.rand(8, 512) * 3
-    new = old + 0.05 * torch.randn(8, 512)
-    adv = torch.randn(8, 512)
+    mask, old, new, adv = seeded_batch(8, 512, observation_share=0.4, noise=0.05)
     for ratio in losses.RATIO_MODES:
         cpu_loss, cpu_grad = grad_of(
             lambda lp, ratio=ratio: losses.policy_loss(lp, old, adv, mask, ratio=ratio, dual_clip=3.0)[0], new

@@ -110,12 +110,7 @@ def policy_device(policy: nn.Module) -> torch.device:
     return next(policy.parameters()).device
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 # --------------------------------------------------------------------------- hand-checked

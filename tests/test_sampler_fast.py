@@ -13,21 +13,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_sampler import recomputed_log_probs  # noqa: E402
 from torch import nn  # noqa: E402
 
-from mpo_rs.torch.learner import token_log_probs  # noqa: E402
 from mpo_rs.torch.models import KVCache, TinyCausalLM  # noqa: E402
 from mpo_rs.torch.sampler import sample  # noqa: E402
 
 VOCAB, BOS, SEP, STOP = 12, 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 class RaggedEnv:
@@ -169,15 +164,7 @@ def test_fast_sampling_log_probs_equal_a_teacher_forced_recomputation(stop_token
     m = model(4)
     batch = sample(m, RaggedEnv, range(8), group_size=2, stop_token=stop_token,
                    generator=torch.Generator().manual_seed(1)).batch  # fmt: skip
-    width = int(batch.lengths.max())
-    ids = torch.zeros(batch.n_trajectories, width, dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    for j in range(batch.n_trajectories):
-        tokens = batch.token_ids[batch.offsets[j] : batch.offsets[j + 1]]
-        ids[j, : tokens.size], attention[j, : tokens.size] = torch.from_numpy(tokens), 1
-    with torch.no_grad():
-        lp = token_log_probs(m, ids, attention).numpy()
-    recomputed = np.concatenate([lp[j, : batch.lengths[j]] for j in range(batch.n_trajectories)])
+    recomputed = recomputed_log_probs(m, batch, temperature=1.0)
     np.testing.assert_allclose(batch.old_log_probs[batch.mask], recomputed[batch.mask], atol=1e-5, rtol=0)
     assert (batch.old_log_probs[~batch.mask] == 0).all()
 

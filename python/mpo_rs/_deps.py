@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from urllib.parse import unquote, urlparse
 
 from ._native import MissingDependencyError  # created with the other exceptions, in Rust
 
-__all__ = ["MissingDependencyError", "install_hint", "missing", "require", "require_all"]
+__all__ = ["MissingDependencyError", "install_hint", "missing", "needs", "require", "require_all"]
 
 DISTRIBUTION = "mpo-rs"
 
@@ -61,6 +62,16 @@ def missing(feature: str, extra: str, error: ModuleNotFoundError) -> MissingDepe
     ``error``; ``extra`` is the package extra that installs it."""
     name = (error.name or "").split(".")[0] or "a dependency"
     return MissingDependencyError(f"`{feature}` needs {name}: {install_hint(extra)}", name=error.name)
+
+
+@contextmanager
+def needs(feature: str, extra: str) -> Iterator[None]:
+    """Guards a module's imports of an optional dependency: ``with needs(feature, extra):``
+    around them turns a failed import into :func:`missing`'s error (no traceback chain)."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        raise missing(feature, extra, e) from None
 
 
 def require(module: str, feature: str, extra: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from . import _native
 from . import observation_rewards as _observation
-from ._deps import missing
+from ._deps import needs
 from .columns import (
     OUTPUT_COLUMNS,
     REWARDS,
@@ -281,10 +281,8 @@ def _module_of(obj: Any, name: str) -> Any:
 
 def _pyarrow() -> Any:
     """pyarrow, or the one-line error naming the extra that installs it."""
-    try:
+    with needs("mpo_rs.arrow", "arrow"):
         import pyarrow
-    except ModuleNotFoundError as e:
-        raise missing("mpo_rs.arrow", "arrow", e) from None
     return pyarrow
 
 

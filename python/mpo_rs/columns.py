@@ -35,6 +35,7 @@ __all__ = [
     "add_flags",
     "default",
     "flag",
+    "flag_keywords",
     "keyword",
     "missing_column",
     "missing_column_hint",
@@ -136,6 +137,12 @@ def add_flags(
             help = f"{r['doc']}, {r['type']} (default: {r['default']}{when})"
         default = None if r["role"] in ("optional", "named") else r["default"]
         group.add_argument(flag(name), default=default, metavar="NAME", help=help.replace("%", "%%"))
+
+
+def flag_keywords(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The column flags of :func:`add_flags` with the same ``names``, as parsed: the Python
+    keywords (``mask_col``) to their values (None: an optional column not named)."""
+    return {keyword(name): getattr(args, keyword(name)) for name in names}
 
 
 @dataclasses.dataclass(frozen=True)

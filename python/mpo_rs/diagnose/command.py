@@ -18,6 +18,9 @@ from .summary import format_table
 
 __all__ = ["add_parser", "run"]
 
+# The log's columns the command reads, each named by its flag (--values-col, ...).
+_COLUMNS = ("values", "mask", "score", "rewards", "step")
+
 
 def add_parser(commands: Any) -> None:
     p = commands.add_parser(
@@ -42,7 +45,7 @@ def add_parser(commands: Any) -> None:
     score, rewards = columns.SCORE, columns.REWARDS
     columns.add_flags(
         p,
-        ("values", "mask", "score", "rewards", "step"),
+        _COLUMNS,
         helps={"score": f"outcome per trajectory (default: {score}, else the sum of {rewards})"},
     )
     p.add_argument(
@@ -90,11 +93,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
             note(f"figures skipped: they need matplotlib: {install_hint('plot')} (summary.json is written)")
     diag = diagnose_logs(
         args.input,
-        values_col=args.values_col,
-        mask_col=args.mask_col,
-        score_col=args.score_col,
-        rewards_col=args.rewards_col,
-        step_col=args.step_col,
+        **columns.flag_keywords(args, _COLUMNS),
         keep_rows=keep,
         batch_rows=args.batch_rows,
         observation_rewards=args.observation_rewards,

@@ -21,13 +21,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .._deps import missing
+from .._deps import needs
 
-try:
+with needs("mpo_rs.integrations.openrlhf", "openrlhf"):
     import torch
     from torch import Tensor, nn
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.integrations.openrlhf", "openrlhf", _e) from None
 
 import numpy as np
 
@@ -155,10 +153,8 @@ def mpo_experience_maker(base: type | None = None) -> type:
     """The experience maker class: :class:`MPOExperienceMixin` over ``base`` (default
     OpenRLHF's ``RemoteExperienceMaker``, imported here)."""
     if base is None:
-        try:
+        with needs("mpo_rs.integrations.openrlhf.mpo_experience_maker", "openrlhf"):
             from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-        except ModuleNotFoundError as e:
-            raise missing("mpo_rs.integrations.openrlhf.mpo_experience_maker", "openrlhf", e) from None
         base = RemoteExperienceMaker
     return type(f"MPO{base.__name__}", (MPOExperienceMixin, base), {})
 

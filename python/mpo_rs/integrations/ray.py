@@ -20,8 +20,7 @@ batch handed over through the Arrow C interface without copying its buffers:
 
 Works unchanged on a multi-node cluster: start Ray there (``ray start``), call
 ``ray.init(address="auto")`` on the driver, and read and write paths every node can reach
-(shared storage or ``s3://`` / ``gs://`` URIs). Needs the ``ray`` extra
-(the ``ray`` extra).
+(shared storage or ``s3://`` / ``gs://`` URIs). Needs the ``ray`` extra.
 """
 
 from __future__ import annotations
@@ -32,14 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._deps import missing
+from .._deps import needs
 
-try:
+with needs("mpo_rs.integrations.ray", "ray"):
     import pyarrow as pa
     import ray
     import ray.data
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.integrations.ray", "ray", _e) from None
 
 from .. import observation_rewards as _observation
 from .._native import GroupStatistics, annotate_batch, check_dataset_output, check_group_column, resolve_log_columns

@@ -28,16 +28,14 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from .._deps import missing
+from .._deps import needs
 
-try:
+with needs("mpo_rs.integrations.trl", "trl"):
     import torch
     from torch import Tensor
 
     # Any, for mypy: the subclass reads TRL's attributes, whose types vary between releases.
     _GRPOTrainer: Any = importlib.import_module("trl").GRPOTrainer
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.integrations.trl", "trl", _e) from None
 
 import numpy as np
 

@@ -42,14 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from .._deps import missing
+from .._deps import needs
 from .._outputs import write_file
 
-try:
+with needs("mpo_rs.reproduce.base", "torch"):
     import torch
     from torch import nn
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.reproduce.base", "torch", _e) from None
 
 from ..envs.premise import NoisyOracle, belief_model
 from ..exceptions import InvalidConfigError, InvalidOptionError

@@ -487,38 +487,6 @@ at or below the premise measurement's: on ``search`` the clone of the oracle its
 succeeds ~0.20 where the oracle succeeds 0.44. On ``guess_number`` no noise brings the base
 into the band: the uniformly random policy (eps 1) already succeeds 0.265."""
 
-QUICK = ReproduceConfig(
-    name="quick",
-    seeds=1,
-    budget=Budget(
-        updates=3,
-        tasks_per_update=4,
-        group_size=4,
-        ppo_epochs=1,
-        minibatch_size=16,
-        lr=1e-3,
-        clip=0.2,
-        entropy_coef=0.0,
-        max_grad_norm=1.0,
-        eval_every=2,
-        eval_tasks=4,
-        eval_samples=2,
-        diagnose_tasks=4,
-    ),
-    model=ModelSpec(width=32, layers=1, heads=2),
-    # A short corridor: the smoke test checks that everything runs, not what is learnt.
-    tasks=(
-        TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))),
-        SEARCH,
-        FROZEN_LAKE,
-        MULTI_HOP,
-        GUESS_NUMBER,
-    ),
-    # The same steps as FULL, a few of each: the base policies barely move from the initialisation.
-    base=BasePolicy(noise=BASE_NOISE, episodes=16, steps=3, batch_size=8, lr=3e-3),
-    warmup=CriticWarmup(episodes=16, steps=3, batch_size=8),
-)
-
 FULL = ReproduceConfig(
     name="full",
     # From the pilot (docs/pilot/: 148 runs, seeds 1001-1004, 2026-12-01) by the plan's rule
@@ -554,25 +522,53 @@ FULL = ReproduceConfig(
     warmup=CriticWarmup(episodes=1024, steps=100, batch_size=32),
 )
 
+QUICK = ReproduceConfig(
+    name="quick",
+    seeds=1,
+    # FULL's optimiser settings on a few small updates; the critic shares the policy's rate.
+    budget=dataclasses.replace(
+        FULL.budget,
+        updates=3,
+        tasks_per_update=4,
+        group_size=4,
+        minibatch_size=16,
+        eval_every=2,
+        eval_tasks=4,
+        eval_samples=2,
+        diagnose_tasks=4,
+        critic_lr=None,
+    ),
+    model=ModelSpec(width=32, layers=1, heads=2),
+    # A short corridor: the smoke test checks that everything runs, not what is learnt.
+    tasks=(
+        TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))),
+        SEARCH,
+        FROZEN_LAKE,
+        MULTI_HOP,
+        GUESS_NUMBER,
+    ),
+    # The same steps as FULL, a few of each: the base policies barely move from the initialisation.
+    base=BasePolicy(noise=BASE_NOISE, episodes=16, steps=3, batch_size=8, lr=3e-3),
+    warmup=CriticWarmup(episodes=16, steps=3, batch_size=8),
+)
+
 PILOT = dataclasses.replace(FULL, name="pilot", seeds=4, first_seed=1001)
 """FULL's protocol on seeds of its own (1001-1004), never used by FULL: its paired standard
 deviations size FULL's seeds (:func:`mpo_rs.reproduce.plan.sizing`); its runs are reported."""
 
-GPU = ReproduceConfig(
+GPU = dataclasses.replace(
+    FULL,
     name="gpu",
     seeds=5,
-    budget=Budget(
+    # FULL's hyper-parameters and evaluation, scaled up: more updates of bigger groups and batches.
+    budget=dataclasses.replace(
+        FULL.budget,
         updates=300,
         tasks_per_update=32,
         group_size=8,
         ppo_epochs=2,
         minibatch_size=64,
         lr=5e-4,
-        clip=0.2,
-        entropy_coef=0.0,
-        max_grad_norm=1.0,
-        eval_every=25,
-        eval_tasks=64,
         eval_samples=8,
         diagnose_tasks=128,
         critic_lr=5e-4,
@@ -583,7 +579,6 @@ GPU = ReproduceConfig(
     tasks=(TaskSpec("key_door", (("max_turns", 16),)), SEARCH, FROZEN_LAKE, MULTI_HOP, GUESS_NUMBER),
     device="cuda",
     workers=1,
-    first_seed=1,
     base=BasePolicy(noise=BASE_NOISE, episodes=2048, steps=1000, batch_size=64, lr=1e-3),
     warmup=CriticWarmup(episodes=2048, steps=600, batch_size=64),
 )

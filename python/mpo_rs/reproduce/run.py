@@ -32,13 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .._deps import missing
+from .._deps import needs
 from .._outputs import table_bytes, write_file
 
-try:
+with needs("mpo_rs.reproduce.run", "torch"):
     import torch
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.reproduce.run", "torch", _e) from None
 
 from ..exceptions import InvalidOptionError
 from ..options import CRITIC_FREE_FAMILIES

@@ -20,12 +20,11 @@ Without torch, importing this package raises ``MissingDependencyError``. See doc
 
 from __future__ import annotations
 
-from .._deps import missing
+from .._deps import needs
 
-try:
+# The package's one guard: importing any of its modules runs this first.
+with needs("mpo_rs.torch", "torch"):
     import torch  # noqa: F401
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch", "torch", _e) from None
 
 from .batch import RolloutBatch
 from .critic_free import mae_group_advantages

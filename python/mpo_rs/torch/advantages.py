@@ -18,13 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from .._deps import missing
-
-try:
-    import torch  # noqa: F401
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.advantages", "torch", _e) from None
-
 from .. import estimators
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 from ..options import CRITIC_FREE_FAMILIES, Estimator, resolve

@@ -8,14 +8,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
-from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.batch", "torch", _e) from None
+import torch
+from torch import Tensor
 
 from ..estimators import as_group_ids
 from ..exceptions import InvalidBatchError, InvalidRolloutError

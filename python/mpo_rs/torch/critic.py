@@ -10,13 +10,8 @@ from __future__ import annotations
 
 import copy
 
-from .._deps import missing
-
-try:
-    import torch
-    from torch import nn
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.critic", "torch", _e) from None
+import torch
+from torch import nn
 
 from ..exceptions import InvalidOptionError
 

@@ -15,13 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from .._deps import missing
-
-try:
-    from torch import Tensor
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch", "torch", _e) from None
+from torch import Tensor
 
 from .. import _native, estimators
 from .. import observation_rewards as _observation

@@ -40,14 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor, nn
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.learner", "torch", _e) from None
+import torch
+from torch import Tensor, nn
 
 from .. import estimators
 from ..exceptions import InvalidOptionError, InvalidRolloutError

@@ -18,13 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-
-from .._deps import missing
-
-try:
-    import torch
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.learner_config", "torch", _e) from None
+import torch
 
 from .._native import closest_name
 from ..exceptions import InvalidOptionError

@@ -24,13 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.losses", "torch", _e) from None
+import torch
+from torch import Tensor
 
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 from ._layout import Layout, as_float, bool_mask, check_choice, compute_dtype, make_layout, turn_index_from_mask

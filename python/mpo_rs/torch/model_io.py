@@ -11,13 +11,8 @@ with ``.logits`` (a Hugging Face causal LM); the critic returns values ``(B, L)`
 
 from __future__ import annotations
 
-from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor, nn
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.model_io", "torch", _e) from None
+import torch
+from torch import Tensor, nn
 
 from ..exceptions import InvalidRolloutError
 

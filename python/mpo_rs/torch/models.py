@@ -14,15 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .._deps import missing
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
 
-try:
-    import torch
-    from torch import Tensor, nn
-    from torch.nn import functional as F
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.models", "torch", _e) from None
-
+from .._deps import needs
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 
 __all__ = ["CausalLMOutput", "KVCache", "TinyCausalLM", "tiny_hf_model"]
@@ -268,10 +264,8 @@ def tiny_hf_model(
     """A tiny randomly initialised ``transformers`` causal LM (``kind="llama"`` or
     ``"gpt2"``) built from a config; nothing is downloaded. Dropout is off, so sampling and
     the learner score tokens alike in train mode too. Seed with ``torch.manual_seed``."""
-    try:
+    with needs("mpo_rs.torch.models.tiny_hf_model", "hf"):
         import transformers
-    except ModuleNotFoundError as e:
-        raise missing("mpo_rs.torch.models.tiny_hf_model", "hf", e) from None
     extra: dict[str, Any] = {}
     if attn_implementation is not None:
         extra["attn_implementation"] = attn_implementation

@@ -24,14 +24,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-
-from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch", "torch", _e) from None
+import torch
+from torch import Tensor
 
 from .. import _arrays, _native, estimators
 from .. import observation_rewards as _observation

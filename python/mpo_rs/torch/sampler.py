@@ -35,14 +35,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-from .._deps import missing
-
-try:
-    import torch
-    from torch import Tensor, nn
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.torch.sampler", "torch", _e) from None
+import torch
+from torch import Tensor, nn
 
 from ..exceptions import InvalidConfigError, InvalidOptionError, InvalidRolloutError, MpoError
 from .batch import RolloutBatch

@@ -52,15 +52,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..._deps import missing
+from ..._deps import needs
 
-try:
+with needs("mpo_rs.integrations.verl", "verl"):
     import torch  # noqa: F401
     from torch import Tensor
     from verl.trainer.ppo import core_algos
     from verl.utils import torch_functional  # noqa: F401  (the loss's metrics)
-except ModuleNotFoundError as _e:
-    raise missing("mpo_rs.integrations.verl", "verl", _e) from None
 
 from .config import (
     CRITIC_ESTIMATORS,
