@@ -1,8 +1,8 @@
 """A hypothesis fuzzer of RolloutLogWriter: random plans of batches (padded or flat, empty
 ones, optional columns, integer or string group ids), adversarial twists (group ids of two
 kinds, integers beyond int64, NaN on a policy token, a batch of the other id kind, a bad
-shape) and kills (SIGKILL of the writing process between two calls, or inside the rename
-that finishes a part), then the log read back by ``mpo-rs advantages`` and ``mpo-rs
+shape) and kills (SIGKILL of the writing process between two calls, or at the commit
+that names a finished part), then the log read back by ``mpo-rs advantages`` and ``mpo-rs
 diagnose``. Whatever the plan:
 
 - a valid batch is accepted and a twisted one raises a typed error (``mpo_rs.MpoError``)
@@ -43,7 +43,7 @@ TWISTS = ("mixed-ids", "huge-step", "huge-id", "nan-value", "other-id-kind", "ba
 
 # One plan: the id kind of the log, then operations. An append is (rows, length, seed,
 # layout, twist or None); a flush is None. `kill` is None, ("between", k) (SIGKILL before
-# operation k) or ("rename", n) (SIGKILL inside the n-th rename that finishes a part).
+# operation k) or ("commit", n) (SIGKILL at the n-th commit that names a finished part).
 appends = st.tuples(
     st.integers(0, 6),
     st.integers(1, 12),
@@ -60,7 +60,7 @@ plans = st.fixed_dictionaries(
             st.none(),
             st.none(),
             st.tuples(st.just("between"), st.integers(0, 8)),
-            st.tuples(st.just("rename"), st.integers(1, 3)),
+            st.tuples(st.just("commit"), st.integers(1, 3)),
         ),
     }
 )
@@ -126,16 +126,27 @@ def always_refused(twist: str | None, rows: int, accepted_before: int) -> bool:
 def run_plan(plan: dict[str, Any], directory: str, kill: Any = None) -> list[list[int]]:
     """Runs the plan's operations (SIGKILL where ``kill`` says); returns the token ids of the
     accepted rows, in order. Raises AssertionError where a call behaves unlike the plan."""
-    if kill is not None and kill[0] == "rename":
-        real_link, calls = os.link, [0]
+    if kill is not None and kill[0] == "commit":
+        from mpo_rs import rollout_log
 
-        def link(*a: Any, **k: Any) -> None:
-            calls[0] += 1
-            if calls[0] == kill[1]:
-                os.kill(os.getpid(), signal.SIGKILL)
-            real_link(*a, **k)
+        real, calls = rollout_log.StagedFile, [0]
 
-        os.link = link  # type: ignore[assignment]
+        class Killed:
+            """The writer's StagedFile, killing the process at the n-th commit."""
+
+            def __init__(self, target: Any) -> None:
+                self.staged = real(target)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.staged, name)
+
+            def commit_new(self, target: Any) -> bool:
+                calls[0] += 1
+                if calls[0] == kill[1]:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return bool(self.staged.commit_new(target))
+
+        rollout_log.StagedFile = Killed  # type: ignore[misc,assignment]
     accepted: list[list[int]] = []
     w = RolloutLogWriter(directory, max_file_bytes=plan["max_file_bytes"])
     for k, op in enumerate(plan["ops"]):

@@ -7,9 +7,10 @@ per trajectory, list columns ``token_ids``, ``loss_mask``, ``values``, ``rewards
 ``score``, ``group_id``, ``step``. docs/rollout-logs.md says what it writes and what a kill
 loses.
 
-Files are written whole or not at all, the convention of ``mpo-rs advantages``: a hidden
-temporary ``.NAME.mpo-rs-PID-NANOS-N.tmp`` beside the target (readers skip hidden names),
-fsynced, then moved to ``part-<n>-step-<first step>.parquet`` without ever replacing an
+Files are written whole or not at all by the rule of ``mpo-rs advantages``
+(``rust/logs/src/atomic.rs``, as :class:`mpo_rs._native.StagedFile`): a hidden temporary
+``.NAME.mpo-rs-PID-NANOS-N.tmp`` beside the target (readers skip hidden names), fsynced,
+then named ``part-<n>-step-<first step>.parquet`` by a hard link that never replaces an
 existing file, and the directory fsynced. A new file is started once the current one
 reaches ``max_file_bytes``. Needs the ``arrow`` extra (pyarrow).
 """
@@ -21,15 +22,15 @@ import json
 import os
 import re
 import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import columns
+from . import _log_rows, columns
 from ._deps import require
+from ._native import StagedFile
 from .exceptions import InvalidBatchError, InvalidOptionError
 
 __all__ = ["COLUMNS", "LOG_METADATA_KEY", "RolloutLogWriter"]
@@ -52,11 +53,8 @@ LOG_METADATA_KEY = b"mpo_rs.rollout_log"
 """Schema metadata key that marks a file as a part of a log written by this writer."""
 
 _PART = re.compile(r"^part-(\d{6,})-step-(-?\d+)\.parquet$")
-_TEMP_MARKER = ".mpo-rs-"  # as rust/logs/src/atomic.rs: leftovers of a kill are recognisable
 _DEFAULT_MAX_FILE_BYTES = 256 << 20
 _DEFAULT_ROW_GROUP_BYTES = 64 << 20
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-_INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 # Held (strongly) until closed, so that a writer dropped without close() still finishes
 # its last part at exit rather than being collected with its rows.
@@ -158,7 +156,7 @@ class RolloutLogWriter:
         self._schema: Any = None  # fixed by the first append (or the existing parts)
         self._buffer: list[Any] = []
         self._buffer_bytes = 0
-        self._file: Any = None  # (temp path, python file, pq.ParquetWriter, first step)
+        self._file: Any = None  # (StagedFile, python file, pq.ParquetWriter, first step)
         self._rows_in_file = 0
         self._closed = False
         self._failure: str | None = None
@@ -207,24 +205,25 @@ class RolloutLogWriter:
         :class:`mpo_rs.InvalidBatchError` naming the argument; nothing is appended then.
         """
         self._check_open()
-        ids = _array(input_ids, "input_ids")
+        ids = _log_rows.array(input_ids, "input_ids")
         if ids.ndim != 2:
             raise InvalidBatchError(f"append_padded: `input_ids` must be (B, L), got shape {ids.shape}")
         shape = ids.shape
-        mask = _mask01(_padded(loss_mask, "loss_mask", shape), "loss_mask")
+        mask = _log_rows.mask01(_log_rows.padded(loss_mask, "loss_mask", shape), "loss_mask")
         if attention_mask is None:
             keep = np.ones(shape, bool)
         else:
-            keep = _mask01(_padded(attention_mask, "attention_mask", shape), "attention_mask")
-        _zero_on_padding(mask, keep, "loss_mask")
-        vals = None if values is None else _padded(values, "values", shape)
-        rews = None if token_rewards is None else _padded(token_rewards, "token_rewards", shape)
+            keep = _log_rows.mask01(_log_rows.padded(attention_mask, "attention_mask", shape), "attention_mask")
+        _log_rows.zero_on_padding(mask, keep, "loss_mask")
+        vals = None if values is None else _log_rows.padded(values, "values", shape)
+        rews = None if token_rewards is None else _log_rows.padded(token_rewards, "token_rewards", shape)
         if rews is not None:
-            _zero_on_padding(rews, keep, "token_rewards")
+            _log_rows.zero_on_padding(rews, keep, "token_rewards")
         lengths = keep.sum(axis=1, dtype=np.int64)
         offsets = np.zeros(shape[0] + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        self._append(
+        method = "append_padded"
+        batch = _log_rows.record_batch(
             ids[keep],
             mask[keep],
             offsets,
@@ -233,9 +232,11 @@ class RolloutLogWriter:
             scores,
             group_ids,
             step,
-            "append_padded",
+            self.names,
+            method,
             ("input_ids", "token_rewards"),
         )
+        self._append(batch, method)
 
     def append_flat(
         self,
@@ -254,11 +255,11 @@ class RolloutLogWriter:
         ``offsets[j]:offsets[j+1]`` (``offsets`` int, N+1 entries, from 0 to T);
         ``scores`` and ``group_ids`` of N. Otherwise as :meth:`append_padded`."""
         self._check_open()
-        ids = _array(token_ids, "token_ids")
+        ids = _log_rows.array(token_ids, "token_ids")
         if ids.ndim != 1:
             raise InvalidBatchError(f"append_flat: `token_ids` must be 1-D (T,), got shape {ids.shape}")
         n_tokens = ids.shape[0]
-        offs = _array(offsets, "offsets")
+        offs = _log_rows.array(offsets, "offsets")
         if offs.ndim != 1 or offs.shape[0] < 1 or offs.dtype.kind not in "iu":
             raise InvalidBatchError(
                 f"append_flat: `offsets` must be a 1-D integer array of N+1 entries, got {offs.dtype} {offs.shape}"
@@ -269,10 +270,14 @@ class RolloutLogWriter:
                 f"append_flat: `offsets` must start at 0, be non-decreasing and end at the token count "
                 f"{n_tokens}; got offsets[0]={offs[0]}, offsets[-1]={offs[-1]}"
             )
-        mask = _mask01(_flat(loss_mask, "loss_mask", n_tokens), "loss_mask")
-        vals = None if values is None else _flat(values, "values", n_tokens)
-        rews = None if rewards is None else _flat(rewards, "rewards", n_tokens)
-        self._append(ids, mask, offs, vals, rews, scores, group_ids, step, "append_flat", ("token_ids", "rewards"))
+        mask = _log_rows.mask01(_log_rows.flat(loss_mask, "loss_mask", n_tokens), "loss_mask")
+        vals = None if values is None else _log_rows.flat(values, "values", n_tokens)
+        rews = None if rewards is None else _log_rows.flat(rewards, "rewards", n_tokens)
+        method = "append_flat"
+        batch = _log_rows.record_batch(
+            ids, mask, offs, vals, rews, scores, group_ids, step, self.names, method, ("token_ids", "rewards")
+        )
+        self._append(batch, method)
 
     def flush(self) -> None:
         """Writes the buffered rows and finishes the current file, so that everything
@@ -313,61 +318,11 @@ class RolloutLogWriter:
             why = "" if self._failure is None else f" (by an error while writing a part: {self._failure})"
             raise InvalidOptionError(f"RolloutLogWriter({str(self.directory)!r}) is closed{why}")
 
-    def _append(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        offsets: np.ndarray,
-        values: np.ndarray | None,
-        rewards: np.ndarray | None,
-        scores: Any,
-        group_ids: Any,
-        step: Any,
-        method: str,
-        arg_names: tuple[str, str],
-    ) -> None:
-        import pyarrow as pa
-
-        ids_name, rewards_name = arg_names
-        n_rows = offsets.shape[0] - 1
-        _check_token_ids(ids, offsets, method, ids_name)
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
-            raise InvalidBatchError(f"{method}: `step` must be an integer (the training step), got {step!r}")
-        if not _INT64_MIN <= int(step) <= _INT64_MAX:
-            raise InvalidBatchError(f"{method}: `step` is {int(step)}, outside the step column's int64 range")
-        row_of = np.repeat(np.arange(n_rows), np.diff(offsets))
-        if values is not None:
-            _check_finite(values, mask, row_of, offsets, method, "values", policy_only=True)
-        if rewards is not None:
-            _check_finite(rewards, np.ones_like(mask), row_of, offsets, method, rewards_name, policy_only=False)
-        score = None if scores is None else _scores(scores, n_rows, method)
-        groups = None if group_ids is None else _groups(group_ids, n_rows, method)
-        if n_rows == 0:
-            return  # an empty batch (checked like any other) adds nothing: no rows, no schema
-
-        if offsets[-1] >= 2**31:
-            raise InvalidBatchError(
-                f"{method}: one batch of {offsets[-1]} tokens is more than a Parquet list column holds (2^31); "
-                "append it in parts"
-            )
-        list_offsets = pa.array(offsets.astype(np.int32))
-
-        def lists(x: np.ndarray) -> Any:
-            return pa.ListArray.from_arrays(list_offsets, pa.array(x))
-
-        n = self.names
-        arrays: dict[str, Any] = {n["token_ids"]: lists(ids.astype(np.int32, copy=False))}
-        arrays[n["loss_mask"]] = lists(mask.astype(bool, copy=False))
-        if values is not None:
-            arrays[n["values"]] = lists(values.astype(np.float32, copy=False))
-        if rewards is not None:
-            arrays[n["rewards"]] = lists(rewards.astype(np.float32, copy=False))
-        if score is not None:
-            arrays[n["score"]] = pa.array(score.astype(np.float32, copy=False))
-        if groups is not None:
-            arrays[n["group_id"]] = groups
-        arrays[n["step"]] = pa.array(np.full(n_rows, int(step), np.int64))
-        batch = pa.RecordBatch.from_pydict(arrays)
+    def _append(self, batch: Any, method: str) -> None:
+        """Buffers a checked batch (None: one of no rows, which adds nothing)."""
+        if batch is None:
+            return
+        n_rows = batch.num_rows
         with self._lock:
             self._check_open()
             self._check_schema(batch, method)
@@ -422,14 +377,14 @@ class RolloutLogWriter:
         is removed, its rows and the buffer are dropped (as a kill would), and the writer
         is closed; finished parts stay as they are."""
         if self._file is not None:
-            temp, handle, writer, _ = self._file
+            staged, handle, writer, _ = self._file
             self._file = None
             for step in (writer.close, handle.close):
                 try:
                     step()
                 except Exception:  # the part is abandoned anyway
                     pass
-            temp.unlink(missing_ok=True)
+            staged.discard()
         self._buffer.clear()
         self._buffer_bytes = 0
         self._rows_in_file = 0
@@ -440,18 +395,16 @@ class RolloutLogWriter:
     def _start_file(self, step: int) -> None:
         import pyarrow.parquet as pq
 
-        target = self._target(self._next_part, step)
-        temp = (
-            self.directory / f".{target.name}{_TEMP_MARKER}{os.getpid()}-{time.time_ns() % 10**9}-{self._next_part}.tmp"
-        )
-        handle = open(temp, "xb")  # closed in _finish_file
+        staged = StagedFile(self._target(self._next_part, step))
+        # Rust owns the descriptor (and removes the temporary unless committed).
+        handle = open(staged.fileno(), "wb", closefd=False)
         try:
             writer = pq.ParquetWriter(handle, self._schema, compression=self.compression)
         except BaseException:
             handle.close()
-            temp.unlink(missing_ok=True)
+            staged.discard()
             raise
-        self._file = (temp, handle, writer, step)
+        self._file = (staged, handle, writer, step)
         self._rows_in_file = 0
 
     def _target(self, part: int, step: int) -> Path:
@@ -460,27 +413,20 @@ class RolloutLogWriter:
     def _finish_file(self) -> None:
         if self._file is None:
             return
-        temp, handle, writer, step = self._file
-        target: Path | None = None
+        staged, handle, writer, step = self._file
         try:
             writer.close()
-            handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
-            while target is None:
-                candidate = self._target(self._next_part, step)
+            handle.close()  # flushed; the descriptor stays open in `staged`
+            while True:
+                target = self._target(self._next_part, step)
                 self._next_part += 1
-                try:
-                    os.link(temp, candidate)  # never replaces an existing file (unlike rename)
-                    target = candidate
-                except FileExistsError:
-                    continue  # another writer took that number: the next one
+                if staged.commit_new(target):  # fsynced, linked, temporary removed, directory fsynced
+                    break
+                # Another writer took that number: the next one.
             self._file = None
             self._files.append(target)  # complete and visible from here on
             self.rows_written += self._rows_in_file
             self._rows_in_file = 0
-            temp.unlink()
-            _sync_dir(self.directory)
         except BaseException as e:
             self._fail(e)
             raise
@@ -527,175 +473,6 @@ class RolloutLogWriter:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _sync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _array(x: Any, name: str) -> np.ndarray:
-    """numpy view of a tensor (any device, bf16 upcast) or array-like."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor, without importing torch
-        t = x.detach()
-        if str(t.dtype) in ("torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2"):
-            t = t.float()
-        return np.asarray(t.cpu().numpy())
-    try:
-        out = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise InvalidBatchError(f"`{name}` cannot be read as an array: {e}") from None
-    if out.dtype == object and name != "group_ids":
-        raise InvalidBatchError(f"`{name}` must be a numeric array, got objects ({type(x).__name__})")
-    return out
-
-
-def _padded(x: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    a = _array(x, name)
-    if a.shape != shape:
-        raise InvalidBatchError(f"append_padded: `{name}` has shape {a.shape}, expected {shape} like `input_ids`")
-    return a
-
-
-def _flat(x: Any, name: str, n: int) -> np.ndarray:
-    a = _array(x, name)
-    if a.shape != (n,):
-        raise InvalidBatchError(f"append_flat: `{name}` has shape {a.shape}, expected ({n},) like `token_ids`")
-    return a
-
-
-def _mask01(a: np.ndarray, name: str) -> np.ndarray:
-    if a.dtype == bool:
-        return a
-    if a.dtype.kind not in "iuf":
-        raise InvalidBatchError(f"`{name}` must be bool or 0/1 numbers, got dtype {a.dtype}")
-    bad = (a != 0) & (a != 1)
-    if bad.any():
-        where = np.argwhere(bad)[0]
-        raise InvalidBatchError(
-            f"`{name}` must hold only 0 and 1; found {a[tuple(where)].item()!r} at {_position(where)}"
-        )
-    return np.asarray(a != 0)
-
-
-def _zero_on_padding(a: np.ndarray, keep: np.ndarray, name: str) -> None:
-    bad = (a != 0) & ~keep
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise InvalidBatchError(
-            f"append_padded: `{name}` is nonzero ({a[row, col].item()!r}) at row {row}, column {col}, where "
-            "`attention_mask` is 0 (padding): it would be lost. Put a trajectory's reward on one of its "
-            "tokens (its last policy token), and mark policy tokens only inside attention_mask"
-        )
-
-
-def _real(a: np.ndarray, name: str, method: str) -> np.ndarray:
-    if a.dtype.kind not in "iuf" or a.dtype == bool:
-        raise InvalidBatchError(f"{method}: `{name}` must be real numbers, got dtype {a.dtype}")
-    return a
-
-
-def _check_finite(
-    a: np.ndarray,
-    where: np.ndarray,
-    row_of: np.ndarray,
-    offsets: np.ndarray | None,
-    method: str,
-    name: str,
-    *,
-    policy_only: bool,
-) -> None:
-    """NaN/inf (or beyond float32) where the tools read ``a`` is refused now, not when
-    the log is read."""
-    _real(a, name, method)
-    if a.dtype.kind != "f":
-        a = a.astype(np.float64)
-    bad = where & ~(np.abs(a) <= _FLOAT32_MAX)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        row = int(row_of[i])
-        place = f"row {row}" if offsets is None else f"row {row}, token {i - int(offsets[row])}"
-        what = "on a policy token " if policy_only else ""
-        raise InvalidBatchError(f"{method}: `{name}` holds {a[i].item()!r} {what}at {place}: not a finite float32")
-
-
-def _check_token_ids(ids: np.ndarray, offsets: np.ndarray, method: str, name: str) -> None:
-    if ids.dtype.kind not in "iu":
-        raise InvalidBatchError(f"{method}: `{name}` must hold integer token ids, got dtype {ids.dtype}")
-    top = np.iinfo(np.int32).max
-    if ids.size and (ids.min() < 0 or ids.max() > top):
-        i = int(np.flatnonzero((ids < 0) | (ids > top))[0])
-        row = int(np.searchsorted(offsets, i, side="right") - 1)
-        raise InvalidBatchError(
-            f"{method}: `{name}` holds {int(ids[i])} at row {row}, token {i - int(offsets[row])}, outside "
-            "the token-id range 0..2^31-1"
-        )
-
-
-def _scores(scores: Any, n_rows: int, method: str) -> np.ndarray:
-    score = _array(scores, "scores")
-    if score.shape != (n_rows,):
-        raise InvalidBatchError(f"{method}: `scores` has shape {score.shape}, expected ({n_rows},)")
-    score = _real(score, "scores", method)
-    _check_finite(score, np.ones(n_rows, bool), np.arange(n_rows), None, method, "scores", policy_only=False)
-    return score
-
-
-def _group_array(group_ids: Any, method: str) -> np.ndarray:
-    if not isinstance(group_ids, (list, tuple)):
-        return _array(group_ids, "group_ids")
-    # Element by element: numpy would read [1, "1"] as the strings "1", "1".
-    try:
-        return np.asarray(group_ids, dtype=object)
-    except (TypeError, ValueError) as e:
-        raise InvalidBatchError(f"{method}: `group_ids` cannot be read as an array: {e}") from None
-
-
-def _groups(group_ids: Any, n_rows: int, method: str) -> Any:
-    """The group ids as an Arrow int64 or string array. A log holds one kind (as
-    docs/rollout-logs.md says): integers beside strings are refused, never merged."""
-    import pyarrow as pa
-
-    g = _group_array(group_ids, method)
-    if g.shape != (n_rows,):
-        raise InvalidBatchError(f"{method}: `group_ids` has shape {g.shape}, expected ({n_rows},)")
-    if g.size == 0:
-        return pa.array([], pa.int64())  # no ids to judge: numpy reads an empty list as float64
-    if g.dtype.kind in "iu":
-        if g.dtype.kind == "u" and g.max() > _INT64_MAX:
-            i = int(np.argmax(g))
-            raise InvalidBatchError(f"{method}: `group_ids` holds {g[i]} at row {i}, beyond int64")
-        return pa.array(g.astype(np.int64))
-    if g.dtype.kind not in "UO":
-        raise InvalidBatchError(f"{method}: `group_ids` must be integers or strings (verl's uid), got dtype {g.dtype}")
-    values = g.tolist()
-    is_int = [isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values]
-    is_str = [isinstance(v, str) for v in values]
-    for i, v in enumerate(values):
-        if not (is_int[i] or is_str[i]):
-            raise InvalidBatchError(
-                f"{method}: `group_ids` must be all integers or all strings; row {i} holds {type(v).__name__} {v!r}"
-            )
-    if any(is_int) and any(is_str):
-        i, j = is_int.index(True), is_str.index(True)
-        raise InvalidBatchError(
-            f"{method}: `group_ids` mixes integers and strings (row {i} holds {values[i]!r}, row {j} holds "
-            f"{values[j]!r}); a log's group ids are of one kind: give all as integers or all as strings"
-        )
-    if all(is_str) and values:
-        return pa.array(values, pa.string())
-    for i, v in enumerate(values):
-        if not _INT64_MIN <= int(v) <= _INT64_MAX:
-            raise InvalidBatchError(f"{method}: `group_ids` holds {int(v)} at row {i}, outside int64")
-    return pa.array([int(v) for v in values], pa.int64())
-
-
-def _position(index: Sequence[int] | np.ndarray) -> str:
-    idx = [int(i) for i in index]
-    return f"row {idx[0]}, column {idx[1]}" if len(idx) == 2 else f"token {idx[0]}"
 
 
 def _type_name(kind: Any) -> str:

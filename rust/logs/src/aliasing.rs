@@ -1,14 +1,15 @@
 //! Rule 2 of the output-safety rule ([`crate::safety`]): an output never is, contains or
-//! lies inside an input, whether or not it exists yet. Every writer calls
-//! [`refuse_aliasing`] before anything is written: `mpo-rs advantages`, Ray's
-//! `advantages_parquet`, `mpo-rs diagnose -o` and `mpo-rs reproduce --out`.
+//! lies inside an input, whether or not it exists yet, and no two inputs are one file.
+//! Every writer calls [`refuse_aliasing`] before anything is written: `mpo-rs advantages`,
+//! Ray's `advantages_parquet`, `mpo-rs diagnose -o` and `mpo-rs reproduce --out`; every
+//! listing of inputs is checked by [`refuse_duplicate_inputs`].
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::LogError;
-use crate::safety::file_id;
 
 /// The canonical path `path` names, whether or not it exists yet: its longest existing
 /// prefix with symlinks resolved, then the missing rest appended (`.` dropped, `..` taken
@@ -79,6 +80,46 @@ pub fn refuse_aliasing(inputs: &[PathBuf], output: &Path, label: &str) -> Result
                 "INPUT {} is inside {label} {shown}; writing {label} could replace or delete it: \
                  choose a path that does not contain INPUT",
                 input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// (device, inode) of a file; `None` where the platform has no such identity.
+#[cfg(unix)]
+pub(crate) fn file_id(m: &fs::Metadata) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    Some((m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+pub(crate) fn file_id(_: &fs::Metadata) -> Option<(u64, u64)> {
+    None
+}
+
+/// Refuses a listing in which two entries are one file (a symlink or a hard link beside
+/// its target, or two links to one file): it would be read twice. Compared by (device,
+/// inode) where the platform has it, else by canonical path.
+pub fn refuse_duplicate_inputs(files: &[PathBuf]) -> Result<(), LogError> {
+    #[derive(PartialEq, Eq, Hash)]
+    enum Identity {
+        Inode(u64, u64),
+        Path(PathBuf),
+    }
+    let mut seen: HashMap<Identity, &Path> = HashMap::with_capacity(files.len());
+    for path in files {
+        let meta = fs::metadata(path).map_err(|e| LogError::io(path, "cannot open input", e))?;
+        let id = match file_id(&meta) {
+            Some((dev, ino)) => Identity::Inode(dev, ino),
+            None => Identity::Path(fs::canonicalize(path).map_err(|e| LogError::io(path, "cannot open input", e))?),
+        };
+        if let Some(first) = seen.insert(id, path) {
+            return Err(LogError::Usage(format!(
+                "INPUT files {} and {} are the same file (a symlink or a hard link); it would be read twice: \
+                 remove one of them from INPUT",
+                first.display(),
+                path.display()
             )));
         }
     }

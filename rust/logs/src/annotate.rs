@@ -17,15 +17,19 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, ArrowPrimitiveType, LargeListArray, ListArray, PrimitiveArray, RecordBatch};
 use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Float32Type, Int32Type, Schema, SchemaRef};
-use mpo_core::{MpoError, Rewards, SumCheck, TurnRewards};
+use mpo_core::MpoError;
 use rayon::prelude::*;
 
-use crate::decode::{read_row_scores, ListOffsets, RewardData, Rollouts};
+use crate::bridge::{core_rewards, from_core, placed_rewards};
+use crate::decode::{read_row_scores, ListOffsets, Rollouts};
 use crate::error::DataError;
 use crate::estimator::Estimator;
 use crate::groups::GroupStats;
 use crate::relocate;
 use crate::schema::{Columns, ListKind, RewardColumn, OUTPUT_COLUMNS};
+
+// Re-exported where the crate has always named it.
+pub use crate::observation::check_observation_rewards;
 
 /// Counts of what one batch held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,27 +163,6 @@ pub fn annotate(
     })
 }
 
-/// Per-turn rewards placed as token rewards on each turn's last policy token (checked for
-/// every estimator: counts, finiteness, the optional sums); None for other reward columns.
-pub(crate) fn placed_rewards(r: &Rollouts<'_>, columns: &Columns) -> Result<Option<Vec<f32>>, DataError> {
-    let RewardData::Turn { rewards, offsets } = &r.rewards else { return Ok(None) };
-    let turn = TurnRewards { rewards, offsets: Some(offsets) };
-    let check = match (&r.check_scores, &columns.check) {
-        (Some(scores), Some((_, tolerance))) => Some(SumCheck { scores, tolerance: *tolerance }),
-        _ => None,
-    };
-    mpo_core::place_turn_rewards(&r.mask, &r.offsets, turn, check).map(Some).map_err(|e| from_core(e, columns))
-}
-
-/// The reward signal as the core reads it: the placed turn rewards, else the batch's own.
-pub(crate) fn core_rewards<'a>(r: &'a Rollouts<'_>, placed: &'a Option<Vec<f32>>) -> Rewards<'a> {
-    match (&r.rewards, placed) {
-        (_, Some(placed)) => Rewards::Token(placed),
-        (RewardData::Score(s), None) => Rewards::Score(s),
-        (RewardData::Token(t) | RewardData::Turn { rewards: t, .. }, None) => Rewards::Token(t),
-    }
-}
-
 /// The group statistics of `batches` alone (one partial of a distributed run, see
 /// [`GroupStats::of_batches`]), the rows read and checked as [`annotate`] reads them.
 /// `columns.group` must be set; with a score column the mask is not read.
@@ -200,96 +183,6 @@ pub fn partial_group_statistics(batches: &[RecordBatch], columns: &Columns) -> R
     }
     let inputs: Vec<(&RecordBatch, &[f32])> = batches.iter().zip(&scores).map(|(b, s)| (b, &**s)).collect();
     GroupStats::of_batches(group_col, &inputs)
-}
-
-/// Names the column and row of a core error (the core names arguments and trajectories).
-pub(crate) fn from_core(e: MpoError, columns: &Columns) -> DataError {
-    let column = |arg: &str| match arg {
-        "values" => columns.values.clone().unwrap_or_else(|| arg.into()),
-        "rewards" | "scores" | "turn_rewards" => columns.reward.name().into(),
-        "check_scores" => columns.check.as_ref().map_or_else(|| arg.into(), |(c, _)| c.clone()),
-        "truncated" => columns.truncated.clone().unwrap_or_else(|| arg.into()),
-        "turn_state_ids" | "token_ids" => columns.anchors.as_ref().map_or_else(|| arg.into(), |a| a.name().into()),
-        "mask" => columns.mask.clone(),
-        other => other.into(),
-    };
-    match e {
-        MpoError::NonFiniteTurn { arg, value, trajectory, turn } => {
-            DataError::NonFiniteTurn { column: column(arg), row: trajectory as u64, turn: turn as u64, value }
-        }
-        MpoError::TurnRewardCount { trajectory, got, expected } => DataError::TurnRewardCount {
-            column: columns.reward.name().into(),
-            row: trajectory as u64,
-            got: got as u64,
-            expected: expected as u64,
-        },
-        MpoError::TurnCount { arg: "turn_state_ids", trajectory, got, expected } => DataError::TurnIdCount {
-            column: column("turn_state_ids"),
-            row: trajectory as u64,
-            got: got as u64,
-            expected: expected as u64,
-        },
-        MpoError::TurnRewardSum { trajectory, sum, score, tolerance } => DataError::TurnRewardSum {
-            column: columns.reward.name().into(),
-            check_column: column("check_scores"),
-            row: trajectory as u64,
-            sum,
-            score,
-            tolerance,
-        },
-        MpoError::MaskValue { value, at } => DataError::MaskValue {
-            column: columns.mask.clone(),
-            row: at.trajectory as u64,
-            token: at.position as u64,
-            value: value as i64,
-        },
-        MpoError::NonFiniteToken { arg, value, at } => DataError::NonFiniteToken {
-            column: column(arg),
-            row: at.trajectory as u64,
-            token: at.position as u64,
-            value,
-        },
-        MpoError::NonFiniteTrajectory { arg, value, trajectory } => {
-            DataError::NonFiniteRow { column: column(arg), row: trajectory as u64, value }
-        }
-        MpoError::ObservationReward { value, at } => DataError::ObservationReward {
-            column: columns.reward.name().into(),
-            row: at.trajectory as u64,
-            token: at.position as u64,
-            value,
-        },
-        MpoError::NonFiniteOutput { output, value, at } => DataError::NonFiniteOutput {
-            output: output.into(),
-            row: at.trajectory as u64,
-            token: at.position as u64,
-            value,
-        },
-        MpoError::NonFiniteTrajectoryOutput { output, value, trajectory } => {
-            DataError::NonFiniteOutputRow { output: output.into(), row: trajectory as u64, value }
-        }
-        MpoError::Capacity(m) => DataError::Capacity(m),
-        other => DataError::Estimator(other),
-    }
-}
-
-/// Rewards must be 0 on observation tokens (with `observation_rewards` "error"); the
-/// critic estimators check this in the core, the group estimators only sum rewards, so
-/// they check here (and so does `mpo-rs diagnose`, which refuses what `advantages`
-/// refuses). Rows and tokens are those of the batch.
-pub fn check_observation_rewards(rewards: &[f32], mask: &[u8], offsets: &[i64], column: &str) -> Result<(), DataError> {
-    for (row, w) in offsets.windows(2).enumerate() {
-        for q in w[0] as usize..w[1] as usize {
-            if mask[q] == 0 && rewards[q] != 0.0 {
-                return Err(DataError::ObservationReward {
-                    column: column.into(),
-                    row: row as u64,
-                    token: q as u64 - w[0] as u64,
-                    value: rewards[q],
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Mean token advantage of each turn.
@@ -358,9 +251,10 @@ mod tests {
     use super::*;
     use crate::error::LogError;
     use crate::estimator::{EstimatorColumns, OptionValue};
-    use crate::relocate::ObservationRewards;
+    use crate::observation::ObservationRewards;
     use crate::schema::ColumnSpec;
     use arrow::array::{AsArray, BooleanBuilder, Int64Array, ListBuilder};
+    use mpo_core::Rewards;
 
     fn bool_list(rows: &[Vec<u8>]) -> ArrayRef {
         let mut b = ListBuilder::new(BooleanBuilder::new());

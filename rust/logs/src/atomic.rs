@@ -7,6 +7,11 @@
 //! under the target's name — at worst a hidden `.NAME.mpo-rs-*.tmp` left beside it. An
 //! error or an early return removes the temporary (on drop).
 //!
+//! A *new* file — one no earlier output may stand in for, such as the next part of a
+//! rollout log — is committed without replacing anything ([`StagedFile::commit_new`]): it
+//! gets its name by a hard link, which fails where the name is taken, so a file the user
+//! owns is never replaced, whoever made it meanwhile.
+//!
 //! A directory target is replaced by exchanging it atomically with the staged directory
 //! (Linux `renameat2(RENAME_EXCHANGE)`), then deleting the old contents; where the
 //! filesystem cannot exchange, the old directory is first moved aside.
@@ -76,6 +81,31 @@ impl StagedFile {
             .map_err(|e| LogError::io(&self.target, "cannot move output into place", e))?;
         self.committed = true;
         sync_dir(&parent_of(&self.target))
+    }
+}
+
+impl StagedFile {
+    /// Makes `file` (the one [`create`](Self::create) returned, fully written) durable and
+    /// gives it the name `target` only where no file (nor link) has that name: a hard link,
+    /// then the temporary removed and the directory fsynced. Returns false where `target`
+    /// is taken, with nothing changed, so the caller may choose another name and call
+    /// again. A kill before the link leaves the hidden temporary alone; after it, the
+    /// whole file under `target` (and perhaps the temporary as a second, hidden name).
+    pub fn commit_new(&mut self, file: &File, target: &Path) -> Result<bool, LogError> {
+        if self.committed {
+            return Err(LogError::Usage(format!("{} is already committed", self.target.display())));
+        }
+        file.sync_all().map_err(|e| LogError::io(target, "cannot sync output", e))?;
+        match fs::hard_link(&self.temp, target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(LogError::io(target, "cannot move output into place", e)),
+        }
+        self.committed = true;
+        self.target = target.to_path_buf();
+        fs::remove_file(&self.temp).map_err(|e| LogError::io(&self.temp, "cannot remove temporary", e))?;
+        sync_dir(&parent_of(target))?;
+        Ok(true)
     }
 }
 
@@ -294,6 +324,34 @@ mod tests {
         drop((staged, f));
         assert_eq!(fs::read(&target).unwrap(), b"new");
         assert!(hidden_leftovers(&d).is_empty());
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_new_file_never_replaces_a_taken_name() {
+        let d = scratch("new-file");
+        let (taken, free) = (d.join("part-0.parquet"), d.join("part-1.parquet"));
+        fs::write(&taken, b"theirs").unwrap();
+        let (mut staged, mut f) = StagedFile::create(&taken).unwrap();
+        f.write_all(b"ours").unwrap();
+        assert!(!staged.commit_new(&f, &taken).unwrap());
+        assert_eq!(fs::read(&taken).unwrap(), b"theirs");
+        assert_eq!(hidden_leftovers(&d).len(), 1, "the temporary waits for another name");
+        assert!(staged.commit_new(&f, &free).unwrap());
+        assert_eq!(fs::read(&free).unwrap(), b"ours");
+        assert!(staged.commit_new(&f, &d.join("part-2.parquet")).unwrap_err().is_usage());
+        drop((staged, f));
+        assert_eq!(fs::read(&free).unwrap(), b"ours", "a committed file stays on drop");
+        assert!(hidden_leftovers(&d).is_empty());
+        // A dangling symlink is a taken name too, and nothing is written through it.
+        #[cfg(unix)]
+        {
+            let link = d.join("part-3.parquet");
+            std::os::unix::fs::symlink(d.join("nowhere"), &link).unwrap();
+            let (mut staged, f) = StagedFile::create(&link).unwrap();
+            assert!(!staged.commit_new(&f, &link).unwrap());
+            assert!(!d.join("nowhere").exists());
+        }
         fs::remove_dir_all(d).unwrap();
     }
 

@@ -23,8 +23,7 @@ use parquet::arrow::ProjectionMask;
 use rayon::prelude::*;
 
 use crate::error::DataError;
-use crate::gigpo::{read_anchors, AnchorData};
-use crate::schema::{check_number, column, Columns, RewardColumn};
+use crate::schema::{check_number, column, AnchorColumn, Columns, RewardColumn};
 
 /// List offsets for the output columns, rebased to start at 0, in the input's width.
 #[derive(Debug, Clone)]
@@ -60,6 +59,75 @@ pub enum RewardData<'a> {
         rewards: Cow<'a, [f32]>,
         offsets: Vec<i64>,
     },
+}
+
+/// A batch's anchor states as read.
+#[derive(Debug)]
+pub enum AnchorData<'a> {
+    /// One id per turn; `offsets` (rows + 1, from 0) delimit each row's.
+    TurnStates { ids: Cow<'a, [i64]>, offsets: Vec<i64> },
+    /// One token id per token, aligned with the mask.
+    Tokens(Cow<'a, [i64]>),
+}
+
+impl AnchorData<'_> {
+    /// The anchors as the core reads them.
+    pub fn as_core(&self) -> mpo_core::Anchors<'_> {
+        match self {
+            AnchorData::TurnStates { ids, offsets } => mpo_core::Anchors {
+                turn_state_ids: Some(mpo_core::TurnIds { ids, offsets: Some(offsets) }),
+                token_ids: None,
+            },
+            AnchorData::Tokens(t) => mpo_core::Anchors { turn_state_ids: None, token_ids: Some(t) },
+        }
+    }
+}
+
+/// The anchor column of `columns` (None for every estimator but gigpo): token ids must
+/// have the mask's length in every row; the count of ids per turn is checked by the core.
+pub(crate) fn read_anchors<'a>(
+    batch: &'a RecordBatch,
+    columns: &Columns,
+    mask: &ListCol<'a, '_>,
+) -> Result<Option<AnchorData<'a>>, DataError> {
+    Ok(match &columns.anchors {
+        None => None,
+        Some(AnchorColumn::TurnStates(name)) => {
+            let col = ListCol::get(batch, name)?;
+            Some(AnchorData::TurnStates { ids: col.ints()?, offsets: col.offsets.rebased().into_owned() })
+        }
+        Some(AnchorColumn::Tokens(name)) => {
+            let col = ListCol::get(batch, name)?;
+            col.same_lengths_as(mask)?;
+            Some(AnchorData::Tokens(col.ints()?))
+        }
+    })
+}
+
+impl<'a> ListCol<'a, '_> {
+    /// An integer list's elements as int64 (borrowed when they are int64; uint64 ids keep
+    /// their bits, as the anchor ids are compared, not computed with; narrower integers are
+    /// widened).
+    fn ints(&self) -> Result<Cow<'a, [i64]>, DataError> {
+        let span = self.offsets.span();
+        let child = self.child;
+        if let Some(p) = child.as_primitive_opt::<dt::Int64Type>() {
+            return Ok(Cow::Borrowed(&p.values()[span]));
+        }
+        if let Some(p) = child.as_primitive_opt::<dt::UInt64Type>() {
+            return Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as i64).collect()));
+        }
+        if !child.data_type().is_integer() {
+            return Err(DataError::ColumnType {
+                column: self.name.into(),
+                found: format!("list<{}>", child.data_type()),
+                expected: "list<integer>",
+            });
+        }
+        let wide = arrow::compute::cast(&child.slice(span.start, span.len()), &dt::DataType::Int64)
+            .map_err(|e| DataError::Capacity(format!("cannot widen `{}` to int64: {e}", self.name)))?;
+        Ok(Cow::Owned(wide.as_primitive::<dt::Int64Type>().values().to_vec()))
+    }
 }
 
 impl<'a> Rollouts<'a> {

@@ -106,6 +106,11 @@ pub enum DataError {
 }
 
 impl DataError {
+    /// A row whose group the statistics never saw.
+    pub(crate) fn unknown_group(column: &str, row: usize) -> Self {
+        DataError::UnknownGroup { column: column.into(), row: row as u64 }
+    }
+
     /// Moves the row of this error by `base` rows: a batch's row 3 is the file's row
     /// `base + 3`.
     pub fn shift_rows(mut self, base: u64) -> Self {

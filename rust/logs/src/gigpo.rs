@@ -11,140 +11,20 @@
 //! Anchor states come from a `turn_state_ids` list column (one integer id per turn) or a
 //! `token_ids` list column aligned with the mask, hashed as the numpy path hashes them.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes as dt;
+use arrow::array::RecordBatch;
 use mpo_core::{GigpoInputs, GigpoOutput, GigpoParams, GroupParams, Rewards};
 
-use crate::annotate::{core_rewards, from_core, placed_rewards};
-use crate::decode::{ListCol, Rollouts};
+use crate::bridge::{core_rewards, from_core, placed_rewards};
+use crate::decode::Rollouts;
 use crate::error::DataError;
-use crate::groups::{GroupStats, Phase};
+use crate::groups::GroupStats;
+use crate::phase::Phase;
 use crate::relocate;
-use crate::schema::{AnchorColumn, Columns};
+use crate::schema::Columns;
 
-/// A batch's anchor states as read.
-#[derive(Debug)]
-pub enum AnchorData<'a> {
-    /// One id per turn; `offsets` (rows + 1, from 0) delimit each row's.
-    TurnStates { ids: Cow<'a, [i64]>, offsets: Vec<i64> },
-    /// One token id per token, aligned with the mask.
-    Tokens(Cow<'a, [i64]>),
-}
-
-impl AnchorData<'_> {
-    /// The anchors as the core reads them.
-    pub fn as_core(&self) -> mpo_core::Anchors<'_> {
-        match self {
-            AnchorData::TurnStates { ids, offsets } => mpo_core::Anchors {
-                turn_state_ids: Some(mpo_core::TurnIds { ids, offsets: Some(offsets) }),
-                token_ids: None,
-            },
-            AnchorData::Tokens(t) => mpo_core::Anchors { turn_state_ids: None, token_ids: Some(t) },
-        }
-    }
-}
-
-/// The anchor column of `columns` (None for every estimator but gigpo): token ids must
-/// have the mask's length in every row; the count of ids per turn is checked by the core.
-pub(crate) fn read_anchors<'a>(
-    batch: &'a RecordBatch,
-    columns: &Columns,
-    mask: &ListCol<'a, '_>,
-) -> Result<Option<AnchorData<'a>>, DataError> {
-    Ok(match &columns.anchors {
-        None => None,
-        Some(AnchorColumn::TurnStates(name)) => {
-            let col = ListCol::get(batch, name)?;
-            Some(AnchorData::TurnStates { ids: col.ints()?, offsets: col.offsets.rebased().into_owned() })
-        }
-        Some(AnchorColumn::Tokens(name)) => {
-            let col = ListCol::get(batch, name)?;
-            col.same_lengths_as(mask)?;
-            Some(AnchorData::Tokens(col.ints()?))
-        }
-    })
-}
-
-impl<'a> ListCol<'a, '_> {
-    /// An integer list's elements as int64 (borrowed when they are int64; uint64 ids keep
-    /// their bits, as the anchor ids are compared, not computed with; narrower integers are
-    /// widened).
-    fn ints(&self) -> Result<Cow<'a, [i64]>, DataError> {
-        let span = self.offsets.span();
-        let child = self.child;
-        if let Some(p) = child.as_primitive_opt::<dt::Int64Type>() {
-            return Ok(Cow::Borrowed(&p.values()[span]));
-        }
-        if let Some(p) = child.as_primitive_opt::<dt::UInt64Type>() {
-            return Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as i64).collect()));
-        }
-        if !child.data_type().is_integer() {
-            return Err(DataError::ColumnType {
-                column: self.name.into(),
-                found: format!("list<{}>", child.data_type()),
-                expected: "list<integer>",
-            });
-        }
-        let wide = arrow::compute::cast(&child.slice(span.start, span.len()), &dt::DataType::Int64)
-            .map_err(|e| DataError::Capacity(format!("cannot widen `{}` to int64: {e}", self.name)))?;
-        Ok(Cow::Owned(wide.as_primitive::<dt::Int64Type>().values().to_vec()))
-    }
-}
-
-/// GiGPO's step groups: per (group, anchor id) the count, sum, mean and squared
-/// deviations of the step returns, in log order.
-#[derive(Debug)]
-pub struct StepStats {
-    params: GigpoParams,
-    ids: HashMap<(usize, u64), usize>,
-    count: Vec<u64>,
-    sum: Vec<f64>,
-    mean: Vec<f64>,
-    sq_dev: Vec<f64>,
-}
-
-impl StepStats {
-    /// Ends a scan: after the sums, the means are known.
-    pub(crate) fn finish_scan(&mut self, phase: Phase) {
-        if phase == Phase::Sums {
-            self.mean = self.sum.iter().zip(&self.count).map(|(&s, &n)| s / n.max(1) as f64).collect();
-        }
-    }
-
-    fn scan(&mut self, phase: Phase, groups: &[usize], x: &GigpoInputs, group_col: &str) -> Result<(), DataError> {
-        let StepStats { ids, count, sum, mean, sq_dev, .. } = self;
-        for (j, &g) in groups.iter().enumerate() {
-            for t in x.turns.of_trajectory(j) {
-                let (key, g_t) = ((g, x.anchor[t]), x.step_return[t]);
-                match phase {
-                    Phase::Sums => {
-                        let k = *ids.entry(key).or_insert_with(|| {
-                            count.push(0);
-                            sum.push(0.0);
-                            sq_dev.push(0.0);
-                            count.len() - 1
-                        });
-                        count[k] += 1;
-                        sum[k] += g_t;
-                    }
-                    Phase::Deviations => {
-                        let k = *ids.get(&key).ok_or_else(|| unknown(group_col, j))?;
-                        sq_dev[k] += (g_t - mean[k]).powi(2);
-                    }
-                    Phase::Ready => {}
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-fn unknown(column: &str, row: usize) -> DataError {
-    DataError::UnknownGroup { column: column.into(), row: row as u64 }
-}
+// Re-exported where the crate has always named them.
+pub use crate::decode::AnchorData;
+pub use crate::steps::StepStats;
 
 impl GroupStats {
     /// Statistics for GiGPO: the group estimators' per group (of the episode returns),
@@ -152,14 +32,7 @@ impl GroupStats {
     pub fn gigpo(params: &GigpoParams) -> Self {
         let mut stats =
             GroupStats::new(GroupParams { norm_std: params.norm_std, eps: params.eps, leave_one_out: false });
-        stats.steps = Some(Box::new(StepStats {
-            params: *params,
-            ids: HashMap::new(),
-            count: Vec::new(),
-            sum: Vec::new(),
-            mean: Vec::new(),
-            sq_dev: Vec::new(),
-        }));
+        stats.steps = Some(Box::new(StepStats::new(*params)));
         stats
     }
 
@@ -215,14 +88,8 @@ pub(crate) fn advantages(
         let m = stats.moments(g);
         episode.push(mpo_core::gigpo_centred(x.episode_return[j], m.count as usize, m.mean, m.sq_dev, params));
         for t in x.turns.of_trajectory(j) {
-            let k = *steps.ids.get(&(g, x.anchor[t])).ok_or_else(|| unknown(group_col, j))?;
-            step[t] = mpo_core::gigpo_centred(
-                x.step_return[t],
-                steps.count[k] as usize,
-                steps.mean[k],
-                steps.sq_dev[k],
-                params,
-            );
+            let s = steps.moments(g, x.anchor[t]).ok_or_else(|| DataError::unknown_group(group_col, j))?;
+            step[t] = mpo_core::gigpo_centred(x.step_return[t], s.count as usize, s.mean, s.sq_dev, params);
         }
     }
     mpo_core::gigpo_finish(&r.mask, &r.offsets, x.turns, episode, step, params).map_err(|e| from_core(e, columns))
@@ -232,12 +99,12 @@ pub(crate) fn advantages(
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray};
+    use arrow::array::{ArrayRef, AsArray, Float32Array, Int64Array, ListArray};
     use arrow::datatypes::{Float32Type, Int64Type, UInt8Type};
 
     use super::*;
     use crate::estimator::{Estimator, EstimatorColumns, OptionValue};
-    use crate::schema::ColumnSpec;
+    use crate::schema::{AnchorColumn, ColumnSpec};
 
     /// One row: its mask, token ids, token rewards and group id.
     type Row = (Vec<u8>, Vec<i64>, Vec<f32>, i64);

@@ -22,15 +22,9 @@ use arrow::datatypes::{self as dt, DataType, Field, Schema};
 use mpo_core::{group_advantage, GroupMoments, GroupParams};
 
 use crate::error::DataError;
+use crate::phase::Phase;
 use crate::schema::{check_group_type, column, GROUP_TYPES};
-
-/// Which scan of the statistics a [`GroupStats`] is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Sums,
-    Deviations,
-    Ready,
-}
+use crate::steps::StepStats;
 
 /// Per-group count, sum and squared deviation, keyed by group id.
 #[derive(Debug)]
@@ -54,7 +48,7 @@ pub struct GroupStats {
     /// The group column's name, for errors.
     group_column: String,
     /// GiGPO's step groups (same group, same anchor state), gathered in the same scans.
-    pub(crate) steps: Option<Box<crate::gigpo::StepStats>>,
+    pub(crate) steps: Option<Box<StepStats>>,
 }
 
 /// The kind of a group column (dictionaries by their values).
@@ -368,7 +362,7 @@ impl GroupStats {
                 })?;
             }
             Phase::Deviations => for_each_key(batch, group_col, |row, key| {
-                let g = self.find(key).ok_or_else(|| unknown(group_col, row))?;
+                let g = self.find(key).ok_or_else(|| DataError::unknown_group(group_col, row))?;
                 let d = score(row) - self.mean[g];
                 self.sq_dev[g] += d * d;
                 groups.push(g);
@@ -388,7 +382,7 @@ impl GroupStats {
     pub(crate) fn rows(&self, group_col: &str, batch: &RecordBatch) -> Result<Vec<usize>, DataError> {
         let mut groups = Vec::with_capacity(batch.num_rows());
         for_each_key(batch, group_col, |row, key| {
-            groups.push(self.find(key).ok_or_else(|| unknown(group_col, row))?);
+            groups.push(self.find(key).ok_or_else(|| DataError::unknown_group(group_col, row))?);
             Ok(())
         })?;
         Ok(groups)
@@ -453,7 +447,7 @@ impl GroupStats {
         }
         let mut out = vec![0f32; batch.num_rows()];
         for_each_key(batch, group_col, |row, key| {
-            let g = self.find(key).ok_or_else(|| unknown(group_col, row))?;
+            let g = self.find(key).ok_or_else(|| DataError::unknown_group(group_col, row))?;
             out[row] = self.advantage(params, g, scores[row]);
             // Finite scores near ±3.4e38 can overflow float32 (RLOO, Dr. GRPO).
             if !out[row].is_finite() {
@@ -518,10 +512,6 @@ fn numbers_of(table: &RecordBatch, index: usize) -> Result<Vec<f64>, DataError> 
 
 fn capacity(k: i128, ty: &str) -> DataError {
     DataError::Capacity(format!("group id {k} does not fit in {ty}"))
-}
-
-fn unknown(column: &str, row: usize) -> DataError {
-    DataError::UnknownGroup { column: column.into(), row: row as u64 }
 }
 
 /// A group id as read. Numbers compare by value, as in `mpo_rs.group_advantages`:

@@ -14,31 +14,33 @@
 pub mod aliasing;
 pub mod annotate;
 pub mod atomic;
+mod bridge;
 pub mod decode;
 mod encode;
 pub mod error;
 pub mod estimator;
 pub mod gigpo;
 pub mod groups;
+mod listing;
+pub mod observation;
 mod output;
 pub mod paths;
+mod phase;
 pub mod pipeline;
 pub mod relocate;
 pub mod safety;
 pub mod schema;
+mod steps;
 pub mod table;
 
-pub use annotate::{
-    annotate, append, check_observation_rewards, output_fields, output_schema, partial_group_statistics, Annotation,
-    BatchCounts,
-};
+pub use annotate::{annotate, append, output_fields, output_schema, partial_group_statistics, Annotation, BatchCounts};
+pub use decode::AnchorData;
 pub use decode::{read_numbers, read_row_scores, ListOffsets, RewardData, Rollouts};
 pub use error::{DataError, FileAt, LogError};
 pub use estimator::{Estimator, EstimatorColumns, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
-pub use gigpo::AnchorData;
 pub use groups::{GroupStats, IdKind, IdKinds, STATISTICS_COLUMNS};
+pub use observation::{check_observation_rewards, ObservationRewards, OBSERVATION_REWARDS};
 pub use pipeline::{check_group_column, run, Job, Phase, Progress, Summary, Tuning};
-pub use relocate::{ObservationRewards, OBSERVATION_REWARDS};
 pub use schema::{
     AnchorColumn, ColumnRow, ColumnSpec, Columns, ListKind, Needs, RewardColumn, COLUMNS, OUTPUT_COLUMNS,
 };

@@ -1,11 +1,14 @@
-//! INPUT and OUTPUT of a run: finding the Parquet files. What may be written where, and
-//! which inputs alias each other or OUTPUT, is decided by [`crate::safety`].
+//! INPUT and OUTPUT of a run: its Parquet files (found by [`crate::listing`]), each with
+//! its output path. What may be written where, and which inputs alias each other or
+//! OUTPUT, is decided by [`crate::safety`].
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::LogError;
-use crate::safety::{self, is_hidden, is_parquet, sorted_entries};
+use crate::safety;
+
+// Re-exported where the crate has always named it.
+pub use crate::listing::list_inputs;
 
 /// The files of a run, each with the output path relative to OUTPUT.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,13 +24,10 @@ impl Targets {
     /// Checks the paths by the output-safety rule ([`crate::safety`]) and lists the
     /// inputs. Nothing is written.
     pub fn resolve(input: &Path, output: &Path) -> Result<Self, LogError> {
-        let checked = safety::check_run(input, output)?;
-        if !checked.input_is_dir {
-            return Ok(Targets::File { input: input.to_path_buf(), output: output.to_path_buf() });
-        }
-        let files = dir_inputs(input)?;
-        checked.check_listing(input, &files, output)?;
-        Ok(Targets::Dir { input: input.to_path_buf(), output: output.to_path_buf(), files })
+        Ok(match safety::check_run(input, output)? {
+            None => Targets::File { input: input.to_path_buf(), output: output.to_path_buf() },
+            Some(files) => Targets::Dir { input: input.to_path_buf(), output: output.to_path_buf(), files },
+        })
     }
 
     /// (input path, output path relative to OUTPUT) of every file, in processing order.
@@ -39,53 +39,10 @@ impl Targets {
     }
 }
 
-/// The Parquet files a run reads from INPUT, in processing order: INPUT itself if it is
-/// not a directory, else the files under it as [`Targets::resolve`] lists them. One
-/// listing for every command that reads a log (`advantages`, `diagnose`); nothing is
-/// written. A directory without Parquet files, or with two names of one file (a symlink
-/// or a hard link beside its target), is a usage error.
-pub fn list_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
-    let meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
-    if !meta.is_dir() {
-        return Ok(vec![input.to_path_buf()]);
-    }
-    Ok(dir_inputs(input)?.into_iter().map(|f| input.join(f)).collect())
-}
-
-/// The Parquet files under the directory `input`, relative to it; none, or two names of
-/// one file, is a usage error.
-fn dir_inputs(input: &Path) -> Result<Vec<PathBuf>, LogError> {
-    let mut files = Vec::new();
-    list_parquet(input, Path::new(""), &mut files)?;
-    if files.is_empty() {
-        return Err(LogError::Usage(format!("INPUT directory {} holds no .parquet files", input.display())));
-    }
-    let paths: Vec<PathBuf> = files.iter().map(|f| input.join(f)).collect();
-    safety::refuse_duplicate_inputs(&paths)?;
-    Ok(files)
-}
-
-/// Appends the Parquet files under `root/relative` to `out` in name order. Directory
-/// symlinks are not followed (no cycles); file symlinks are.
-fn list_parquet(root: &Path, relative: &Path, out: &mut Vec<PathBuf>) -> Result<(), LogError> {
-    for entry in sorted_entries(&root.join(relative))? {
-        let name = entry.file_name();
-        if is_hidden(&name) {
-            continue;
-        }
-        let rel = relative.join(&name);
-        let ty = entry.file_type().map_err(|e| LogError::io(entry.path(), "cannot read", e))?;
-        if ty.is_dir() {
-            list_parquet(root, &rel, out)?;
-        } else if is_parquet(&name) && fs::metadata(entry.path()).is_ok_and(|m| m.is_file()) {
-            out.push(rel);
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
     use crate::test_util::{our_output, scratch};
 

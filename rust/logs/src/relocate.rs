@@ -1,5 +1,5 @@
-//! What to do with a reward on an observation token (mask 0), the `observation_rewards`
-//! option of the log tools (docs/parquet.md, "Rewards on observation tokens"). The
+//! Moving a reward on an observation token (mask 0) as the `observation_rewards` option
+//! ([`crate::observation`]) says (docs/parquet.md, "Rewards on observation tokens"). The
 //! estimators refuse such a reward; a trainer that writes a trajectory's score into a
 //! padded row's last column puts it exactly there. `drop` zeroes it, `credit` adds it to
 //! the last policy token before it in its row (the action the observation answered),
@@ -14,48 +14,13 @@ use std::borrow::Cow;
 
 use arrow::array::RecordBatch;
 
-use crate::annotate::check_observation_rewards;
 use crate::decode::{read_row_scores, RewardData, Rollouts};
-use crate::error::{DataError, LogError};
+use crate::error::DataError;
+use crate::observation::check_observation_rewards;
 use crate::schema::{Columns, RewardColumn};
 
-/// What to do with a nonzero reward where the mask is 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ObservationRewards {
-    /// Refuse it, naming row and token (the estimators' rule).
-    #[default]
-    Error,
-    /// Ignore it.
-    Drop,
-    /// Add it to the last policy token before it in its row; drop it if there is none.
-    Credit,
-}
-
-/// The modes by name, with a one-line doc: the one table the Python keyword
-/// `observation_rewards=`, the `--observation-rewards` flag and `mpo_rs.torch` read.
-pub const OBSERVATION_REWARDS: [(&str, ObservationRewards, &str); 3] = [
-    ("error", ObservationRewards::Error, "refuse it, naming the row and token"),
-    ("drop", ObservationRewards::Drop, "ignore it"),
-    (
-        "credit",
-        ObservationRewards::Credit,
-        "move it to the last policy token before it in its row (dropped if there is none)",
-    ),
-];
-
-impl ObservationRewards {
-    pub fn name(self) -> &'static str {
-        OBSERVATION_REWARDS.iter().find(|(_, m, _)| *m == self).map_or("error", |(n, _, _)| n)
-    }
-
-    /// The mode called `name`, or a usage error listing the names.
-    pub fn from_name(name: &str) -> Result<Self, LogError> {
-        OBSERVATION_REWARDS.iter().find(|(n, _, _)| *n == name).map(|(_, m, _)| *m).ok_or_else(|| {
-            let names: Vec<String> = OBSERVATION_REWARDS.iter().map(|(n, _, _)| format!("'{n}'")).collect();
-            LogError::Usage(format!("unknown observation_rewards={name:?}; expected one of {}", names.join(", ")))
-        })
-    }
-}
+// Re-exported where the crate has always named them.
+pub use crate::observation::{ObservationRewards, OBSERVATION_REWARDS};
 
 /// `rewards` as the estimators see them under `mode`: borrowed as given when nothing moves
 /// (always with `Error`), else a copy with each finite nonzero reward on a mask-0 token
@@ -161,18 +126,6 @@ mod tests {
 
     fn moved(rewards: &[f32], mask: &[u8], offsets: &[i64], mode: ObservationRewards) -> Vec<f32> {
         relocate(Cow::Borrowed(rewards), mask, offsets, mode, "rewards").unwrap().into_owned()
-    }
-
-    #[test]
-    fn names_round_trip_and_unknown_names_are_usage_errors() {
-        for (name, mode, _) in OBSERVATION_REWARDS {
-            assert_eq!(ObservationRewards::from_name(name).unwrap(), mode);
-            assert_eq!(mode.name(), name);
-        }
-        assert_eq!(ObservationRewards::default(), Error);
-        let e = ObservationRewards::from_name("keep").unwrap_err();
-        assert!(e.is_usage());
-        assert_eq!(e.to_string(), "unknown observation_rewards=\"keep\"; expected one of 'error', 'drop', 'credit'");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Output safety: the one rule for what a run may replace, and how aliasing among its
 //! inputs and outputs is detected. Every command that writes goes through it before
-//! anything is written — `mpo-rs advantages` ([`crate::paths::Targets::resolve`]), and
+//! anything is written — `mpo-rs advantages` ([`check_run`], for `paths::Targets`), and
 //! `mpo-rs diagnose -o` and `mpo-rs reproduce --out` (report directories: the binding's
 //! `check_output_dir` / `claim_output_dir`, over [`check_report_dir`] and
 //! [`claim_report_dir`]). A refusal is [`LogError::Usage`] (exit code 2), one line naming
@@ -36,19 +36,21 @@
 //! - No two inputs are one file: a symlink or a hard link beside its target would be read
 //!   twice (and counted twice by the group statistics).
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
-use crate::aliasing::{canonical_target, refuse_aliasing};
+use crate::aliasing::{canonical_target, file_id, refuse_aliasing};
 use crate::atomic::{parent_of, StagedFile};
 use crate::decode::contain;
 use crate::error::LogError;
+use crate::listing::{dir_inputs, is_hidden, is_parquet, list_inputs, sorted_entries};
 use crate::schema::OUTPUT_COLUMNS;
+
+// Re-exported where the crate has always named it.
+pub use crate::aliasing::refuse_duplicate_inputs;
 
 /// The file that marks a report directory as the output of one tool.
 pub const MARKER: &str = ".mpo-rs-output";
@@ -122,27 +124,6 @@ fn special_kind(_: &fs::FileType) -> &'static str {
     "a special file"
 }
 
-/// Hidden and underscore names (`.part.tmp`, `_SUCCESS`, `_metadata`) are not data, as in
-/// Spark, pyarrow and polars: the input listing skips them, and so does rule 1.
-pub(crate) fn is_hidden(name: &OsStr) -> bool {
-    let name = name.to_string_lossy();
-    name.starts_with('.') || name.starts_with('_')
-}
-
-pub(crate) fn is_parquet(name: &OsStr) -> bool {
-    Path::new(name).extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
-}
-
-/// The entries of `dir` in name order.
-pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<fs::DirEntry>, LogError> {
-    let mut entries = fs::read_dir(dir)
-        .map_err(|e| LogError::io(dir, "cannot list directory", e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LogError::io(dir, "cannot list directory", e))?;
-    entries.sort_by_key(|e| e.file_name());
-    Ok(entries)
-}
-
 // ---------------------------------------------------------------------------------------
 // Rule 1 for `advantages`: Parquet logs.
 
@@ -212,22 +193,23 @@ fn first_foreign(dir: &Path) -> Result<Option<(PathBuf, String)>, LogError> {
 // ---------------------------------------------------------------------------------------
 // Rule 2: aliasing.
 
-/// (device, inode) of a file; `None` where the platform has no such identity.
-#[cfg(unix)]
-pub(crate) fn file_id(m: &fs::Metadata) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    Some((m.dev(), m.ino()))
-}
-
-#[cfg(not(unix))]
-pub(crate) fn file_id(_: &fs::Metadata) -> Option<(u64, u64)> {
-    None
+/// Checks INPUT and OUTPUT of an `advantages` run by the whole rule and lists INPUT (as
+/// [`crate::listing`] lists it): None for a file INPUT, else its Parquet files relative to
+/// it. Nothing is written.
+pub(crate) fn check_run(input: &Path, output: &Path) -> Result<Option<Vec<PathBuf>>, LogError> {
+    let checked = check_unlisted(input, output)?;
+    if !checked.input_is_dir {
+        return Ok(None);
+    }
+    let files = dir_inputs(input)?;
+    checked.check_listing(input, &files, output)?;
+    Ok(Some(files))
 }
 
 /// The checked paths of an `advantages` run, before INPUT is listed.
 #[derive(Debug)]
-pub(crate) struct RunPaths {
-    pub input_is_dir: bool,
+struct RunPaths {
+    input_is_dir: bool,
     output_exists: bool,
     out_canon: PathBuf,
 }
@@ -235,7 +217,7 @@ pub(crate) struct RunPaths {
 /// Checks INPUT and OUTPUT of an `advantages` run as far as that needs no listing of
 /// INPUT: OUTPUT's kind (rule 1), OUTPUT against INPUT (rule 2), a file OUTPUT's owner
 /// (rule 1). With a directory INPUT, [`RunPaths::check_listing`] does the rest.
-pub(crate) fn check_run(input: &Path, output: &Path) -> Result<RunPaths, LogError> {
+fn check_unlisted(input: &Path, output: &Path) -> Result<RunPaths, LogError> {
     let in_meta = fs::metadata(input).map_err(|e| LogError::io(input, "cannot open input", e))?;
     let out_kind = existing(output, "OUTPUT")?;
     if out_kind == Existing::Absent && output.file_name().is_none() {
@@ -274,7 +256,7 @@ impl RunPaths {
     /// `input`): no input is a file a replacement of OUTPUT deletes (rule 2), and an
     /// existing OUTPUT directory holds only earlier outputs (rule 1). The listing itself
     /// was checked by [`refuse_duplicate_inputs`].
-    pub(crate) fn check_listing(&self, input: &Path, files: &[PathBuf], output: &Path) -> Result<(), LogError> {
+    fn check_listing(&self, input: &Path, files: &[PathBuf], output: &Path) -> Result<(), LogError> {
         if !self.output_exists {
             return Ok(());
         }
@@ -324,34 +306,6 @@ fn file_ids_under(dir: &Path, ids: &mut Vec<(u64, u64)>) -> Result<(), LogError>
     Ok(())
 }
 
-/// Refuses a listing in which two entries are one file (a symlink or a hard link beside
-/// its target, or two links to one file): it would be read twice. Compared by (device,
-/// inode) where the platform has it, else by canonical path.
-pub fn refuse_duplicate_inputs(files: &[PathBuf]) -> Result<(), LogError> {
-    #[derive(PartialEq, Eq, Hash)]
-    enum Identity {
-        Inode(u64, u64),
-        Path(PathBuf),
-    }
-    let mut seen: HashMap<Identity, &Path> = HashMap::with_capacity(files.len());
-    for path in files {
-        let meta = fs::metadata(path).map_err(|e| LogError::io(path, "cannot open input", e))?;
-        let id = match file_id(&meta) {
-            Some((dev, ino)) => Identity::Inode(dev, ino),
-            None => Identity::Path(fs::canonicalize(path).map_err(|e| LogError::io(path, "cannot open input", e))?),
-        };
-        if let Some(first) = seen.insert(id, path) {
-            return Err(LogError::Usage(format!(
-                "INPUT files {} and {} are the same file (a symlink or a hard link); it would be read twice: \
-                 remove one of them from INPUT",
-                first.display(),
-                path.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------
 // Writers that add files to a directory (Ray Data's `write_parquet`).
 
@@ -391,7 +345,7 @@ pub fn check_dataset_output(inputs: &[PathBuf], output: Option<&Path>) -> Result
 fn refuse_duplicate_listing(inputs: &[PathBuf]) -> Result<(), LogError> {
     let mut files = Vec::new();
     for input in inputs {
-        files.extend(crate::paths::list_inputs(input)?);
+        files.extend(list_inputs(input)?);
     }
     refuse_duplicate_inputs(&files)
 }
@@ -555,7 +509,6 @@ pub fn claim_report_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paths::{list_inputs, Targets};
     use crate::test_util::{our_output, parquet_with, raw_log, scratch};
 
     fn usage(e: LogError) -> String {
@@ -615,18 +568,18 @@ mod tests {
         raw_log(&input);
         let out = d.join("out.parquet");
         our_output(&out);
-        assert!(Targets::resolve(&input, &out).is_ok());
+        assert!(check_run(&input, &out).is_ok());
         raw_log(&out);
-        let m = usage(Targets::resolve(&input, &out).unwrap_err());
+        let m = usage(check_run(&input, &out).unwrap_err());
         assert!(m.contains("out.parquet is not an output of mpo-rs advantages") && m.contains("remove it"), "{m}");
         fs::write(&out, b"precious").unwrap();
-        usage(Targets::resolve(&input, &out).unwrap_err());
+        usage(check_run(&input, &out).unwrap_err());
         #[cfg(unix)]
         {
             // A symlink to nothing is not a path to write through.
             let dangling = d.join("dangling.parquet");
             std::os::unix::fs::symlink(d.join("nowhere"), &dangling).unwrap();
-            assert!(usage(Targets::resolve(&input, &dangling).unwrap_err()).contains("symlink to nothing"));
+            assert!(usage(check_run(&input, &dangling).unwrap_err()).contains("symlink to nothing"));
         }
         fs::remove_dir_all(d).unwrap();
     }
@@ -642,14 +595,14 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // (Opening the FIFO for reading would block: the test returning shows it was not.)
-        let m = usage(Targets::resolve(&input, &fifo).unwrap_err());
+        let m = usage(check_run(&input, &fifo).unwrap_err());
         assert!(m.contains("is a FIFO, not a regular file or a directory"), "{m}");
         let link = d.join("link-to-fifo.parquet");
         std::os::unix::fs::symlink(&fifo, &link).unwrap();
-        assert!(usage(Targets::resolve(&input, &link).unwrap_err()).contains("a FIFO"));
+        assert!(usage(check_run(&input, &link).unwrap_err()).contains("a FIFO"));
         let dev_null = Path::new("/dev/null");
         if fs::metadata(dev_null).is_ok() {
-            let m = usage(Targets::resolve(&input, dev_null).unwrap_err());
+            let m = usage(check_run(&input, dev_null).unwrap_err());
             assert!(m.contains("is a character device"), "{m}");
             use std::os::unix::fs::FileTypeExt;
             assert!(fs::metadata(dev_null).unwrap().file_type().is_char_device());
@@ -668,19 +621,19 @@ mod tests {
         raw_log(&input.join("a.parquet"));
         let out = d.join("out");
         fs::create_dir_all(out.join("part=1")).unwrap();
-        assert!(Targets::resolve(&input, &out).is_ok(), "an empty directory");
+        assert!(check_run(&input, &out).is_ok(), "an empty directory");
         our_output(&out.join("a.parquet"));
         our_output(&out.join("part=1/b.parquet"));
         fs::write(out.join("_SUCCESS"), b"").unwrap();
         fs::write(out.join(".a.parquet.mpo-rs-1-2-3.tmp"), b"partial").unwrap();
-        assert!(Targets::resolve(&input, &out).is_ok(), "earlier outputs");
+        assert!(check_run(&input, &out).is_ok(), "earlier outputs");
         raw_log(&out.join("part=1/precious_raw.parquet"));
-        let m = usage(Targets::resolve(&input, &out).unwrap_err());
+        let m = usage(check_run(&input, &out).unwrap_err());
         assert!(m.contains("precious_raw.parquet, which is not an output of mpo-rs advantages"), "{m}");
         assert!(m.contains("refusing to replace it"), "{m}");
         fs::remove_file(out.join("part=1/precious_raw.parquet")).unwrap();
         fs::write(out.join("notes.txt"), b"mine").unwrap();
-        assert!(usage(Targets::resolve(&input, &out).unwrap_err()).contains("notes.txt, which is not Parquet output"));
+        assert!(usage(check_run(&input, &out).unwrap_err()).contains("notes.txt, which is not Parquet output"));
         fs::remove_dir_all(d).unwrap();
     }
 
@@ -693,13 +646,13 @@ mod tests {
         fs::hard_link(input.join("a.parquet"), input.join("b.parquet")).unwrap();
         let m = usage(list_inputs(&input).unwrap_err());
         assert!(m.contains("a.parquet and ") && m.contains("b.parquet are the same file"), "{m}");
-        assert!(Targets::resolve(&input, &d.join("out")).unwrap_err().is_usage(), "a hard link");
+        assert!(check_run(&input, &d.join("out")).unwrap_err().is_usage(), "a hard link");
         fs::remove_file(input.join("b.parquet")).unwrap();
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink(input.join("a.parquet"), input.join("b.parquet")).unwrap();
             assert!(usage(list_inputs(&input).unwrap_err()).contains("are the same file"), "a symlink");
-            assert!(Targets::resolve(&input, &d.join("out")).unwrap_err().is_usage());
+            assert!(check_run(&input, &d.join("out")).unwrap_err().is_usage());
             fs::remove_file(input.join("b.parquet")).unwrap();
         }
         raw_log(&input.join("b.parquet"));

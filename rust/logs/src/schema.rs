@@ -7,7 +7,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
 
 use crate::error::{DataError, LogError};
-use crate::relocate::ObservationRewards;
+use crate::observation::ObservationRewards;
 
 /// One column of a rollout log as the tools know it: the key its option is named by
 /// (`mask` → `mask_col`, `--mask-col`), its default name, its type, its role and a

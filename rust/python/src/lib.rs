@@ -10,6 +10,7 @@ mod options;
 mod parquet;
 mod pool;
 mod safety;
+mod staged;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -49,5 +50,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     arrow::register(m)?;
     groups::register(m)?;
     parquet::register(m)?;
-    safety::register(m)
+    safety::register(m)?;
+    staged::register(m)
 }
