@@ -39,6 +39,16 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
         raise InvalidBatchError(f"`{name}` cannot be read as an array: {e}") from None
 
 
+_F32, _I64, _U8, _BOOL = (np.dtype(t) for t in (np.float32, np.int64, np.uint8, np.bool_))
+
+
+def _ready(x: Any, dtype: np.dtype[Any]) -> bool:
+    """Whether ``x`` is already what the core reads: a C-contiguous 1-D ndarray of ``dtype``.
+    Such an input passes as is, before any other check: most calls give one, and on a small
+    batch the checks are a measurable part of a call's cost."""
+    return type(x) is np.ndarray and x.dtype is dtype and x.ndim == 1 and x.flags.c_contiguous
+
+
 def _one_dim(arr: np.ndarray, name: str) -> None:
     if arr.ndim != 1:
         raise InvalidBatchError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
@@ -56,6 +66,8 @@ def _place(name: str) -> Callable[[int], str]:
 def float32(x: Any, name: str, where: Callable[[int], str] | None = None) -> npt.NDArray[np.float32]:
     """``x`` as a contiguous 1-D float32 array. ``where(i)`` names element ``i`` in an error
     (default: the token, trajectory or turn, as ``name`` holds one per each)."""
+    if _ready(x, _F32):
+        return x  # type: ignore[no-any-return]
     arr = as_numpy(x, name)
     if arr.dtype.kind not in "fiub":
         raise InvalidBatchError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
@@ -81,6 +93,8 @@ def _number(x: Any) -> str:
 
 
 def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
+    if _ready(x, _I64):
+        return x  # type: ignore[no-any-return]
     arr = as_numpy(x, name)
     if arr.dtype.kind not in "iu":
         raise InvalidBatchError(f"`{name}` must be an integer array, got dtype {arr.dtype}")
@@ -93,6 +107,10 @@ def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
 def mask_u8(x: Any, name: str = "mask") -> npt.NDArray[np.uint8]:
     """bool and uint8 masks are viewed as bytes without a copy; integer or float masks must
     hold only 0 and 1 and are converted."""
+    if _ready(x, _BOOL):
+        return x.view(np.uint8)  # type: ignore[no-any-return]
+    if _ready(x, _U8):
+        return x  # type: ignore[no-any-return]
     arr = as_numpy(x, name)
     _one_dim(arr, name)
     if arr.dtype == np.bool_:

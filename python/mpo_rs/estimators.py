@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, SupportsAbs, cast
 
@@ -26,7 +27,7 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import as_numpy, flags, float32, int64, mask_u8, ragged_float32, ragged_int64
 from .exceptions import InvalidBatchError, InvalidOptionError
-from .options import Estimator, resolve
+from .options import Estimator, family_estimators, resolve
 
 __all__ = [
     "CHECK_TOLERANCE",
@@ -198,6 +199,11 @@ class _Native(NamedTuple):
     step_groups: Any
 
 
+# The native tuple named without a Python-level constructor call (what ``_Native._make``
+# does inside): part of every call's fixed cost.
+_as_native = cast("Callable[[type[_Native], Any], _Native]", tuple.__new__)
+
+
 def _estimate(
     est: Estimator,
     mask: Any,
@@ -230,7 +236,7 @@ def _estimate(
     if token_ids is not None:
         inputs["token_ids"] = int64(token_ids, "token_ids")
     v = None if values is None else float32(values, "values")
-    return _Native(*_native.advantages(est, mask_u8(mask), o, v, **inputs))
+    return _as_native(_Native, _native.advantages(est, mask_u8(mask), o, v, **inputs))
 
 
 def advantages(
@@ -303,10 +309,17 @@ _FAMILY_WORDS = {
 }
 
 
+# Each family's default estimator, built once: a family's function called without
+# `estimator` and options (the usual call) takes it as is, with nothing to resolve or check.
+_FAMILY_DEFAULT = {e.family: e for e in map(Estimator, family_estimators())}
+
+
 def of_family(estimator: str | Estimator | None, options: dict[str, Any], family: str, function: str) -> Estimator:
     """``estimator`` resolved (default: ``family``'s first name) for the function of one
     family; another family raises :class:`mpo_rs.InvalidOptionError` naming both."""
-    est = resolve(estimator, options, "grpo" if family == "group" else family)
+    if estimator is None and not options:
+        return _FAMILY_DEFAULT[family]
+    est = resolve(estimator, options, _FAMILY_DEFAULT[family].name)
     if est.family != family:
         raise InvalidOptionError(
             f"{function} computes the {_FAMILY_WORDS[family]} estimator; got the {est.name} estimator "
@@ -452,9 +465,9 @@ def group_advantages(
     n = s.shape[0]
     if codes.shape[0] != n:
         raise InvalidBatchError(f"`group_ids` has length {codes.shape[0]}, expected {n} (one per score)")
-    # No mask and offsets: one policy token per trajectory, the per-trajectory result.
-    per_trajectory = _native.advantages(est, None, None, None, None, s, codes, n_groups)[4]
-    return cast("npt.NDArray[np.float32]", per_trajectory)
+    # No mask and offsets: one policy token per trajectory, whose advantages are the
+    # per-trajectory ones (returned once, as the advantages).
+    return _native.advantages(est, None, None, None, None, s, codes, n_groups)[0]
 
 
 def as_group_ids(group_ids: Any) -> np.ndarray:

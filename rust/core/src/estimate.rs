@@ -15,13 +15,25 @@ pub struct Groups<'a> {
     pub n_groups: usize,
 }
 
+/// Where a batch's tokens lie.
+#[derive(Debug, Clone, Copy)]
+pub enum Tokens<'a> {
+    /// Flat tokens: trajectory `j` is `offsets[j]..offsets[j + 1]`; `mask` marks the tokens
+    /// the policy generated.
+    Flat { mask: &'a [u8], offsets: &'a [i64] },
+    /// One policy token per trajectory, nothing else (a group estimator's scores alone): the
+    /// per-token advantages are the per-trajectory ones, so [`Estimate::advantages`] holds
+    /// them and `per_trajectory` is `None` (no layout to scan, no second copy). Only the
+    /// group estimators take it.
+    OnePerTrajectory,
+}
+
 /// A ragged batch and every input an estimator may read. Which are needed depends on the
 /// estimator: the critic estimators read `values` (and mae, gae `truncated`), the group
 /// estimators `groups` and one score per trajectory, gigpo `groups` and `anchors`.
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {
-    pub mask: &'a [u8],
-    pub offsets: &'a [i64],
+    pub tokens: Tokens<'a>,
     pub rewards: Rewards<'a>,
     pub values: Option<&'a [f32]>,
     pub truncated: Option<&'a [bool]>,
@@ -42,7 +54,8 @@ pub struct Estimate {
     pub turn_advantages: Option<Vec<f32>>,
     /// The segmentation the turn advantages index (mae, bilevel, gigpo).
     pub turns: Option<Turns>,
-    /// Per trajectory (group estimators; gigpo: the episode advantages A_E).
+    /// Per trajectory (group estimators, except on [`Tokens::OnePerTrajectory`] where
+    /// `advantages` are those; gigpo: the episode advantages A_E).
     pub per_trajectory: Option<Vec<f32>>,
     /// Per turn, gigpo's step advantages A_S.
     pub step_advantages: Option<Vec<f32>>,
@@ -64,9 +77,6 @@ pub fn estimate(estimator: &Estimator, batch: &Batch<'_>) -> Result<Estimate> {
             )));
         }
     }
-    if let Estimator::Gigpo(params) = estimator {
-        return gigpo(params, b);
-    }
     if let Estimator::Group(params) = estimator {
         for (given, what) in [(b.values.is_some(), "`values`"), (b.truncated.is_some(), "`truncated`")] {
             if given {
@@ -82,26 +92,29 @@ pub fn estimate(estimator: &Estimator, batch: &Batch<'_>) -> Result<Estimate> {
             return Err(MpoError::Input("the group estimators read one score per trajectory: give `scores`".into()));
         };
         let per_trajectory = crate::group_advantages(scores, groups.index, groups.n_groups, params)?;
-        // One policy token per trajectory (the numpy `group_advantages` layout): the tokens'
-        // advantages are the trajectories', without a parallel broadcast of a few values.
-        let one_token_each = b.mask.len() == per_trajectory.len()
-            && b.mask.iter().all(|&m| m == 1)
-            && b.offsets.len() == per_trajectory.len() + 1
-            && b.offsets.iter().enumerate().all(|(j, &o)| o == j as i64);
-        let advantages = if one_token_each {
-            per_trajectory.clone()
-        } else {
-            crate::broadcast_to_tokens(&per_trajectory, b.mask, b.offsets)?
+        let (advantages, per_trajectory) = match b.tokens {
+            Tokens::OnePerTrajectory => (per_trajectory, None),
+            Tokens::Flat { mask, offsets } => {
+                (crate::broadcast_to_tokens(&per_trajectory, mask, offsets)?, Some(per_trajectory))
+            }
         };
         return Ok(Estimate {
             advantages,
             returns: None,
             turn_advantages: None,
             turns: None,
-            per_trajectory: Some(per_trajectory),
+            per_trajectory,
             step_advantages: None,
             step_groups: None,
         });
+    }
+    let Tokens::Flat { mask, offsets } = b.tokens else {
+        return Err(MpoError::Input(format!(
+            "the {name} estimator reads the batch's tokens: give `mask` and `offsets`"
+        )));
+    };
+    if let Estimator::Gigpo(params) = estimator {
+        return gigpo(params, b, mask, offsets);
     }
     if b.groups.is_some() {
         return Err(MpoError::Inapplicable(format!(
@@ -120,7 +133,7 @@ pub fn estimate(estimator: &Estimator, batch: &Batch<'_>) -> Result<Estimate> {
     };
     match estimator {
         Estimator::Mae(p) => {
-            crate::mae_advantages_with_truncation(values, b.mask, b.offsets, b.rewards, b.truncated, p).map(turn)
+            crate::mae_advantages_with_truncation(values, mask, offsets, b.rewards, b.truncated, p).map(turn)
         }
         Estimator::BiLevel(p) => {
             if b.truncated.is_some() {
@@ -129,10 +142,10 @@ pub fn estimate(estimator: &Estimator, batch: &Batch<'_>) -> Result<Estimate> {
                         .into(),
                 ));
             }
-            crate::bilevel_advantages(values, b.mask, b.offsets, b.rewards, p).map(turn)
+            crate::bilevel_advantages(values, mask, offsets, b.rewards, p).map(turn)
         }
         Estimator::Gae(p) => {
-            let out = crate::gae_advantages_with_truncation(values, b.mask, b.offsets, b.rewards, b.truncated, p)?;
+            let out = crate::gae_advantages_with_truncation(values, mask, offsets, b.rewards, b.truncated, p)?;
             Ok(Estimate {
                 advantages: out.advantages,
                 returns: Some(out.returns),
@@ -149,7 +162,7 @@ pub fn estimate(estimator: &Estimator, batch: &Batch<'_>) -> Result<Estimate> {
 
 /// GiGPO's inputs checked and its kernel run: groups, anchors, and a reward per token or a
 /// score per trajectory; no critic values, no truncation.
-fn gigpo(params: &crate::GigpoParams, b: &Batch<'_>) -> Result<Estimate> {
+fn gigpo(params: &crate::GigpoParams, b: &Batch<'_>, mask: &[u8], offsets: &[i64]) -> Result<Estimate> {
     for (given, what) in [(b.values.is_some(), "`values`"), (b.truncated.is_some(), "`truncated`")] {
         if given {
             return Err(MpoError::Inapplicable(format!(
@@ -160,7 +173,7 @@ fn gigpo(params: &crate::GigpoParams, b: &Batch<'_>) -> Result<Estimate> {
     let Some(groups) = b.groups else {
         return Err(MpoError::Input("the gigpo estimator needs `group_ids`: one group id per trajectory".into()));
     };
-    let out = crate::gigpo_advantages(b.mask, b.offsets, b.rewards, groups, b.anchors, params)?;
+    let out = crate::gigpo_advantages(mask, offsets, b.rewards, groups, b.anchors, params)?;
     Ok(Estimate {
         returns: None,
         advantages: out.advantages,
@@ -184,8 +197,7 @@ mod tests {
 
     fn batch() -> Batch<'static> {
         Batch {
-            mask: &MASK,
-            offsets: &OFFSETS,
+            tokens: Tokens::Flat { mask: &MASK, offsets: &OFFSETS },
             rewards: Rewards::Score(&SCORES),
             values: Some(&VALUES),
             truncated: None,
@@ -211,14 +223,14 @@ mod tests {
         let out = estimate(&Estimator::Group(GroupParams::default()), &b).unwrap();
         let per = crate::group_advantages(&SCORES, &[0, 0], 1, &GroupParams::default()).unwrap();
         assert_eq!(out.advantages, crate::broadcast_to_tokens(&per, &MASK, &OFFSETS).unwrap());
-        assert_eq!(out.per_trajectory, Some(per));
-        // One policy token per trajectory: the tokens' advantages are the trajectories'.
-        let one_each = Batch { mask: &[1, 1], offsets: &[0, 1, 2], ..b };
+        assert_eq!(out.per_trajectory, Some(per.clone()));
+        // One policy token per trajectory: the tokens' advantages are the trajectories', once.
+        let one_each = Batch { tokens: Tokens::OnePerTrajectory, ..b };
         let out = estimate(&Estimator::Group(GroupParams::default()), &one_each).unwrap();
-        assert_eq!(Some(out.advantages), out.per_trajectory);
-        let b = Batch { mask: &[1, 1], offsets: &[0, 2, 2], ..one_each };
+        assert_eq!((Some(out.advantages), out.per_trajectory), (Some(per), None));
+        let b = Batch { tokens: Tokens::Flat { mask: &[1, 1], offsets: &[0, 1, 2] }, ..one_each };
         let out = estimate(&Estimator::Group(GroupParams::default()), &b).unwrap();
-        assert_eq!(out.advantages.len(), 2);
+        assert_eq!(Some(out.advantages), out.per_trajectory);
     }
 
     #[test]
@@ -234,6 +246,9 @@ mod tests {
         let tokens = Rewards::Token(&[0.0; 6]);
         let b = Batch { values: None, groups, rewards: tokens, ..batch() };
         assert!(matches!(estimate(&group, &b), Err(MpoError::Input(_))));
+        // Only the group estimators take a batch without its tokens.
+        let e = estimate(&mae, &Batch { tokens: Tokens::OnePerTrajectory, ..batch() }).unwrap_err();
+        assert!(matches!(&e, MpoError::Input(m) if m.contains("`mask` and `offsets`")), "{e}");
         let bilevel = Estimator::BiLevel(crate::BiLevelParams::default());
         let b = Batch { truncated: Some(&[false, true]), ..batch() };
         assert!(matches!(estimate(&bilevel, &b), Err(MpoError::Inapplicable(_))));

@@ -31,7 +31,7 @@ mod turns;
 pub use bilevel::{bilevel_advantages, BiLevelOutput};
 pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};
-pub use estimate::{estimate, Batch, Estimate, Groups};
+pub use estimate::{estimate, Batch, Estimate, Groups, Tokens};
 pub use estimator::{Estimator, OptionKind, OptionSpec, OptionValue, ESTIMATORS, OPTIONS};
 pub use gae::{gae_advantages, gae_advantages_with_truncation, GaeOutput};
 pub use gigpo::{

@@ -126,8 +126,7 @@ pub fn annotate(
         }
         critic => {
             let input = mpo_core::Batch {
-                mask: &r.mask,
-                offsets: &r.offsets,
+                tokens: mpo_core::Tokens::Flat { mask: &r.mask, offsets: &r.offsets },
                 rewards,
                 values: r.values.as_deref(),
                 truncated: r.truncated.as_deref(),

@@ -81,15 +81,19 @@ fn source_of<'a>(
 
 /// Runs `f` on the reward source, per-turn rewards placed on each turn's last policy token.
 fn with_source<T>(
-    mask: &[u8],
-    offsets: &[i64],
+    tokens: mpo_core::Tokens<'_>,
     source: Result<Rewards<'_>, TurnRewards<'_>>,
     check: Option<SumCheck<'_>>,
     f: impl FnOnce(Rewards<'_>) -> Result<T, MpoError>,
 ) -> Result<T, MpoError> {
-    match source {
-        Ok(rewards) => f(rewards),
-        Err(turn) => f(Rewards::Token(&mpo_core::place_turn_rewards(mask, offsets, turn, check)?)),
+    match (source, tokens) {
+        (Ok(rewards), _) => f(rewards),
+        (Err(turn), mpo_core::Tokens::Flat { mask, offsets }) => {
+            f(Rewards::Token(&mpo_core::place_turn_rewards(mask, offsets, turn, check)?))
+        }
+        (Err(_), mpo_core::Tokens::OnePerTrajectory) => {
+            Err(MpoError::Input("`turn_rewards` are placed on the batch's tokens: give `mask` and `offsets`".into()))
+        }
     }
 }
 
@@ -142,9 +146,9 @@ type Estimated<'py> = (
 /// per_trajectory, step_advantages, step_groups): every estimator through
 /// [`mpo_core::estimate`]; the outputs an estimator does not define are None. Group ids are
 /// dense codes in `0..n_groups`. Without `mask` and `offsets` each trajectory is one policy
-/// token (a group estimator's scores alone: the per-token result is the per-trajectory
-/// one). `turn_state_ids` (with `turn_state_offsets` when given per trajectory) and
-/// `token_ids` are gigpo's anchor states.
+/// token (a group estimator's scores alone): the advantages are the per-trajectory ones and
+/// `per_trajectory` is None. `turn_state_ids` (with `turn_state_offsets` when given per
+/// trajectory) and `token_ids` are gigpo's anchor states.
 #[pyfunction]
 #[pyo3(signature = (
     estimator, mask=None, offsets=None, values=None, rewards=None, scores=None, group_index=None, n_groups=0,
@@ -175,14 +179,9 @@ fn advantages<'py>(
     let v = values.as_ref().map(|a| slice(a, "values")).transpose()?;
     let r = rewards.as_ref().map(|a| slice(a, "rewards")).transpose()?;
     let s = scores.as_ref().map(|a| slice(a, "scores")).transpose()?;
-    let one_each: (Vec<u8>, Vec<i64>);
-    let (m, o) = match (&mask, &offsets) {
-        (Some(m), Some(o)) => (slice(m, "mask")?, slice(o, "offsets")?),
-        (None, None) => {
-            let n = s.map_or(0, <[f32]>::len);
-            one_each = (vec![1; n], (0..=n as i64).collect());
-            (&one_each.0[..], &one_each.1[..])
-        }
+    let tokens = match (&mask, &offsets) {
+        (Some(m), Some(o)) => mpo_core::Tokens::Flat { mask: slice(m, "mask")?, offsets: slice(o, "offsets")? },
+        (None, None) => mpo_core::Tokens::OnePerTrajectory,
         _ => return Err(InvalidBatchError::new_err("give both `mask` and `offsets`, or neither")),
     };
     let groups = match &group_index {
@@ -202,9 +201,8 @@ fn advantages<'py>(
     let x = extras(&truncated, &turn_rewards, &turn_offsets, &check_scores, check_tolerance.as_ref())?;
     let source = source_of(r, s, &x)?;
     let out = run(py, || {
-        with_source(m, o, source, x.check, |rewards| {
-            let batch =
-                mpo_core::Batch { mask: m, offsets: o, rewards, values: v, truncated: x.truncated, groups, anchors };
+        with_source(tokens, source, x.check, |rewards| {
+            let batch = mpo_core::Batch { tokens, rewards, values: v, truncated: x.truncated, groups, anchors };
             mpo_core::estimate(&core, &batch)
         })
     })?;

@@ -101,6 +101,10 @@ fn short_repr(value: &Bound<'_, PyAny>) -> String {
 /// real number (not a bool or a string) in the core's domain (`mpo_core::check_tolerance`).
 pub(crate) fn check_tolerance(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
     let Some(value) = value.filter(|v| !v.is_none()) else { return Ok(None) };
+    // Every call passes one (the default): a plain float needs no type checks.
+    if let Ok(x) = value.cast_exact::<PyFloat>() {
+        return mpo_core::check_tolerance(x.value()).map(Some).map_err(core_error);
+    }
     let type_name = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
     let wrong = || {
         InvalidOptionError::new_err(format!(
