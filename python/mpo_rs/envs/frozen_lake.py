@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import SeedStream, check_action, check_param, check_probability, check_seed, uniform
+from .protocol import SeedStream, check_action, check_param, check_probability, check_running, check_seed, uniform
 
 __all__ = ["FrozenLake"]
 
@@ -204,10 +204,7 @@ class FrozenLake:
         return self.render()
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"FrozenLake turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
-            )
+        check_running("FrozenLake", self._turn, self._done)
         command, direction, end = check_action("FrozenLake", self._turn, action, self.action_tokens, self.vocab_size)
         self._turn += 1
         observation = [ERROR]

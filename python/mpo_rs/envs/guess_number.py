@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..exceptions import InvalidRolloutError
-from .protocol import SeedStream, check_action, check_param, check_seed
+from .protocol import SeedStream, check_action, check_param, check_running, check_seed
 
 __all__ = ["GuessNumber"]
 
@@ -55,10 +55,7 @@ class GuessNumber:
         return [self.start]
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"GuessNumber turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
-            )
+        check_running("GuessNumber", self._turn, self._done)
         guess = check_action("GuessNumber", self._turn, action, self.action_tokens, self.vocab_size)[0]
         self._turn += 1
         if guess == self.hidden:

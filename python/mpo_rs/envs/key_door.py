@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import SeedStream, check_action, check_param, check_seed
+from .protocol import SeedStream, check_action, check_param, check_running, check_seed
 
 __all__ = ["KeyDoor"]
 
@@ -100,10 +100,7 @@ class KeyDoor:
         return list(self._observations[0])
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"KeyDoor turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
-            )
+        check_running("KeyDoor", self._turn, self._done)
         tokens = check_action("KeyDoor", self._turn, action, self.action_tokens, self.vocab_size)
         turn = self._turn
         self._turn += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import SeedStream, check_action, check_levels, check_param, check_seed
+from .protocol import SeedStream, check_action, check_levels, check_param, check_running, check_seed
 
 __all__ = ["MultiHop"]
 
@@ -128,10 +128,7 @@ class MultiHop:
         return [QUESTION, self.chain[0]] + ([] if level is None else [self.first_level + level])
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"MultiHop turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
-            )
+        check_running("MultiHop", self._turn, self._done)
         command, content, end = check_action("MultiHop", self._turn, action, self.action_tokens, self.vocab_size)
         self._turn += 1
         if end == END and command == ANSWER and self.first_answer <= content < self.first_level:

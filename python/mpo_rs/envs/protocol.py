@@ -103,6 +103,14 @@ def check_seed(env_name: str, seed: object) -> int:
     return value
 
 
+def check_running(env_name: str, turn: int, done: bool) -> None:
+    """Refuse a step() with no episode running (it ended, or reset(seed) was never called)."""
+    if done:
+        raise InvalidRolloutError(
+            f"{env_name} turn {turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
+        )
+
+
 def check_action(env_name: str, turn: int, action: object, action_tokens: int, vocab_size: int) -> list[int]:
     """The action as a list of ``action_tokens`` ints in ``[0, vocab_size)``.
 

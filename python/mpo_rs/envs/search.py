@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..exceptions import InvalidRolloutError
-from .protocol import SeedStream, check_action, check_levels, check_param, check_probability, check_seed, uniform
+from .protocol import (
+    SeedStream,
+    check_action,
+    check_levels,
+    check_param,
+    check_probability,
+    check_running,
+    check_seed,
+    uniform,
+)
 
 __all__ = ["Search"]
 
@@ -122,10 +131,7 @@ class Search:
         return [QUESTION, FIRST_TOPIC + self.topic, self.first_level + self.level]
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"Search turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
-            )
+        check_running("Search", self._turn, self._done)
         tokens = check_action("Search", self._turn, action, self.action_tokens, self.vocab_size)
         thought = all(token in self.think_ids for token in tokens[: self.think_tokens])
         command, content, end = tokens[self.think_tokens :]

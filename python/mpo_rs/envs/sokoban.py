@@ -15,7 +15,7 @@ from functools import lru_cache
 from itertools import permutations
 
 from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import SeedStream, check_action, check_param, check_seed, uniform
+from .protocol import SeedStream, check_action, check_param, check_running, check_seed, uniform
 
 __all__ = ["Sokoban", "distances", "move"]
 
@@ -263,10 +263,7 @@ class Sokoban:
         return self.render()
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"Sokoban turn {self._turn}: step() called with no episode running (it ended, or reset(seed) was never called)"
-            )
+        check_running("Sokoban", self._turn, self._done)
         command, direction, end = check_action("Sokoban", self._turn, action, self.action_tokens, self.vocab_size)
         self._turn += 1
         observation = [ERROR]

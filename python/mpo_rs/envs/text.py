@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..exceptions import InvalidConfigError, InvalidRolloutError
-from .protocol import check_action, check_param, check_seed
+from ..exceptions import InvalidConfigError
+from .protocol import check_action, check_param, check_running, check_seed
 
 __all__ = ["TextEnv", "TokenizedTextEnv"]
 
@@ -67,11 +67,7 @@ class TokenizedTextEnv:
         return self._tokens(self.text_env.reset(seed))
 
     def step(self, action: Sequence[int]) -> tuple[list[int], float, bool]:
-        if self._done:
-            raise InvalidRolloutError(
-                f"{self.name} turn {self._turn}: step() called with no episode running "
-                "(it ended, or reset(seed) was never called)"
-            )
+        check_running(self.name, self._turn, self._done)
         tokens = check_action(self.name, self._turn, action, self.action_tokens, self.vocab_size)
         text, reward, done = self.text_env.step(self.decode(tokens))
         self._turn += 1
