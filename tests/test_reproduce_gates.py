@@ -277,6 +277,35 @@ def test_a_candidate_with_the_ladder_trains_reference_arms_end_to_end(tmp_path):
     assert not rows["gigpo"]["critic_trained"] and config.arm("gigpo").method == "gigpo"
 
 
+def test_a_candidate_adds_a_premise_task_and_trains_it_end_to_end(tmp_path):
+    """``add``: Sokoban, in no committed configuration, joins a candidate with Table 1's arms
+    (``sok_`` keys, GiGPO anchored on its observation) and its demonstrations' noise; without
+    that noise it is refused. Its base policy, arms and gates' measurement then run."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("matplotlib")
+    import dataclasses
+
+    from mpo_rs.exceptions import InvalidOptionError
+    from mpo_rs.reproduce.api import run_config
+    from mpo_rs.reproduce.config import QUICK
+    from mpo_rs.reproduce.gates import base_measurement, candidate
+    from mpo_rs.reproduce.tasks import task_role
+
+    with pytest.raises(InvalidOptionError, match="--base-eps"):
+        candidate(QUICK, ["sokoban"], {}, add=["sokoban"])
+    config = candidate(QUICK, ["sokoban"], {"max_turns": 4}, base_eps=0.3, add=["sokoban"], gigpo=True)
+    assert [t.name for t in config.tasks] == ["sokoban"] and task_role("sokoban") == "premise"
+    assert [a.key for a in config.arms] == ["sok_grpo", "sok_ppo", "sok_mpo", "sok_gigpo"]
+    assert config.base.eps("sokoban") == 0.3 and config.arm("sok_gigpo").estimator.options["anchor"] == "observation"
+    config = dataclasses.replace(config, workers=1)
+    run_config(config, tmp_path / "out")
+    rows = pq.read_table(tmp_path / "out" / "runs.parquet").to_pylist()
+    assert sorted(r["arm"] for r in rows) == ["sok_gigpo", "sok_grpo", "sok_mpo", "sok_ppo"]
+    assert all(r["task"] == "sokoban" and 0 <= r["final_success"] <= 1 for r in rows)
+    measured = base_measurement(config, "sokoban", config.seed_list[0], tasks=4, group=4, cache=tmp_path / "out")
+    assert 0 <= measured["critic_ceiling"] <= 1 or math.isnan(measured["critic_ceiling"])
+
+
 def test_two_variants_of_one_environment_run_side_by_side(tmp_path):
     """``search`` and ``search@think2`` in one configuration: their own arm keys, base
     policies, run rows and titles; the variant's environment has its parameters."""

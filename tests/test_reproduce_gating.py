@@ -37,6 +37,7 @@ def test_the_plan_registers_the_gates_the_roles_and_the_margins():
         "search": "premise",
         "multi_hop": "premise",
         "frozen_lake": "premise",
+        "sokoban": "premise",
         "key_door": "control",
         "guess_number": "chance",
     }

@@ -73,6 +73,7 @@ def candidate(
     updates: int | None = None,
     ladder: bool = False,
     gigpo: bool = False,
+    add: Sequence[str] | None = None,
     gates: Gates = GATES,
 ) -> Any:
     """``config`` restricted to the tasks ``only`` (all: None), with ``params`` set on them,
@@ -81,10 +82,24 @@ def candidate(
     ``base_steps`` their number and the cloning's optimizer steps, ``lr`` every arm's (and
     the critic's) learning rate, ``updates`` every arm's updates; ``ladder`` adds the
     critic-quality ladder's arms (:func:`~mpo_rs.reproduce.ladder.ladder_arms`) on each task,
-    ``gigpo`` GiGPO (:func:`~mpo_rs.reproduce.config.gigpo_arm`)."""
-    from .config import TaskSpec, gigpo_arm, task_prefix
+    ``gigpo`` GiGPO (:func:`~mpo_rs.reproduce.config.gigpo_arm`); ``add`` tasks ``config`` does
+    not have (a premise task not in a committed configuration), with Table 1's arms and
+    ``base_eps`` as their demonstrations' noise."""
+    from ..exceptions import InvalidOptionError
+    from .config import TaskSpec, gigpo_arm, table1_arms, task_prefix
     from .ladder import ladder_arms
 
+    new = [name for name in add or () if name not in {spec.name for spec in config.tasks}]
+    if new:
+        if base_eps is None or config.base is None:
+            raise InvalidOptionError(f"added task(s) {new} need --base-eps: their base policies' noise")
+        noise = config.base.noise + tuple((name, base_eps) for name in new)
+        config = dataclasses.replace(
+            config,
+            tasks=config.tasks + tuple(TaskSpec(name) for name in new),
+            arms=config.arms + tuple(arm for name in new for arm in table1_arms(name)),
+            base=dataclasses.replace(config.base, noise=noise),
+        )
     if config.base is not None:
         base: dict[str, Any] = {"episodes": base_episodes, "steps": base_steps}
         if base_eps is not None:
@@ -149,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--updates", type=int, help="every arm's updates")
     p.add_argument("--ladder", action="store_true", help="also train the critic-quality ladder's arms on each task")
     p.add_argument("--gigpo", action="store_true", help="also train GiGPO on each task")
+    p.add_argument("--add-task", action="append", default=[], metavar="TASK", help="a task the configuration lacks")
     p.add_argument("--arms", help="train only these of the candidate's arms (comma-separated keys)")
     p.add_argument(
         "--train-seeds",
@@ -169,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "updates": args.updates,
         "ladder": args.ladder or None,
         "gigpo": args.gigpo or None,
+        "add": args.add_task or None,
     }
     if params or args.train or any(v is not None for v in changes.values()):
         config = candidate(config, args.only, params, **changes)

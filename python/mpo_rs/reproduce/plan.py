@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import InvalidConfigError
-from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TASK_PREFIX, ReproduceConfig
+from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TABLE1_TASKS, TASK_PREFIX, ReproduceConfig
 from .gate_rules import GATES, Gates
 from .stats import t_quantile
 from .tasks import task_role
@@ -99,7 +99,7 @@ def _table1(task: str) -> list[Contrast]:
 
 def _comparisons() -> tuple[Contrast, ...]:
     out: list[Contrast] = []
-    for task in TASK_PREFIX:
+    for task in TABLE1_TASKS:
         out += _table1(task)
     relatives = [("areal_turn_gae", "turn-level GAE (AReaL)"), ("ragen_bilevel", "bi-level GAE (RAGEN)")]
     out += [Contrast("relatives", MAIN_TASK, "mpo", key, f"{MAIN_TASK}: MPO - {name}") for key, name in relatives]

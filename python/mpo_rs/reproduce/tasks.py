@@ -20,8 +20,16 @@ __all__ = [
 MAIN_TASK = "search"
 """The main task: Table 1 there keeps the unprefixed arm keys, and the β sweep, the (λ, λ_intra)
 grid, the advantage-scale ablation and the relatives run there."""
-TASK_PREFIX = {"search": "", "multi_hop": "hop_", "frozen_lake": "lake_", "key_door": "door_", "guess_number": "guess_"}
-"""Arm keys are ``<prefix><method>``: ``mpo`` (search), ``hop_mpo``, ``lake_mpo``, ``door_mpo``, ``guess_mpo``."""
+TASK_PREFIX = {
+    "search": "",
+    "multi_hop": "hop_",
+    "frozen_lake": "lake_",
+    "sokoban": "sok_",
+    "key_door": "door_",
+    "guess_number": "guess_",
+}
+"""Arm keys are ``<prefix><method>``: ``mpo`` (search), ``hop_mpo``, ``lake_mpo``, ``sok_mpo``,
+``door_mpo``, ``guess_mpo``."""
 VARIANT = "@"
 """Separates a registry name from a variant's label in a task's name: ``search@think16`` is
 Search with the parameters its :class:`TaskSpec` gives, beside ``search`` in one configuration."""
@@ -39,15 +47,16 @@ def task_prefix(task: str) -> str:
     return TASK_PREFIX.get(base, "") + (f"{variant}_" if variant else "")
 
 
-PREMISE_TASKS = ("search", "multi_hop", "frozen_lake")
+PREMISE_TASKS = ("search", "multi_hop", "frozen_lake", "sokoban")
 """The tasks that meet MPO's premise (measured before training, docs/envs.md)."""
 CONTROL_TASKS = ("key_door", "guess_number")
 """The controls: KeyDoor fails the premise; GuessNumber's chance is above the base band."""
 
 
-STATE_ANCHOR = {"frozen_lake": "observation"}
+STATE_ANCHOR = {"frozen_lake": "observation", "sokoban": "observation"}
 """GiGPO's anchor per environment: the turns of a group that start from one environment state
-share a step baseline. FrozenLake's observation is its state (the grid with the player);
+share a step baseline. FrozenLake's and Sokoban's observation is their state (the grid with the
+player, and the boxes);
 Search's, MultiHop's and a user env's state is the history so far, which ``"prefix"`` hashes
 (identical histories of one task's rollouts are one state)."""
 
