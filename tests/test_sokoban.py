@@ -239,3 +239,24 @@ def test_reference_critic_key_pools_rooms_by_distance():
     mask = np.array([0] * len(first) + [1] * 3 + [0] * (len(tokens) - len(first) - 3), bool)
     keys = belief_keys(env, np.array(tokens, np.int64), mask, np.array([0, len(tokens)], np.int64))
     assert keys == [values.model.table_key(b, star[:j]) for j in range(3)]
+
+
+@pytest.mark.parametrize("params", SETTINGS)
+def test_observations_fit_the_declared_length_and_the_reproduction_model(params):
+    """Every observation (the prompt too) is at most ``observation_tokens`` long, and the
+    reproduction's policy has positions for an episode of the longest turns."""
+    from mpo_rs.reproduce.config import TaskSpec
+    from mpo_rs.reproduce.env import model_max_len
+
+    env = Sokoban(**params)
+    rng = np.random.default_rng(0)
+    longest = 0
+    for seed in range(20):
+        observation, done, tokens = env.reset(seed), False, 0
+        longest, tokens = max(longest, len(observation)), len(observation)
+        while not done:
+            action = [sk.ANSWER, int(rng.choice(sk.DIRECTIONS)), sk.END] if rng.random() < 0.9 else [0, 0, 0]
+            observation, _, done = env.step(action)
+            longest, tokens = max(longest, len(observation)), tokens + env.action_tokens + len(observation)
+        assert tokens <= model_max_len(TaskSpec("sokoban", tuple(params.items())), env)
+    assert longest == env.observation_tokens == env.size * (env.size + 1) - 1

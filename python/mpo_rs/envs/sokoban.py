@@ -168,6 +168,8 @@ class Sokoban:
             raise InvalidConfigError(f"Sokoban: search_depth must be <= max_turns = {self.max_turns}, got {depth}")
         self.search_depth = depth
         self.action_tokens = 3
+        self.observation_tokens = self.size * self.size + self.size - 1
+        """The longest observation (and the prompt): the room, a newline after each row but the last."""
         self.vocab_size = 15
         self.token_names = "# _ O √ X P S nl error answer end Up Down Left Right".split()
         self.desc: tuple[int, ...] = ()

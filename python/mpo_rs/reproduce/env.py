@@ -245,11 +245,17 @@ def make_env(task: TaskSpec) -> Any:
 
 def model_max_len(task: TaskSpec, env: Any) -> int:
     """Positions of the policy of ``task``: :data:`MAX_EPISODE_TOKENS` for a user env (its
-    observations may be of any length the limit admits); for a built-in task the bound its
-    committed runs were made with (observations of at most 8 tokens, and 64 to spare)."""
+    observations may be of any length the limit admits); for a built-in task that declares its
+    longest observation (``observation_tokens``: Sokoban's room, which is also its prompt) the
+    prompt and every turn at that length, else the bound the committed runs were made with
+    (observations of at most 8 tokens); 64 positions to spare."""
     if ":" in task.name:
         return MAX_EPISODE_TOKENS
-    return max(256, 1 + int(env.max_turns) * (int(env.action_tokens) + 8) + 64)
+    turns, action = int(env.max_turns), int(env.action_tokens)
+    observation = getattr(env, "observation_tokens", None)
+    if observation is not None:
+        return max(256, (1 + turns) * int(observation) + turns * action + 64)
+    return max(256, 1 + turns * (action + 8) + 64)
 
 
 def task_chance(task: TaskSpec, episodes: int = 256) -> tuple[float, str]:
