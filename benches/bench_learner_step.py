@@ -14,11 +14,11 @@ does not.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import sys
 
+import common
 import torch
 
 from mpo_rs.envs import make
@@ -32,24 +32,15 @@ LIMIT = 0.05
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--episodes", type=int, default=None, help="tasks x group size 4")
-    parser.add_argument("--turns", type=int, default=None)
-    parser.add_argument("--tokens", type=int, default=None)
+    parser = common.QuickParser(__doc__)
+    parser.size("episodes", 16, 64, "tasks x group size 4")
+    parser.size("turns", 4, 8)
+    parser.size("tokens", 4, 16)
+    parser.size("repeats", 3, 5)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    episodes = args.episodes or (16 if args.quick else 64)
-    turns = args.turns or (4 if args.quick else 8)
-    tokens = args.tokens or (4 if args.quick else 16)
-    repeats = args.repeats or (3 if args.quick else 5)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    args = parser.parse()
+    episodes, turns, tokens, repeats, device = args.episodes, args.turns, args.tokens, args.repeats, args.device
 
     env = lambda: make("key_door", max_turns=turns, action_tokens=tokens)  # noqa: E731
     torch.manual_seed(0)

@@ -11,11 +11,11 @@ figure is the ratio of medians measured in this one run. Target: turn IS <= 1.3x
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
 
+import common
 import numpy as np
 import torch
 
@@ -49,21 +49,13 @@ def time_fwd_bwd(step: Callable[[], torch.Tensor], device: torch.device) -> floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small shapes, few repeats")
-    parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--length", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--device", default="cpu")
+    parser = common.QuickParser(__doc__)
+    parser.size("batch", 16, 64)
+    parser.size("length", 1024, 4096)
+    parser.size("repeats", 5, 25)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    args = parser.parse_args()
-    batch = args.batch or (16 if args.quick else 64)
-    length = args.length or (1024 if args.quick else 4096)
-    repeats = args.repeats or (5 if args.quick else 25)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    args = parser.parse()
+    batch, length, repeats, device = args.batch, args.length, args.repeats, args.device
     dtype = getattr(torch, args.dtype)
 
     torch.manual_seed(0)

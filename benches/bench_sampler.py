@@ -13,10 +13,10 @@ with observations of varying length, so the cache run has holes to mask.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+import common
 import numpy as np
 import torch
 
@@ -51,25 +51,16 @@ class CopyEnv:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small episodes, few repeats")
-    parser.add_argument("--episodes", type=int, default=None, help="B = tasks x group size")
-    parser.add_argument("--turns", type=int, default=None)
-    parser.add_argument("--tokens", type=int, default=None, help="K, tokens per turn")
-    parser.add_argument("--repeats", type=int, default=None)
+    parser = common.QuickParser(__doc__)
+    parser.size("episodes", 16, 64, "B = tasks x group size")
+    parser.size("turns", 4, 8)
+    parser.size("tokens", 4, 8, "K, tokens per turn")
+    parser.size("repeats", 2, 5)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--models", default="tiny,llama", help="comma-separated: tiny, llama, gpt2")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    episodes = args.episodes or (16 if args.quick else 64)
-    turns = args.turns or (4 if args.quick else 8)
-    tokens = args.tokens or (4 if args.quick else 8)
-    repeats = args.repeats or (2 if args.quick else 5)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    args = parser.parse()
+    episodes, turns, tokens, repeats, device = args.episodes, args.turns, args.tokens, args.repeats, args.device
     group = 4
     seeds = list(range(max(1, episodes // group)))
 

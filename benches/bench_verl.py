@@ -18,7 +18,6 @@ imports) and torch.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import common
 import numpy as np
 import torch
 
@@ -128,18 +128,13 @@ def run(batch: int, length: int, repeats: int, gamma: float = 1.0, lam: float = 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="B=32, L=1024, 3 repeats")
-    parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--length", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
+    parser = common.QuickParser(__doc__, torch_options=False)
+    parser.size("batch", 32, 256)
+    parser.size("length", 1024, 4096)
+    parser.size("repeats", 3, 7)
     parser.add_argument("--json", metavar="PATH", help="also write the result as JSON")
-    args = parser.parse_args()
-    result = run(
-        batch=args.batch or (32 if args.quick else 256),
-        length=args.length or (1024 if args.quick else 4096),
-        repeats=args.repeats or (3 if args.quick else 7),
-    )
+    args = parser.parse()
+    result = run(batch=args.batch, length=args.length, repeats=args.repeats)
     print(
         f"verl GAE, B={result['batch']} L={result['length']} ({result['llm_tokens']:,} LLM tokens), "
         f"median of {result['repeats']}, {result['cpus']} CPUs:"

@@ -1,5 +1,5 @@
 """Shared pieces of the benchmarks: the realistic batch (from `mpo_rs.synthetic`), the interleaved timer, equality
-checks, the peak-memory probe, the machine description and the suites' command line.
+checks, the peak-memory probe, the machine description and the benchmarks' command lines.
 
 Every suite builds its batches with `make_batch` / `batch_for_tokens`, times with
 `time_cases` (or `interleaved_times`) and checks peers with `assert_close`, so that all
@@ -304,6 +304,39 @@ def machine() -> str:
 
 def now_utc() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+class QuickParser(argparse.ArgumentParser):
+    """Command line of the benchmarks that print one table: ``--quick``, sizes whose
+    default depends on it (`size`) and, with ``torch_options``, ``--threads`` (applied to
+    torch) and ``--device`` (parsed to a ``torch.device``)."""
+
+    def __init__(self, doc: str | None, *, torch_options: bool = True) -> None:
+        super().__init__(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        self.add_argument("--quick", action="store_true", help="small sizes, few repeats (a smoke run)")
+        self._sizes: dict[str, tuple[int, int]] = {}
+        self._torch_options = torch_options
+        if torch_options:
+            self.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+            self.add_argument("--device", default="cpu")
+
+    def size(self, name: str, quick: int, full: int, help: str | None = None) -> None:
+        """``--name N``; without it (or with 0) `full`, or `quick` with ``--quick``."""
+        self._sizes[name] = (quick, full)
+        default = f"{full}, {quick} with --quick"
+        self.add_argument(f"--{name}", type=int, default=None, help=f"{help} ({default})" if help else default)
+
+    def parse(self) -> argparse.Namespace:
+        args = self.parse_args()
+        for name, (quick, full) in self._sizes.items():
+            setattr(args, name, getattr(args, name) or (quick if args.quick else full))
+        if self._torch_options:
+            import torch  # local: only the torch benchmarks need it
+
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            args.device = torch.device(args.device)
+        return args
 
 
 def suite_main(run: Callable[[bool], dict[str, Any]], doc: str | None) -> dict[str, Any]:
