@@ -33,43 +33,18 @@ from mpo_rs.synthetic import FlatBatch
 # Batches
 
 
-def make_batch(
-    n_traj: int = 1000,
-    turns: int = 8,
-    turn_len: int = 120,
-    obs_len: int = 300,
-    group_size: int = 8,
-    seed: int = 0,
-) -> FlatBatch:
-    """Agentic rollouts (`mpo_rs.synthetic.flat_batch`): a prompt, then `turns` policy turns
-    of ~turn_len tokens, each followed by a ~obs_len-token tool observation (lengths and turn
-    counts jittered ±50%). Consecutive trajectories form groups of `group_size`; scores take
-    five partial-credit levels so that groups are rarely all equal; values on observation
-    tokens are NaN (never read)."""
-    return synthetic.flat_batch(
-        n_traj,
-        seed=seed,
-        turns=turns,
-        turn_len=turn_len,
-        obs_len=obs_len,
-        group_size=group_size,
-        nan_observations=True,
-    )
+def make_batch(n_traj: int = 1000, *, seed: int = 0, **shape: Any) -> FlatBatch:
+    """Agentic rollouts (`mpo_rs.synthetic.flat_batch`, whose shape options ``shape`` passes):
+    by default a prompt, then 8 policy turns of ~120 tokens, each followed by a ~300-token
+    tool observation (lengths and turn counts jittered ±50%). Consecutive trajectories form
+    groups of 8; scores take five partial-credit levels so that groups are rarely all equal;
+    values on observation tokens are NaN (never read)."""
+    return synthetic.flat_batch(n_traj, seed=seed, nan_observations=True, **shape)
 
 
-def batch_for_tokens(
-    tokens: float, *, turns: int = 8, turn_len: int = 120, obs_len: int = 300, group_size: int = 8, seed: int = 0
-) -> FlatBatch:
+def batch_for_tokens(tokens: float, **shape: Any) -> FlatBatch:
     """A `make_batch` batch of about `tokens` tokens (whole groups of trajectories)."""
-    return synthetic.batch_for_tokens(
-        tokens,
-        turns=turns,
-        turn_len=turn_len,
-        obs_len=obs_len,
-        group_size=group_size,
-        seed=seed,
-        nan_observations=True,
-    )
+    return synthetic.batch_for_tokens(tokens, nan_observations=True, **shape)
 
 
 # ---------------------------------------------------------------------------------------
