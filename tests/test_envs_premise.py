@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mpo_rs import InvalidConfigError, InvalidRolloutError
-from mpo_rs.envs import ENVIRONMENTS, FrozenLake, KeyDoor, MultiHop, MultiTurnEnv, Search, make, run_episode
+from mpo_rs.envs import ENVIRONMENTS, FrozenLake, KeyDoor, MultiHop, MultiTurnEnv, Search, Sokoban, make, run_episode
 from mpo_rs.envs import frozen_lake as fl
 from mpo_rs.envs import multi_hop as mh
 from mpo_rs.envs import search as se
@@ -149,21 +149,59 @@ def test_new_envs_conform_to_the_protocol():
             assert all(0 <= t < env.vocab_size for o in episode.observations for t in o)
 
 
-def test_new_envs_bad_parameters():
-    with pytest.raises(InvalidConfigError, match=r"Search: hit_prob must be a number in \[0, 1\], got 1.5"):
-        Search(hit_prob=1.5)
-    with pytest.raises(InvalidConfigError, match=r"MultiHop: num_entities must be >= 2 \* hops \+ 1 = 11, got 10"):
-        MultiHop(num_entities=10)
-    with pytest.raises(InvalidConfigError, match=r"FrozenLake: slippery must be a bool, got 1"):
-        FrozenLake(slippery=1)  # type: ignore[arg-type]
-    with pytest.raises(InvalidConfigError, match=r"frozen_lake: unknown parameter\(s\) p; accepted: size"):
-        make("frozen_lake", p=0.8)
-    with pytest.raises(InvalidRolloutError, match=r"MultiHop.oracle_action: 10 observations, expected 1..9"):
-        MultiHop().oracle_action([[mh.QUESTION, 10]] * 10)
-    with pytest.raises(InvalidRolloutError, match=r"Search.oracle_action: unexpected first observation \[1\]"):
-        Search().oracle_action([[1]])
-    with pytest.raises(InvalidRolloutError, match=r"FrozenLake.oracle_action: no grid among the observations"):
-        FrozenLake().oracle_action([[fl.ERROR]])
+@pytest.mark.parametrize(
+    ("error", "message", "call"),
+    [
+        (InvalidConfigError, r"Search: hit_prob must be a number in \[0, 1\], got 1.5", lambda: Search(hit_prob=1.5)),
+        (
+            InvalidConfigError,
+            r"MultiHop: num_entities must be >= 2 \* hops \+ 1 = 11, got 10",
+            lambda: MultiHop(num_entities=10),
+        ),
+        (InvalidConfigError, r"FrozenLake: slippery must be a bool, got 1", lambda: FrozenLake(slippery=1)),  # type: ignore[arg-type]
+        (
+            InvalidConfigError,
+            r"frozen_lake: unknown parameter\(s\) p; accepted: size",
+            lambda: make("frozen_lake", p=0.8),
+        ),
+        (
+            InvalidRolloutError,
+            r"MultiHop.oracle_action: 10 observations, expected 1..9",
+            lambda: MultiHop().oracle_action([[mh.QUESTION, 10]] * 10),
+        ),
+        (
+            InvalidRolloutError,
+            r"Search.oracle_action: unexpected first observation \[1\]",
+            lambda: Search().oracle_action([[1]]),
+        ),
+        (
+            InvalidRolloutError,
+            r"FrozenLake.oracle_action: no grid among the observations",
+            lambda: FrozenLake().oracle_action([[fl.ERROR]]),
+        ),
+        (InvalidConfigError, r"Sokoban: size must be an int >= 4, got 3", lambda: Sokoban(size=3)),
+        (InvalidConfigError, r"Sokoban: num_boxes must be an int >= 1, got 0", lambda: Sokoban(num_boxes=0)),
+        (InvalidConfigError, r"Sokoban: max_turns must be an int >= 1, got 1.5", lambda: Sokoban(max_turns=1.5)),  # type: ignore[arg-type]
+        (
+            InvalidConfigError,
+            r"Sokoban: search_depth must be <= max_turns = 6, got 10",
+            lambda: Sokoban(max_turns=6, search_depth=10),
+        ),
+        (
+            InvalidConfigError,
+            r"sokoban: unknown parameter\(s\) dim_room; accepted: size",
+            lambda: make("sokoban", dim_room=6),
+        ),
+        (
+            InvalidConfigError,
+            r"no room with a box to move after 1000 draws",
+            lambda: Sokoban(size=4, num_boxes=3).reset(0),
+        ),  # a 2x2 floor cannot hold three boxes, a target free and a player
+    ],
+)
+def test_new_envs_bad_parameters(error, message, call):
+    with pytest.raises(error, match=message):
+        call()
 
 
 # ---------------------------------------------------------------- oracles, chance, exact values
@@ -205,6 +243,7 @@ def test_model_oracle_is_the_env_oracle_on_noisy_histories():
         Search(num_topics=1, num_answers=2, max_turns=8),
         MultiHop(hops=1, num_entities=3, num_answers=2, max_turns=8),
         FrozenLake(size=2, frozen_prob=1.0, max_turns=8),
+        Sokoban(size=5, max_turns=40, search_depth=1),  # one-move rooms with a long budget
     ],
     ids=repr,
 )
@@ -222,7 +261,8 @@ def test_chance_success_matches_monte_carlo(env):
     p = env.chance_success()
     assert p > 0.002
     assert _close(successes, episodes, p), (successes, episodes * p)
-    if not isinstance(env, FrozenLake):  # the formula against the dynamic programme of the belief model
+    # The formula against the dynamic programme of the belief model (Sokoban's per room: test_sokoban.py).
+    if not isinstance(env, (FrozenLake, Sokoban)):
         assert exact_success(env, 1.0, range(5), well_formed=0.0) == pytest.approx(p, rel=1e-9)
 
 
