@@ -108,9 +108,22 @@ def reward(completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
     return rewards
 
 
-def cpu_config(output_dir: Path | str, *, max_steps: int, max_completion_length: int) -> GRPOConfig:
-    """TRL's configuration for a few small steps on the CPU, the same for both trainers."""
-    return GRPOConfig(
+def cpu_trainer(
+    model: Any,
+    tokenizer: Any,
+    dataset: Dataset,
+    output_dir: Path | str,
+    *,
+    max_steps: int,
+    max_completion_length: int,
+    reward: Any,
+    mpo: dict[str, Any],
+    **route: Any,
+) -> MPOGRPOTrainer:
+    """MPOGRPOTrainer with TRL's configuration for a few small steps on the CPU, the same for
+    both trainers: ``route`` is TRL's ``rollout_func`` or ``environment_factory``, ``mpo``
+    MPOGRPOTrainer's own arguments."""
+    args = GRPOConfig(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
@@ -125,6 +138,15 @@ def cpu_config(output_dir: Path | str, *, max_steps: int, max_completion_length:
         report_to="none",
         seed=0,
     )
+    return MPOGRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        **route,
+        **mpo,
+    )
 
 
 def build_trainer(output_dir: Path | str, *, rollout_log: Any = None, max_steps: int = 3, **mpo: Any) -> MPOGRPOTrainer:
@@ -132,23 +154,16 @@ def build_trainer(output_dir: Path | str, *, rollout_log: Any = None, max_steps:
     turn-ratio loss. ``mpo`` overrides MPOGRPOTrainer's own arguments."""
     model, tokenizer = tiny_model_and_tokenizer()
     dataset = Dataset.from_dict({"prompt": [" ".join(WORDS[i : i + 3]) for i in range(0, 24, 3)]})
-    args = cpu_config(output_dir, max_steps=max_steps, max_completion_length=16)
     options: dict[str, Any] = {
         "estimator": Estimator("mae", lam=0.8, lam_intra=0.95, beta=1.0),
         "baseline": "grpo",  # critic-free: the group mean is the value, scaled by 1/(group std + eps)
         "turn_ratio": "product",  # or "geo_mean"; None keeps TRL's token ratio
         "rollout_log": rollout_log,  # e.g. mpo_rs.rollout_log's writer, or None
     }
-    options.update(mpo)
-    return MPOGRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=dataset,
-        rollout_func=two_turn_rollout,
-        **options,
-    )
+    return cpu_trainer(
+        model, tokenizer, dataset, output_dir, max_steps=max_steps, max_completion_length=16,
+        reward=reward, rollout_func=two_turn_rollout, mpo={**options, **mpo},
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- tools: environment_factory
@@ -192,18 +207,11 @@ def build_environment_trainer(
     """MPOGRPOTrainer on TRL's tool path: a chat model whose template supports tool calls
     (e.g. a Qwen3), conversational prompts and ``environment_factory``."""
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"look up q{i}"}] for i in range(8)]})
-    args = cpu_config(output_dir, max_steps=max_steps, max_completion_length=256)
     options: dict[str, Any] = {"estimator": Estimator("mae", lam=0.8), "baseline": "grpo", "turn_ratio": "product"}
-    options.update(mpo)
-    return MPOGRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=[lookup_reward],
-        args=args,
-        train_dataset=dataset,
-        environment_factory=LookupEnv,
-        **options,
-    )
+    return cpu_trainer(
+        model, tokenizer, dataset, output_dir, max_steps=max_steps, max_completion_length=256,
+        reward=lookup_reward, environment_factory=LookupEnv, mpo={**options, **mpo},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
