@@ -59,10 +59,7 @@ def main() -> None:
                     if form == "padded":
                         w.append_padded(**padded, step=step)
                     else:
-                        w.append_flat(
-                            token_ids=b.token_ids, loss_mask=b.mask, offsets=b.offsets, values=b.values,
-                            rewards=b.rewards, scores=b.scores, group_ids=b.group_ids, step=step,
-                        )  # fmt: skip
+                        w.append_flat(**b.log_columns(), step=step)
             seconds = time.perf_counter() - start
             return seconds, len(w.files), sum(f.stat().st_size for f in w.files)
 

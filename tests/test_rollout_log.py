@@ -33,17 +33,7 @@ def batch(n: int = 24, seed: int = 0, **kw) -> synthetic.FlatBatch:
 
 
 def append(writer: RolloutLogWriter, b: synthetic.FlatBatch, step: int, **kw) -> None:
-    writer.append_flat(
-        token_ids=b.token_ids,
-        loss_mask=b.mask,
-        offsets=b.offsets,
-        values=b.values,
-        rewards=b.rewards,
-        scores=b.scores,
-        group_ids=b.group_ids,
-        step=step,
-        **kw,
-    )
+    writer.append_flat(**b.log_columns(), step=step, **kw)
 
 
 def read_log(directory: Path) -> pa.Table:
@@ -332,8 +322,7 @@ _KILLED_CHILD = textwrap.dedent(
     w = RolloutLogWriter(sys.argv[1], max_file_bytes=400_000, row_group_bytes=100_000)
     step = 0
     while True:
-        w.append_flat(token_ids=b.token_ids, loss_mask=b.mask, offsets=b.offsets, values=b.values,
-                      rewards=b.rewards, scores=b.scores, group_ids=b.group_ids, step=step)
+        w.append_flat(**b.log_columns(), step=step)
         step += 1
         if w.files and step % 3 == 0:
             print(len(w.files), flush=True)

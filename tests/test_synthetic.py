@@ -147,6 +147,17 @@ def assert_round_trip(table, b: FlatBatch, first: int = 0) -> None:
     np.testing.assert_array_equal(lengths, np.diff(off))
 
 
+def test_log_columns_are_append_flats_arguments():
+    import inspect
+
+    from mpo_rs.rollout_log import RolloutLogWriter
+
+    b = flat_batch(6, seed=3, tokens=True, **synthetic.TINY)
+    columns = b.log_columns()
+    assert set(columns) < set(inspect.signature(RolloutLogWriter.append_flat).parameters) - {"step"}
+    assert columns["loss_mask"] is b.mask and columns["token_ids"] is b.token_ids and columns["scores"] is b.scores
+
+
 @needs_pyarrow
 @pytest.mark.parametrize("large", [False, True])
 @pytest.mark.parametrize("chunks", [1, 4])

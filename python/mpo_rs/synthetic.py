@@ -66,8 +66,8 @@ towards the outcome from turn to turn, token ids and old log-probabilities."""
 @dataclass
 class FlatBatch:
     """N multi-turn trajectories, flat + offsets (mpo_rs's layout), with converters to the
-    layouts other tools take: padded (B, L) rows (verl), per-trajectory policy-token arrays
-    and one policy-token sequence with end flags (torchrl)."""
+    layouts other tools take: padded (B, L) rows (verl), per-trajectory policy-token arrays,
+    one policy-token sequence with end flags (torchrl) and a rollout log's columns."""
 
     values: np.ndarray  # float32[T]
     mask: np.ndarray  # bool[T]
@@ -144,6 +144,19 @@ class FlatBatch:
         last = np.ones(traj_of_token.shape[0], bool)
         last[:-1] = traj_of_token[1:] != traj_of_token[:-1]
         return self.values[self.mask], self.rewards[self.mask], last
+
+    def log_columns(self) -> dict[str, Any]:
+        """The keyword arguments of :meth:`mpo_rs.rollout_log.RolloutLogWriter.append_flat`
+        that hold the batch (all but ``step``)."""
+        return {
+            "token_ids": self.token_ids,
+            "loss_mask": self.mask,
+            "offsets": self.offsets,
+            "values": self.values,
+            "rewards": self.rewards,
+            "scores": self.scores,
+            "group_ids": self.group_ids,
+        }
 
 
 def _lengths(rng: np.random.Generator, spread: Spread, size: int) -> np.ndarray:
