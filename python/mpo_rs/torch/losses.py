@@ -28,16 +28,8 @@ import torch
 from torch import Tensor
 
 from ..exceptions import InvalidOptionError, InvalidRolloutError
-from ._layout import (
-    Layout,
-    as_float,
-    bool_mask,
-    check_choice,
-    check_graded,
-    compute_dtype,
-    make_layout,
-    turn_index_from_mask,
-)
+from . import _layout
+from ._layout import Layout, as_float, bool_mask, check_choice, compute_dtype, make_layout, turn_index_from_mask
 from ._ratio import (
     RATIO_MODES,
     TURN_RATIO_STATISTICS,
@@ -259,7 +251,7 @@ def value_loss(
     ``return_mean``, ``explained_variance`` (1 - Var(G - V) / Var(G), token-weighted; NaN when
     Var(G) <= 1e-8).
     """
-    check_graded(values, "values")
+    _layout.check_graded(values, "values")
     check_choice(agg, AGGREGATIONS, "agg")
     if clip is not None and not clip > 0.0:
         raise InvalidOptionError(f"`clip` must be positive (or None), got {clip}")
