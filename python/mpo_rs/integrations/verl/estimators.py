@@ -14,7 +14,7 @@ from torch import Tensor
 from ... import estimators
 from ...exceptions import InvalidBatchError
 from ...torch import critic_free, padded
-from .config import EstimatorOptions, estimator_options
+from .config import EstimatorOptions, estimator_options, published
 from .values_hook import critic_values, hooked_batch
 
 __all__ = [
@@ -57,9 +57,7 @@ def _with_critic(name: str, observation_rewards: str, doc: str) -> Callable[...,
         assert returns is not None  # a critic estimator's
         return advantages, returns
 
-    estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"
-    estimator.__doc__ = doc
-    return estimator
+    return published(estimator, f"compute_{name}_advantage", doc)
 
 
 # lam_critic = lam (the config's): verl's returns = advantages + values.

@@ -14,7 +14,7 @@ from verl.utils import torch_functional as verl_F
 
 from ...exceptions import InvalidRolloutError
 from ...torch import losses
-from .config import InvalidConfigError, config_get
+from .config import InvalidConfigError, config_get, published
 
 # verl leaves masked_mean(values, mask) unannotated; bound once with its types so the calls are checked.
 _masked_mean: Callable[[Tensor, Tensor], Tensor] = verl_F.masked_mean
@@ -117,9 +117,7 @@ def _loss_mode(mode: str, turn_ratio: str, doc: str) -> Callable[..., tuple[Tens
             old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, turn_ratio
         )
 
-    loss.__name__ = loss.__qualname__ = f"compute_policy_loss_{mode}"
-    loss.__doc__ = doc
-    return loss
+    return published(loss, f"compute_policy_loss_{mode}", doc)
 
 
 compute_policy_loss_mpo = _loss_mode(
