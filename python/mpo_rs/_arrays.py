@@ -54,6 +54,16 @@ def _one_dim(arr: np.ndarray, name: str) -> None:
         raise InvalidBatchError(f"`{name}` must be 1-D (flat tokens or trajectories), got shape {arr.shape}")
 
 
+def _flat_of_kind(x: Any, name: str, kinds: str, what: str) -> np.ndarray:
+    """``x`` as a 1-D numpy array whose dtype kind is one of ``kinds``, else
+    ``InvalidBatchError``: `name` must be ``what``."""
+    arr = as_numpy(x, name)
+    if arr.dtype.kind not in kinds:
+        raise InvalidBatchError(f"`{name}` must be {what}, got dtype {arr.dtype}")
+    _one_dim(arr, name)
+    return arr
+
+
 # What one element of an argument is, when it is not a token (for error messages).
 _UNITS = {"scores": "trajectory", "per_trajectory": "trajectory", "check_scores": "trajectory", "turn_rewards": "turn"}
 
@@ -68,10 +78,7 @@ def float32(x: Any, name: str, where: Callable[[int], str] | None = None) -> npt
     (default: the token, trajectory or turn, as ``name`` holds one per each)."""
     if _ready(x, _F32):
         return x  # type: ignore[no-any-return]
-    arr = as_numpy(x, name)
-    if arr.dtype.kind not in "fiub":
-        raise InvalidBatchError(f"`{name}` must be a real numeric array, got dtype {arr.dtype}")
-    _one_dim(arr, name)
+    arr = _flat_of_kind(x, name, "fiub", "a real numeric array")
     if arr.dtype.kind != "f" or arr.dtype.itemsize <= 4:
         return np.ascontiguousarray(arr, dtype=np.float32)  # integers and halves always fit
     # A wider float beyond float32's range would become ±inf (with a RuntimeWarning) and
@@ -95,10 +102,7 @@ def _number(x: Any) -> str:
 def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
     if _ready(x, _I64):
         return x  # type: ignore[no-any-return]
-    arr = as_numpy(x, name)
-    if arr.dtype.kind not in "iu":
-        raise InvalidBatchError(f"`{name}` must be an integer array, got dtype {arr.dtype}")
-    _one_dim(arr, name)
+    arr = _flat_of_kind(x, name, "iu", "an integer array")
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         raise InvalidBatchError(f"`{name}` holds values beyond int64")
     return np.ascontiguousarray(arr, dtype=np.int64)

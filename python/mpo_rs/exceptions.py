@@ -22,22 +22,16 @@ read ``mpo_rs.exceptions.InvalidBatchError``.
 
 from __future__ import annotations
 
-from ._native import (
-    InvalidBatchError,
-    InvalidConfigError,
-    InvalidOptionError,
-    InvalidRolloutError,
-    MissingCriticValuesError,
-    MissingDependencyError,
-    MpoError,
-)
+from . import _native
 
-__all__ = [
-    "InvalidBatchError",
-    "InvalidConfigError",
-    "InvalidOptionError",
-    "InvalidRolloutError",
-    "MissingCriticValuesError",
-    "MissingDependencyError",
-    "MpoError",
-]
+# `X as X`: each name is typed as re-exported where it is imported.
+from ._native import InvalidBatchError as InvalidBatchError
+from ._native import InvalidConfigError as InvalidConfigError
+from ._native import InvalidOptionError as InvalidOptionError
+from ._native import InvalidRolloutError as InvalidRolloutError
+from ._native import MissingCriticValuesError as MissingCriticValuesError
+from ._native import MissingDependencyError as MissingDependencyError
+from ._native import MpoError as MpoError
+
+# The hierarchy as the extension lists it (its classes, most general first).
+__all__ = [name for name in _native.__all__ if name.endswith("Error")]

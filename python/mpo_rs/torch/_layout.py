@@ -22,6 +22,7 @@ __all__ = [
     "as_float",
     "bool_mask",
     "check_choice",
+    "check_graded",
     "compute_dtype",
     "flat_turn_index",
     "make_layout",
@@ -107,6 +108,17 @@ def bool_mask(mask: Any, like: Tensor) -> Tensor:
 def compute_dtype(x: Tensor) -> torch.dtype:
     # bf16/fp16 log-probs are upcast: exp() of a sum of many of them must not round.
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def check_graded(x: Any, name: str) -> None:
+    """``x`` is what a loss differentiates (``log_prob``, the critic's ``values``): a floating
+    tensor, padded ``(B, L)`` or flat ``(T,)``; else ``InvalidRolloutError`` naming it."""
+    if not isinstance(x, Tensor):
+        raise InvalidRolloutError(f"`{name}` must be a torch.Tensor (it carries the gradient), got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise InvalidRolloutError(f"`{name}` must be floating point, got {x.dtype}")
+    if x.dim() not in (1, 2):
+        raise InvalidRolloutError(f"`{name}` must be padded (B, L) or flat (T,), got shape {tuple(x.shape)}")
 
 
 def check_choice(value: str, allowed: tuple[str, ...], name: str) -> None:

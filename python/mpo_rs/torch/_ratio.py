@@ -17,6 +17,7 @@ from ._layout import (
     as_float,
     bool_mask,
     check_choice,
+    check_graded,
     compute_dtype,
     flat_turn_index,
     make_layout,
@@ -85,17 +86,6 @@ class Ratio:
     turn_index: Tensor | None  # bucket 1 + turn id per token (see turn_index_from_mask)
 
 
-def _check_log_prob(log_prob: Any) -> None:
-    if not isinstance(log_prob, Tensor):
-        raise InvalidRolloutError(
-            f"`log_prob` must be a torch.Tensor (it carries the gradient), got {type(log_prob).__name__}"
-        )
-    if not log_prob.dtype.is_floating_point:
-        raise InvalidRolloutError(f"`log_prob` must be floating point, got {log_prob.dtype}")
-    if log_prob.dim() not in (1, 2):
-        raise InvalidRolloutError(f"`log_prob` must be padded (B, L) or flat (T,), got shape {tuple(log_prob.shape)}")
-
-
 def compute_ratio(
     log_prob: Tensor,
     old_log_prob: Any,
@@ -108,7 +98,7 @@ def compute_ratio(
 ) -> Ratio:
     """The checked ratio of one call with what the loss needs next; the arguments are
     :func:`~mpo_rs.torch.losses.policy_loss`'s."""
-    _check_log_prob(log_prob)
+    check_graded(log_prob, "log_prob")
     check_choice(ratio, RATIO_MODES, "ratio")
     check_choice(turn_ratio, TURN_RATIOS, "turn_ratio")
     if not log_ratio_clamp > 0.0:
@@ -215,7 +205,7 @@ def turn_ratio_statistics(
     and the share outside ``[1 - clip_low, 1 + clip_high]``. Detached 0-dim tensors, no host
     synchronisation. Padded ``(B, L)`` inputs, or flat ones with ``token_turn``, as in
     ``policy_loss``."""
-    _check_log_prob(log_prob)
+    check_graded(log_prob, "log_prob")
     check_clip_range(clip_low, clip_high, None)
     padded = log_prob.dim() == 2
     if padded and token_turn is not None:

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..exceptions import InvalidOptionError, InvalidRolloutError
+from . import _layout
 from ._layout import Layout, as_float, bool_mask, check_choice, compute_dtype, make_layout, turn_index_from_mask
 from ._ratio import (
     RATIO_MODES,
@@ -250,14 +251,7 @@ def value_loss(
     ``return_mean``, ``explained_variance`` (1 - Var(G - V) / Var(G), token-weighted; NaN when
     Var(G) <= 1e-8).
     """
-    if not isinstance(values, Tensor):
-        raise InvalidRolloutError(
-            f"`values` must be a torch.Tensor (it carries the gradient), got {type(values).__name__}"
-        )
-    if not values.dtype.is_floating_point:
-        raise InvalidRolloutError(f"`values` must be floating point, got {values.dtype}")
-    if values.dim() not in (1, 2):
-        raise InvalidRolloutError(f"`values` must be padded (B, L) or flat (T,), got shape {tuple(values.shape)}")
+    _layout.check_graded(values, "values")
     check_choice(agg, AGGREGATIONS, "agg")
     if clip is not None and not clip > 0.0:
         raise InvalidOptionError(f"`clip` must be positive (or None), got {clip}")

@@ -60,6 +60,7 @@ with needs("mpo_rs.integrations.verl", "verl"):
     from verl.trainer.ppo import core_algos
     from verl.utils import torch_functional  # noqa: F401  (the loss's metrics)
 
+from . import estimators
 from .config import (
     CRITIC_ESTIMATORS,
     CRITIC_FREE_ESTIMATORS,
@@ -72,17 +73,17 @@ from .config import (
     MPOOptions,
     estimator_options,
 )
-from .estimators import (
-    compute_gae_advantage_return,
-    compute_mpo_bilevel_gae_advantage,
-    compute_mpo_gae_advantage,
-    compute_mpo_gigpo_advantage,
-    compute_mpo_grpo_advantage,
-    compute_mpo_mae_advantage,
-    compute_mpo_mae_grpo_advantage,
-    compute_mpo_mae_rloo_advantage,
-    compute_mpo_rloo_advantage,
-)
+
+# The estimator functions, re-exported (`X as X`); `__all__` takes their names from the module's.
+from .estimators import compute_gae_advantage_return as compute_gae_advantage_return
+from .estimators import compute_mpo_bilevel_gae_advantage as compute_mpo_bilevel_gae_advantage
+from .estimators import compute_mpo_gae_advantage as compute_mpo_gae_advantage
+from .estimators import compute_mpo_gigpo_advantage as compute_mpo_gigpo_advantage
+from .estimators import compute_mpo_grpo_advantage as compute_mpo_grpo_advantage
+from .estimators import compute_mpo_mae_advantage as compute_mpo_mae_advantage
+from .estimators import compute_mpo_mae_grpo_advantage as compute_mpo_mae_grpo_advantage
+from .estimators import compute_mpo_mae_rloo_advantage as compute_mpo_mae_rloo_advantage
+from .estimators import compute_mpo_rloo_advantage as compute_mpo_rloo_advantage
 from .loss import compute_policy_loss_mpo, compute_policy_loss_mpo_geo_mean
 from .rollout_log import ROLLOUT_LOG_ENV, log_batch
 from .values_hook import VALUES_HOOK_ENV, install_values_hook
@@ -99,15 +100,6 @@ __all__ = [
     "InvalidConfigError",
     "MPOOptions",
     "MissingCriticValuesError",
-    "compute_gae_advantage_return",
-    "compute_mpo_bilevel_gae_advantage",
-    "compute_mpo_gae_advantage",
-    "compute_mpo_gigpo_advantage",
-    "compute_mpo_grpo_advantage",
-    "compute_mpo_mae_advantage",
-    "compute_mpo_mae_grpo_advantage",
-    "compute_mpo_mae_rloo_advantage",
-    "compute_mpo_rloo_advantage",
     "compute_policy_loss_mpo",
     "compute_policy_loss_mpo_geo_mean",
     "estimator_options",
@@ -115,6 +107,7 @@ __all__ = [
     "log_batch",
     "register",
 ]
+__all__ += [name for name in estimators.__all__ if name.startswith("compute_")]
 
 
 _ESTIMATOR_FUNCTIONS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {

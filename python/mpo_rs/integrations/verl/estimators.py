@@ -14,7 +14,7 @@ from torch import Tensor
 from ... import estimators
 from ...exceptions import InvalidBatchError
 from ...torch import critic_free, padded
-from .config import EstimatorOptions, estimator_options
+from .config import EstimatorOptions, estimator_options, published
 from .values_hook import critic_values, hooked_batch
 
 __all__ = [
@@ -31,82 +31,68 @@ __all__ = [
 ]
 
 
-def _with_critic(
-    name: str,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    config: Any,
-    values: Tensor | None,
-    observation_rewards: str,
-) -> tuple[Tensor, Tensor]:
-    """A critic estimator of the plug-in: the critic's values, the options of ``config``
-    resolved once, one call of :func:`mpo_rs.torch.padded.advantages`."""
-    values = critic_values(values, name)
-    options = estimator_options(name, config)
-    advantages, returns = padded.advantages(
-        response_mask,
-        token_level_rewards,
-        values=values,
-        observation_rewards=observation_rewards,
-        whiten=options.whiten,
-        estimator=options.estimator,
-    )
-    assert returns is not None  # a critic estimator's
-    return advantages, returns
+def _with_critic(name: str, observation_rewards: str, doc: str) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The critic estimator ``name`` of the plug-in in verl's signature (documented by
+    ``doc``): the critic's values, the options of ``config`` resolved once, one call of
+    :func:`mpo_rs.torch.padded.advantages` with ``observation_rewards``."""
+
+    def estimator(
+        token_level_rewards: Tensor,
+        response_mask: Tensor,
+        config: Any = None,
+        index: Any = None,
+        values: Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, Tensor]:
+        values = critic_values(values, name)
+        options = estimator_options(name, config)
+        advantages, returns = padded.advantages(
+            response_mask,
+            token_level_rewards,
+            values=values,
+            observation_rewards=observation_rewards,
+            whiten=options.whiten,
+            estimator=options.estimator,
+        )
+        assert returns is not None  # a critic estimator's
+        return advantages, returns
+
+    return published(estimator, f"compute_{name}_advantage", doc)
 
 
-def compute_mpo_gae_advantage(
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    config: Any = None,
-    index: Any = None,
-    values: Tensor | None = None,
-    **kwargs: Any,
-) -> tuple[Tensor, Tensor]:
+# lam_critic = lam (the config's): verl's returns = advantages + values.
+compute_mpo_gae_advantage = _with_critic(
+    "mpo_gae",
+    "drop",
     """``mpo_gae``: token GAE over the LLM tokens of each row, observation tokens skipped,
     as verl's ``compute_gae_advantage_return`` (``algorithm.gamma``, ``algorithm.lam``;
     returns = unwhitened advantages + values; advantages whitened unless
     ``algorithm.mpo.whiten=false``). Rewards on observation tokens are ignored, as verl's
     loop ignores them. Advantages and returns are 0 off the LLM tokens.
-    """
-    # lam_critic = lam (the config's): verl's returns = advantages + values.
-    return _with_critic("mpo_gae", token_level_rewards, response_mask, config, values, observation_rewards="drop")
+    """,
+)
 
-
-def compute_mpo_mae_advantage(
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    config: Any = None,
-    index: Any = None,
-    values: Tensor | None = None,
-    **kwargs: Any,
-) -> tuple[Tensor, Tensor]:
+compute_mpo_mae_advantage = _with_critic(
+    "mpo_mae",
+    "credit",
     """``mpo_mae``: multiscale advantage estimation with the critic's values.
 
     A turn is a run of LLM tokens in a row. Options from ``algorithm.mpo`` (:class:`MPOOptions`)
     and ``algorithm.gamma`` (discount per interaction). A reward on an observation token is
     credited to the LLM token before it. Returns are the critic's targets (``lam_critic``).
-    """
-    return _with_critic("mpo_mae", token_level_rewards, response_mask, config, values, observation_rewards="credit")
+    """,
+)
 
-
-def compute_mpo_bilevel_gae_advantage(
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    config: Any = None,
-    index: Any = None,
-    values: Tensor | None = None,
-    **kwargs: Any,
-) -> tuple[Tensor, Tensor]:
+compute_mpo_bilevel_gae_advantage = _with_critic(
+    "mpo_bilevel_gae",
+    "credit",
     """``mpo_bilevel_gae``: RAGEN's bi-level GAE with the critic's values, turns from the
     mask (``algorithm.gamma``, ``algorithm.lam``, ``algorithm.high_level_gamma``;
     advantages whitened unless ``algorithm.mpo.whiten=false``, as RAGEN whitens them;
     returns = unwhitened advantages + values). A reward on an observation token is credited
     to the LLM token before it (the end of the turn it answers).
-    """
-    return _with_critic(
-        "mpo_bilevel_gae", token_level_rewards, response_mask, config, values, observation_rewards="credit"
-    )
+    """,
+)
 
 
 def _group_ids(index: Any, rows: int, estimator: str) -> np.ndarray:

@@ -14,7 +14,7 @@ from verl.utils import torch_functional as verl_F
 
 from ...exceptions import InvalidRolloutError
 from ...torch import losses
-from .config import InvalidConfigError, config_get
+from .config import InvalidConfigError, config_get, published
 
 # verl leaves masked_mean(values, mask) unannotated; bound once with its types so the calls are checked.
 _masked_mean: Callable[[Tensor, Tensor], Tensor] = verl_F.masked_mean
@@ -100,15 +100,29 @@ def _turn_ratio_loss(
     return loss, metrics
 
 
-def compute_policy_loss_mpo(
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Any]]:
+def _loss_mode(mode: str, turn_ratio: str, doc: str) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
+    """The function of ``loss_mode=mode`` (the turn ratio ``turn_ratio``) in verl's
+    signature, documented by ``doc``."""
+
+    def loss(
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, Any]]:
+        return _turn_ratio_loss(
+            old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, turn_ratio
+        )
+
+    return published(loss, f"compute_policy_loss_{mode}", doc)
+
+
+compute_policy_loss_mpo = _loss_mode(
+    "mpo",
+    "product",
     """``loss_mode=mpo``: the clipped surrogate with MPO's turn importance ratio.
 
     Each turn's ratio rho_t = exp(sum of its tokens' log-ratios) is the forward value on
@@ -119,23 +133,12 @@ def compute_policy_loss_mpo(
     ``loss_agg_mode`` and the actor's ``global_batch_info``. Metrics as verl's ``vanilla``
     plus the turn-ratio mean and max and ``actor/turn_ratio_*``, the per-turn statistics of
     :func:`mpo_rs.torch.losses.turn_ratio_statistics`.
-    """
-    return _turn_ratio_loss(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, "product"
-    )
+    """,
+)
 
-
-def compute_policy_loss_mpo_geo_mean(
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Any]]:
+compute_policy_loss_mpo_geo_mean = _loss_mode(
+    "mpo_geo_mean",
+    "geo_mean",
     """``loss_mode=mpo_geo_mean``: as ``mpo`` with the turn ratio's geometric mean
-    rho_t = exp(mean of the turn's token log-ratios), which does not grow with turn length."""
-    return _turn_ratio_loss(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, "geo_mean"
-    )
+    rho_t = exp(mean of the turn's token log-ratios), which does not grow with turn length.""",
+)
