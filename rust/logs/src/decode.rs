@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::fs::File;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, RecordBatch};
+use arrow::array::{downcast_integer_array, Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, RecordBatch};
 use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{self as dt, SchemaRef};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -415,29 +415,21 @@ impl<'a, 'n> ListCol<'a, 'n> {
                 Some(i) => Err(bad(span.start + i, m[i] as i64)),
             };
         }
-        macro_rules! ints {
-            ($($t:ty),*) => {$(
-                if let Some(p) = child.as_primitive_opt::<$t>() {
-                    let vals = &p.values()[span.clone()];
-                    let mut out = Vec::with_capacity(vals.len());
-                    for (i, &x) in vals.iter().enumerate() {
-                        if x != 0 && x != 1 {
-                            return Err(bad(span.start + i, x as i64));
-                        }
-                        out.push(x as u8);
+        // The other integer types (uint8 took the borrowing path above).
+        downcast_integer_array!(
+            child => {
+                let vals = &child.values()[span.clone()];
+                let mut out = Vec::with_capacity(vals.len());
+                #[allow(clippy::unnecessary_cast, reason = "one body serves every integer type, some of them i64")]
+                for (i, &x) in vals.iter().enumerate() {
+                    if x != 0 && x != 1 {
+                        return Err(bad(span.start + i, x as i64));
                     }
-                    return Ok(Cow::Owned(out));
+                    out.push(x as u8);
                 }
-            )*};
-        }
-        ints!(
-            dt::Int8Type,
-            dt::Int16Type,
-            dt::Int32Type,
-            dt::Int64Type,
-            dt::UInt16Type,
-            dt::UInt32Type,
-            dt::UInt64Type
+                return Ok(Cow::Owned(out));
+            }
+            _ => {}
         );
         Err(DataError::ColumnType {
             column: self.name.into(),
@@ -493,24 +485,10 @@ fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Narrowed<'_>
         return Some(Ok(Cow::Owned(narrow)));
     }
     // Every integer type fits float32's range (u64::MAX is about 1.8e19).
-    macro_rules! convert {
-        ($($t:ty),*) => {$(
-            if let Some(p) = array.as_primitive_opt::<$t>() {
-                return Some(Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as f32).collect())));
-            }
-        )*};
-    }
-    convert!(
-        dt::Int8Type,
-        dt::Int16Type,
-        dt::Int32Type,
-        dt::Int64Type,
-        dt::UInt8Type,
-        dt::UInt16Type,
-        dt::UInt32Type,
-        dt::UInt64Type
-    );
-    None
+    downcast_integer_array!(
+        array => Some(Ok(Cow::Owned(array.values()[span].iter().map(|&x| x as f32).collect()))),
+        _ => None,
+    )
 }
 
 /// The first null index of `nulls` within `span`.

@@ -16,7 +16,10 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch, UInt64Array};
+use arrow::array::{
+    downcast_integer_array, Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch,
+    UInt64Array,
+};
 use arrow::compute::cast;
 use arrow::datatypes::{self as dt, DataType, Field, Schema};
 use mpo_core::{group_advantage, GroupMoments, GroupParams};
@@ -565,25 +568,14 @@ fn for_each_key(
             return Err(DataError::NullValue { column: name.into(), row: row as u64 });
         }
     }
-    macro_rules! ints {
-        ($($t:ty),*) => {$(
-            if let Some(p) = array.as_primitive_opt::<$t>() {
-                for (row, &v) in p.values().iter().enumerate() {
-                    f(row, Key::Int(v as i128))?;
-                }
-                return Ok(());
+    downcast_integer_array!(
+        array => {
+            for (row, &v) in array.values().iter().enumerate() {
+                f(row, Key::Int(v as i128))?;
             }
-        )*};
-    }
-    ints!(
-        dt::Int8Type,
-        dt::Int16Type,
-        dt::Int32Type,
-        dt::Int64Type,
-        dt::UInt8Type,
-        dt::UInt16Type,
-        dt::UInt32Type,
-        dt::UInt64Type
+            return Ok(());
+        }
+        _ => {}
     );
     // NaN and ±inf ids are missing, refused like nulls (the rule of the Python API).
     macro_rules! floats {
