@@ -202,39 +202,38 @@ pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Res
     match reward {
         RewardColumn::Score(name) => read_numbers(batch, name),
         RewardColumn::Token(name) | RewardColumn::Turn(name) => {
+            let per_turn = matches!(reward, RewardColumn::Turn(_));
             let col = ListCol::get(batch, name)?;
-            let rewards = col.numbers_per(matches!(reward, RewardColumn::Turn(_)))?;
-            let offsets = col.offsets.rebased();
-            let mut scores = Vec::with_capacity(offsets.len() - 1);
-            for (row, w) in offsets.windows(2).enumerate() {
-                let mut sum = 0f64;
-                for (k, &r) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
-                    if !r.is_finite() && matches!(reward, RewardColumn::Turn(_)) {
-                        return Err(DataError::NonFiniteTurn {
-                            column: name.clone(),
-                            row: row as u64,
-                            turn: k as u64,
-                            value: r,
-                        });
-                    }
-                    if !r.is_finite() {
-                        return Err(DataError::NonFiniteToken {
-                            column: name.clone(),
-                            row: row as u64,
-                            token: k as u64,
-                            value: r,
-                        });
-                    }
-                    sum += r as f64;
-                }
-                if (sum as f32).is_infinite() {
-                    return Err(DataError::RewardSumOutOfRange { column: name.clone(), row: row as u64, value: sum });
-                }
-                scores.push(sum as f32);
-            }
-            Ok(Cow::Owned(scores))
+            let rewards = col.numbers_per(per_turn)?;
+            row_sums(&rewards, &col.offsets.rebased(), name, per_turn).map(Cow::Owned)
         }
     }
+}
+
+/// The sum of each row's rewards (`offsets` cut `rewards` into rows), in float64 and in
+/// order, as float32: a non-finite reward (per turn or per token) or a sum beyond
+/// float32's range is refused, naming `column` and the row.
+pub(crate) fn row_sums(rewards: &[f32], offsets: &[i64], column: &str, per_turn: bool) -> Result<Vec<f32>, DataError> {
+    let mut sums = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for (row, w) in offsets.windows(2).enumerate() {
+        let row = row as u64;
+        let mut sum = 0f64;
+        for (k, &value) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
+            if !value.is_finite() {
+                let (column, k) = (column.into(), k as u64);
+                return Err(match per_turn {
+                    true => DataError::NonFiniteTurn { column, row, turn: k, value },
+                    false => DataError::NonFiniteToken { column, row, token: k, value },
+                });
+            }
+            sum += value as f64;
+        }
+        if (sum as f32).is_infinite() {
+            return Err(DataError::RewardSumOutOfRange { column: column.into(), row, value: sum });
+        }
+        sums.push(sum as f32);
+    }
+    Ok(sums)
 }
 
 /// A numeric (non-list) column as f32, one value per row; NaN/Inf refused.
