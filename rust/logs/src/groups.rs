@@ -624,6 +624,16 @@ mod tests {
         stats
     }
 
+    /// Batches of an int64 group column `g` (with their scores), cut at `cuts`.
+    fn cut_into_batches(ids: &[i64], scores: &[f32], cuts: &[usize]) -> Vec<(RecordBatch, Vec<f32>)> {
+        cuts.windows(2)
+            .map(|w| {
+                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
+                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
+            })
+            .collect()
+    }
+
     fn lcg(seed: &mut u64) -> u64 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *seed >> 33
@@ -643,14 +653,7 @@ mod tests {
             (uniq, codes)
         };
         let n_groups = codes.iter().max().unwrap() + 1;
-        let cuts = [0usize, 1, 130, 131, 400, n];
-        let batches: Vec<(RecordBatch, Vec<f32>)> = cuts
-            .windows(2)
-            .map(|w| {
-                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
-                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
-            })
-            .collect();
+        let batches = cut_into_batches(&ids, &scores, &[0, 1, 130, 131, 400, n]);
         for params in [
             GroupParams::default(),
             GroupParams { norm_std: false, ..Default::default() },
@@ -733,14 +736,7 @@ mod tests {
         let n = 400;
         let ids: Vec<i64> = (0..n).map(|_| (lcg(&mut seed) % 23) as i64 - 5).collect();
         let scores: Vec<f32> = (0..n).map(|_| (lcg(&mut seed) % 1000) as f32 / 9.0 - 20.0).collect();
-        let cuts = [0usize, 3, 150, 151, 320, n];
-        let batches: Vec<(RecordBatch, Vec<f32>)> = cuts
-            .windows(2)
-            .map(|w| {
-                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
-                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
-            })
-            .collect();
+        let batches = cut_into_batches(&ids, &scores, &[0, 3, 150, 151, 320, n]);
         let partials: Vec<RecordBatch> =
             batches.iter().map(|(b, s)| GroupStats::of_batches("g", &[(b, s)]).unwrap().to_table().unwrap()).collect();
         let merged = GroupStats::merge(GroupParams::default(), &partials, None).unwrap();
