@@ -67,14 +67,25 @@ pub struct TurnLevelRef {
     pub turn_advantages: Vec<f64>,
 }
 
-impl TurnLevelRef {
-    fn zeros(n_tokens: usize, n_turns: usize) -> Self {
-        TurnLevelRef {
-            advantages: vec![0.0; n_tokens],
-            returns: vec![0.0; n_tokens],
-            turn_advantages: vec![0.0; n_turns],
-        }
+/// Zeroed outputs filled by `body(j, turn ids, their token positions, out)` for every
+/// trajectory j of the batch.
+fn over_turns(
+    mask: &[u8],
+    offsets: &[i64],
+    mut body: impl FnMut(usize, &[usize], &[Vec<usize>], &mut TurnLevelRef),
+) -> TurnLevelRef {
+    let turns = segment(mask, offsets);
+    let n_tokens = mask.len();
+    let mut out = TurnLevelRef {
+        advantages: vec![0.0; n_tokens],
+        returns: vec![0.0; n_tokens],
+        turn_advantages: vec![0.0; turns.starts.len()],
+    };
+    for j in 0..offsets.len() - 1 {
+        let (tids, toks) = turns.of_trajectory(j);
+        body(j, &tids, &toks, &mut out);
     }
+    out
 }
 
 /// MAE, every quantity by its defining sum.
@@ -109,10 +120,7 @@ pub fn mae_truncated(
     lam_critic: f64,
 ) -> TurnLevelRef {
     let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-    let turns = segment(mask, offsets);
-    let mut out = TurnLevelRef::zeros(mask.len(), turns.starts.len());
-    for j in 0..offsets.len() - 1 {
-        let (tids, toks) = turns.of_trajectory(j);
+    over_turns(mask, offsets, |j, tids, toks, out| {
         let n = tids.len();
         let end_v = if n > 0 && truncated.get(j) == Some(&true) { v[toks[n - 1][toks[n - 1].len() - 1]] } else { 0.0 };
         let first_v = |k: usize| if k < n { v[toks[k][0]] } else { end_v };
@@ -157,8 +165,7 @@ pub fn mae_truncated(
                 out.returns[toks[k][i]] = v[toks[k][i]] + c;
             }
         }
-    }
-    out
+    })
 }
 
 /// Token GAE over policy tokens: A_q = Σ_k (γλ)^k δ_{q+k}.
@@ -255,10 +262,7 @@ pub fn bilevel(
     high_level_gamma: f64,
 ) -> TurnLevelRef {
     let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-    let turns = segment(mask, offsets);
-    let mut out = TurnLevelRef::zeros(mask.len(), turns.starts.len());
-    for j in 0..offsets.len() - 1 {
-        let (tids, toks) = turns.of_trajectory(j);
+    over_turns(mask, offsets, |_, tids, toks, out| {
         let n = tids.len();
         let end_v = |k: usize| if k < n { v[*toks[k].last().expect("a turn has a token")] } else { 0.0 };
         let d_hi: Vec<f64> = (0..n)
@@ -283,6 +287,5 @@ pub fn bilevel(
                 out.returns[tk[i]] = a + v[tk[i]];
             }
         }
-    }
-    out
+    })
 }
