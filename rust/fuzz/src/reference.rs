@@ -67,13 +67,15 @@ pub struct TurnLevelRef {
     pub turn_advantages: Vec<f64>,
 }
 
-/// Zeroed outputs filled by `body(j, turn ids, their token positions, out)` for every
-/// trajectory j of the batch.
+/// Zeroed outputs filled by `body(v, j, turn ids, their token positions, out)` for every
+/// trajectory j of the batch, `v` being the values in f64.
 fn over_turns(
+    values: &[f32],
     mask: &[u8],
     offsets: &[i64],
-    mut body: impl FnMut(usize, &[usize], &[Vec<usize>], &mut TurnLevelRef),
+    mut body: impl FnMut(&[f64], usize, &[usize], &[Vec<usize>], &mut TurnLevelRef),
 ) -> TurnLevelRef {
+    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
     let turns = segment(mask, offsets);
     let n_tokens = mask.len();
     let mut out = TurnLevelRef {
@@ -83,29 +85,13 @@ fn over_turns(
     };
     for j in 0..offsets.len() - 1 {
         let (tids, toks) = turns.of_trajectory(j);
-        body(j, &tids, &toks, &mut out);
+        body(&v, j, &tids, &toks, &mut out);
     }
     out
 }
 
-/// MAE, every quantity by its defining sum.
-#[allow(clippy::too_many_arguments)]
-pub fn mae(
-    values: &[f32],
-    mask: &[u8],
-    offsets: &[i64],
-    r: &[f64],
-    lam: f64,
-    lam_intra: f64,
-    beta: f64,
-    gamma: f64,
-    lam_critic: f64,
-) -> TurnLevelRef {
-    mae_truncated(values, mask, offsets, r, &[], lam, lam_intra, beta, gamma, lam_critic)
-}
-
-/// [`mae`] where trajectory j with `truncated[j]` (missing: false) has V_{T+1,1} := V at
-/// its last policy token instead of 0.
+/// MAE, every quantity by its defining sum; trajectory j with `truncated[j]` (missing:
+/// false) has V_{T+1,1} := V at its last policy token instead of 0.
 #[allow(clippy::too_many_arguments)]
 pub fn mae_truncated(
     values: &[f32],
@@ -119,8 +105,7 @@ pub fn mae_truncated(
     gamma: f64,
     lam_critic: f64,
 ) -> TurnLevelRef {
-    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-    over_turns(mask, offsets, |j, tids, toks, out| {
+    over_turns(values, mask, offsets, |v, j, tids, toks, out| {
         let n = tids.len();
         let end_v = if n > 0 && truncated.get(j) == Some(&true) { v[toks[n - 1][toks[n - 1].len() - 1]] } else { 0.0 };
         let first_v = |k: usize| if k < n { v[toks[k][0]] } else { end_v };
@@ -168,23 +153,9 @@ pub fn mae_truncated(
     })
 }
 
-/// Token GAE over policy tokens: A_q = Σ_k (γλ)^k δ_{q+k}.
-#[allow(clippy::too_many_arguments, reason = "the estimator's parameters, one argument each")]
-pub fn gae(
-    values: &[f32],
-    mask: &[u8],
-    offsets: &[i64],
-    r: &[f64],
-    gamma: f64,
-    lam: f64,
-    lam_critic: f64,
-    alpha: Option<f64>,
-) -> (Vec<f64>, Vec<f64>) {
-    gae_truncated(values, mask, offsets, r, &[], gamma, lam, lam_critic, alpha)
-}
-
-/// [`gae`] where trajectory j with `truncated[j]` (missing: false) bootstraps its last
-/// policy token from its own value instead of 0.
+/// Token GAE over policy tokens: A_q = Σ_k (γλ)^k δ_{q+k}; trajectory j with
+/// `truncated[j]` (missing: false) bootstraps its last policy token from its own value
+/// instead of 0.
 #[allow(clippy::too_many_arguments, reason = "the estimator's parameters, one argument each")]
 pub fn gae_truncated(
     values: &[f32],
@@ -261,8 +232,7 @@ pub fn bilevel(
     gamma: f64,
     high_level_gamma: f64,
 ) -> TurnLevelRef {
-    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-    over_turns(mask, offsets, |_, tids, toks, out| {
+    over_turns(values, mask, offsets, |v, _, tids, toks, out| {
         let n = tids.len();
         let end_v = |k: usize| if k < n { v[*toks[k].last().expect("a turn has a token")] } else { 0.0 };
         let d_hi: Vec<f64> = (0..n)
