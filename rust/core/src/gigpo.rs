@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use crate::error::{MpoError, Result};
 use crate::estimate::Groups;
-use crate::layout::{expect_len, split_by, Layout, Rewards};
+use crate::layout::{check_turn_counts, expect_len, split_by, Layout, Rewards};
 use crate::output::OutBuf;
 use crate::parallel::{try_for_each_trajectory, try_map_trajectories};
 use crate::params::{Anchor, GigpoParams};
@@ -179,7 +179,7 @@ pub fn gigpo_inputs(
     }
     let turns = segment(&layout, mask)?;
     if let Some(ids) = anchors.turn_state_ids {
-        check_turn_ids(ids, &turns, n)?;
+        check_turn_ids(ids, &turns)?;
     }
     let n_turns = turns.n_turns();
     let mut step_return = vec![0f64; n_turns];
@@ -195,33 +195,10 @@ pub fn gigpo_inputs(
 }
 
 /// The per-turn ids' count: the batch's turns, per trajectory with offsets.
-fn check_turn_ids(ids: TurnIds<'_>, turns: &Turns, n: usize) -> Result<()> {
-    let Some(o) = ids.offsets else {
-        return expect_len(
-            "turn_state_ids",
-            ids.ids.len(),
-            turns.n_turns(),
-            "one per turn of the batch, a turn being a run of mask == 1",
-        );
-    };
-    if o.len() != n + 1 || o.first() != Some(&0) || o.last() != Some(&(ids.ids.len() as i64)) {
-        return Err(MpoError::Capacity(format!(
-            "the offsets of `turn_state_ids` must be {} non-decreasing entries from 0 to {}",
-            n + 1,
-            ids.ids.len()
-        )));
-    }
-    for j in 0..n {
-        let got = o[j + 1] - o[j];
-        let expected = turns.of_trajectory(j).len();
-        if got < 0 {
-            return Err(MpoError::Capacity(format!("the offsets of `turn_state_ids` decrease at trajectory {j}")));
-        }
-        if got as usize != expected {
-            return Err(MpoError::TurnCount { arg: "turn_state_ids", trajectory: j, got: got as usize, expected });
-        }
-    }
-    Ok(())
+fn check_turn_ids(ids: TurnIds<'_>, turns: &Turns) -> Result<()> {
+    check_turn_counts("turn_state_ids", ids.ids.len(), ids.offsets, &turns.traj_offsets, |trajectory, got, expected| {
+        MpoError::TurnCount { arg: "turn_state_ids", trajectory, got, expected }
+    })
 }
 
 /// Checks trajectory `j`'s rewards (finite on policy tokens, zero elsewhere; a finite

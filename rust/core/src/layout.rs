@@ -86,6 +86,42 @@ pub(crate) fn expect_len(arg: &'static str, got: usize, expected: usize, why: &'
     }
 }
 
+/// Checks the count of the `len` per-turn values of `arg` against the batch's turns, whose
+/// per-trajectory boundaries are `traj_turns` (trajectory j has turns
+/// `traj_turns[j]..traj_turns[j+1]`). Without `offsets` (the flat form) only the total can
+/// be checked; with them (the ragged form) they must run non-decreasing from 0 to `len`,
+/// and a trajectory given another count than its turns is `count_error(j, got, expected)`.
+pub(crate) fn check_turn_counts<O: Copy + TryInto<usize>>(
+    arg: &'static str,
+    len: usize,
+    offsets: Option<&[i64]>,
+    traj_turns: &[O],
+    count_error: impl Fn(usize, usize, usize) -> MpoError,
+) -> Result<()> {
+    let turn = |j: usize| -> usize { traj_turns[j].try_into().unwrap_or(0) };
+    let n = traj_turns.len() - 1;
+    let Some(o) = offsets else {
+        return expect_len(arg, len, turn(n), "one per turn of the batch, a turn being a run of mask == 1");
+    };
+    if o.len() != n + 1 || o.first() != Some(&0) || o.last() != Some(&(len as i64)) {
+        return Err(MpoError::Capacity(format!(
+            "the offsets of `{arg}` must be {} non-decreasing entries from 0 to {len}",
+            n + 1
+        )));
+    }
+    for j in 0..n {
+        let got = o[j + 1] - o[j];
+        if got < 0 {
+            return Err(MpoError::Capacity(format!("the offsets of `{arg}` decrease at trajectory {j}")));
+        }
+        let expected = turn(j + 1) - turn(j);
+        if got as usize != expected {
+            return Err(count_error(j, got as usize, expected));
+        }
+    }
+    Ok(())
+}
+
 /// Cuts `buf` at the (validated, non-decreasing, ending at `buf.len()`) `offsets`.
 pub(crate) fn split_by<'b, T, O: Copy + TryInto<usize>>(mut buf: &'b mut [T], offsets: &[O]) -> Vec<&'b mut [T]> {
     let mut parts = Vec::with_capacity(offsets.len().saturating_sub(1));

@@ -5,7 +5,7 @@
 //! "Per-turn rewards").
 
 use crate::error::{MpoError, Result};
-use crate::layout::{check_mask, expect_len, Layout};
+use crate::layout::{check_mask, check_turn_counts, expect_len, Layout};
 
 /// One reward per turn (a turn is a maximal run of policy tokens), in trajectory order.
 #[derive(Debug, Clone, Copy)]
@@ -55,35 +55,9 @@ pub fn place_turn_rewards(
         }
         traj_turns.push(ends.len());
     }
-    match turn.offsets {
-        None => expect_len(
-            "turn_rewards",
-            turn.rewards.len(),
-            ends.len(),
-            "one per turn of the batch, a turn being a run of mask == 1",
-        )?,
-        Some(o) => {
-            if o.len() != n + 1 || o.first() != Some(&0) || o.last() != Some(&(turn.rewards.len() as i64)) {
-                return Err(MpoError::Capacity(format!(
-                    "the offsets of `turn_rewards` must be {} non-decreasing entries from 0 to {}",
-                    n + 1,
-                    turn.rewards.len()
-                )));
-            }
-            for j in 0..n {
-                let got = o[j + 1] - o[j];
-                let expected = traj_turns[j + 1] - traj_turns[j];
-                if got != expected as i64 {
-                    if got < 0 {
-                        return Err(MpoError::Capacity(format!(
-                            "the offsets of `turn_rewards` decrease at trajectory {j}"
-                        )));
-                    }
-                    return Err(MpoError::TurnRewardCount { trajectory: j, got: got as usize, expected });
-                }
-            }
-        }
-    }
+    check_turn_counts("turn_rewards", turn.rewards.len(), turn.offsets, &traj_turns, |trajectory, got, expected| {
+        MpoError::TurnRewardCount { trajectory, got, expected }
+    })?;
     // With the counts equal, the flat and ragged forms hold the same rewards in the same order.
     let mut out = vec![0.0f32; mask.len()];
     for j in 0..n {

@@ -231,7 +231,18 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
             };
             if clean(&values) {
                 let v32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
-                let want = reference::mae(&v32, &mask, &offsets, &r, p.lam, p.lam_intra, p.beta, p.gamma, p.lam_critic);
+                let want = reference::mae_truncated(
+                    &v32,
+                    &mask,
+                    &offsets,
+                    &r,
+                    &[],
+                    p.lam,
+                    p.lam_intra,
+                    p.beta,
+                    p.gamma,
+                    p.lam_critic,
+                );
                 compare("advantages", &adv, &want.advantages)?;
                 compare("returns", &ret, &want.returns)?;
             }
@@ -242,8 +253,17 @@ fn verify_output(input: &Path, output: &Path, estimator: &Estimator, rows: u64) 
             };
             if clean(&values) {
                 let v32: Vec<f32> = values.iter().map(|&x| x as f32).collect();
-                let (a, g) =
-                    reference::gae(&v32, &mask, &offsets, &r, p.gamma, p.lam, p.lam_critic, p.length_adaptive_alpha);
+                let (a, g) = reference::gae_truncated(
+                    &v32,
+                    &mask,
+                    &offsets,
+                    &r,
+                    &[],
+                    p.gamma,
+                    p.lam,
+                    p.lam_critic,
+                    p.length_adaptive_alpha,
+                );
                 compare("advantages", &adv, &a)?;
                 compare("returns", &ret, &g)?;
             }

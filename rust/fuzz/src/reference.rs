@@ -34,6 +34,15 @@ pub fn segment(mask: &[u8], offsets: &[i64]) -> RefTurns {
     t
 }
 
+impl RefTurns {
+    /// Trajectory j's turn ids, and each of those turns' token positions.
+    fn of_trajectory(&self, j: usize) -> (Vec<usize>, Vec<Vec<usize>>) {
+        let tids: Vec<usize> = (self.traj_offsets[j] as usize..self.traj_offsets[j + 1] as usize).collect();
+        let toks = tids.iter().map(|&t| (self.starts[t] as usize..self.ends[t] as usize).collect()).collect();
+        (tids, toks)
+    }
+}
+
 /// Token rewards: given per token, or a score on its trajectory's last policy token.
 pub fn token_rewards(mask: &[u8], offsets: &[i64], rewards: Option<&[f32]>, scores: Option<&[f32]>) -> Vec<f64> {
     if let Some(r) = rewards {
@@ -50,31 +59,39 @@ pub fn token_rewards(mask: &[u8], offsets: &[i64], rewards: Option<&[f32]>, scor
     out
 }
 
+/// What the turn-level estimators (MAE, bi-level GAE) give: per token and per turn.
 #[derive(Debug)]
-pub struct MaeRef {
+pub struct TurnLevelRef {
     pub advantages: Vec<f64>,
     pub returns: Vec<f64>,
     pub turn_advantages: Vec<f64>,
 }
 
-/// MAE, every quantity by its defining sum.
-#[allow(clippy::too_many_arguments)]
-pub fn mae(
+/// Zeroed outputs filled by `body(v, j, turn ids, their token positions, out)` for every
+/// trajectory j of the batch, `v` being the values in f64.
+fn over_turns(
     values: &[f32],
     mask: &[u8],
     offsets: &[i64],
-    r: &[f64],
-    lam: f64,
-    lam_intra: f64,
-    beta: f64,
-    gamma: f64,
-    lam_critic: f64,
-) -> MaeRef {
-    mae_truncated(values, mask, offsets, r, &[], lam, lam_intra, beta, gamma, lam_critic)
+    mut body: impl FnMut(&[f64], usize, &[usize], &[Vec<usize>], &mut TurnLevelRef),
+) -> TurnLevelRef {
+    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+    let turns = segment(mask, offsets);
+    let n_tokens = mask.len();
+    let mut out = TurnLevelRef {
+        advantages: vec![0.0; n_tokens],
+        returns: vec![0.0; n_tokens],
+        turn_advantages: vec![0.0; turns.starts.len()],
+    };
+    for j in 0..offsets.len() - 1 {
+        let (tids, toks) = turns.of_trajectory(j);
+        body(&v, j, &tids, &toks, &mut out);
+    }
+    out
 }
 
-/// [`mae`] where trajectory j with `truncated[j]` (missing: false) has V_{T+1,1} := V at
-/// its last policy token instead of 0.
+/// MAE, every quantity by its defining sum; trajectory j with `truncated[j]` (missing:
+/// false) has V_{T+1,1} := V at its last policy token instead of 0.
 #[allow(clippy::too_many_arguments)]
 pub fn mae_truncated(
     values: &[f32],
@@ -87,16 +104,8 @@ pub fn mae_truncated(
     beta: f64,
     gamma: f64,
     lam_critic: f64,
-) -> MaeRef {
-    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-    let turns = segment(mask, offsets);
-    let mut adv = vec![0.0; mask.len()];
-    let mut ret = vec![0.0; mask.len()];
-    let mut turn_adv = vec![0.0; turns.starts.len()];
-    for j in 0..offsets.len() - 1 {
-        let tids: Vec<usize> = (turns.traj_offsets[j] as usize..turns.traj_offsets[j + 1] as usize).collect();
-        let toks: Vec<Vec<usize>> =
-            tids.iter().map(|&t| (turns.starts[t] as usize..turns.ends[t] as usize).collect()).collect();
+) -> TurnLevelRef {
+    over_turns(values, mask, offsets, |v, j, tids, toks, out| {
         let n = tids.len();
         let end_v = if n > 0 && truncated.get(j) == Some(&true) { v[toks[n - 1][toks[n - 1].len() - 1]] } else { 0.0 };
         let first_v = |k: usize| if k < n { v[toks[k][0]] } else { end_v };
@@ -122,14 +131,14 @@ pub fn mae_truncated(
         let a_turn: Vec<f64> =
             (0..n).map(|k| (0..n - k).map(|l| (gamma * lam).powi(l as i32) * d_turn[k + l]).sum()).collect();
         for k in 0..n {
-            turn_adv[tids[k]] = a_turn[k];
+            out.turn_advantages[tids[k]] = a_turn[k];
             let len = toks[k].len();
             // stage 2: A^intra_{t,i} = Σ_k λ_intra^k δ_{t,i+k}, centred on the turn mean
             let intra: Vec<f64> =
                 (0..len).map(|i| (0..len - i).map(|m| lam_intra.powi(m as i32) * deltas[k][i + m]).sum()).collect();
             let mean = intra.iter().sum::<f64>() / len as f64;
             for (i, &q) in toks[k].iter().enumerate() {
-                adv[q] = a_turn[k] + beta * (intra[i] - mean);
+                out.advantages[q] = a_turn[k] + beta * (intra[i] - mean);
             }
         }
         // critic targets: C_q = δ_q + g_q λc C_{q+1}; G_q = V_q + C_q
@@ -138,30 +147,15 @@ pub fn mae_truncated(
             for i in (0..toks[k].len()).rev() {
                 let last = i + 1 == toks[k].len();
                 c = deltas[k][i] + if last { gamma } else { 1.0 } * lam_critic * c;
-                ret[toks[k][i]] = v[toks[k][i]] + c;
+                out.returns[toks[k][i]] = v[toks[k][i]] + c;
             }
         }
-    }
-    MaeRef { advantages: adv, returns: ret, turn_advantages: turn_adv }
+    })
 }
 
-/// Token GAE over policy tokens: A_q = Σ_k (γλ)^k δ_{q+k}.
-#[allow(clippy::too_many_arguments, reason = "the estimator's parameters, one argument each")]
-pub fn gae(
-    values: &[f32],
-    mask: &[u8],
-    offsets: &[i64],
-    r: &[f64],
-    gamma: f64,
-    lam: f64,
-    lam_critic: f64,
-    alpha: Option<f64>,
-) -> (Vec<f64>, Vec<f64>) {
-    gae_truncated(values, mask, offsets, r, &[], gamma, lam, lam_critic, alpha)
-}
-
-/// [`gae`] where trajectory j with `truncated[j]` (missing: false) bootstraps its last
-/// policy token from its own value instead of 0.
+/// Token GAE over policy tokens: A_q = Σ_k (γλ)^k δ_{q+k}; trajectory j with
+/// `truncated[j]` (missing: false) bootstraps its last policy token from its own value
+/// instead of 0.
 #[allow(clippy::too_many_arguments, reason = "the estimator's parameters, one argument each")]
 pub fn gae_truncated(
     values: &[f32],
@@ -225,13 +219,6 @@ pub fn group(scores: &[f32], group_index: &[i64], norm_std: bool, eps: f64, leav
     out
 }
 
-#[derive(Debug)]
-pub struct BiLevelRef {
-    pub advantages: Vec<f64>,
-    pub returns: Vec<f64>,
-    pub turn_advantages: Vec<f64>,
-}
-
 /// RAGEN's bi-level GAE, each level by its defining sum. e_t is turn t's last token.
 /// High level: δ^hi_t = R_t + γ_hi V_{e_{t+1}} − V_{e_t}, A^hi_t = Σ_l (γ_hi λ)^l δ^hi_{t+l},
 /// G_t = A^hi_t + V_{e_t}. Low level, inside turn t, with r' = G_t on e_t and 0 before:
@@ -244,16 +231,8 @@ pub fn bilevel(
     lam: f64,
     gamma: f64,
     high_level_gamma: f64,
-) -> BiLevelRef {
-    let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-    let turns = segment(mask, offsets);
-    let mut adv = vec![0.0; mask.len()];
-    let mut ret = vec![0.0; mask.len()];
-    let mut turn_adv = vec![0.0; turns.starts.len()];
-    for j in 0..offsets.len() - 1 {
-        let tids: Vec<usize> = (turns.traj_offsets[j] as usize..turns.traj_offsets[j + 1] as usize).collect();
-        let toks: Vec<Vec<usize>> =
-            tids.iter().map(|&t| (turns.starts[t] as usize..turns.ends[t] as usize).collect()).collect();
+) -> TurnLevelRef {
+    over_turns(values, mask, offsets, |v, _, tids, toks, out| {
         let n = tids.len();
         let end_v = |k: usize| if k < n { v[*toks[k].last().expect("a turn has a token")] } else { 0.0 };
         let d_hi: Vec<f64> = (0..n)
@@ -261,7 +240,7 @@ pub fn bilevel(
             .collect();
         for k in 0..n {
             let a_hi: f64 = (0..n - k).map(|l| (high_level_gamma * lam).powi(l as i32) * d_hi[k + l]).sum();
-            turn_adv[tids[k]] = a_hi;
+            out.turn_advantages[tids[k]] = a_hi;
             let g = a_hi + end_v(k);
             let tk = &toks[k];
             let len = tk.len();
@@ -274,10 +253,9 @@ pub fn bilevel(
                 .collect();
             for i in 0..len {
                 let a: f64 = (0..len - i).map(|m| (gamma * lam).powi(m as i32) * deltas[i + m]).sum();
-                adv[tk[i]] = a;
-                ret[tk[i]] = a + v[tk[i]];
+                out.advantages[tk[i]] = a;
+                out.returns[tk[i]] = a + v[tk[i]];
             }
         }
-    }
-    BiLevelRef { advantages: adv, returns: ret, turn_advantages: turn_adv }
+    })
 }

@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::fs::File;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, RecordBatch};
+use arrow::array::{downcast_integer_array, Array, ArrayRef, AsArray, BooleanArray, OffsetSizeTrait, RecordBatch};
 use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{self as dt, SchemaRef};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -202,39 +202,38 @@ pub fn read_row_scores<'a>(batch: &'a RecordBatch, reward: &RewardColumn) -> Res
     match reward {
         RewardColumn::Score(name) => read_numbers(batch, name),
         RewardColumn::Token(name) | RewardColumn::Turn(name) => {
+            let per_turn = matches!(reward, RewardColumn::Turn(_));
             let col = ListCol::get(batch, name)?;
-            let rewards = col.numbers_per(matches!(reward, RewardColumn::Turn(_)))?;
-            let offsets = col.offsets.rebased();
-            let mut scores = Vec::with_capacity(offsets.len() - 1);
-            for (row, w) in offsets.windows(2).enumerate() {
-                let mut sum = 0f64;
-                for (k, &r) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
-                    if !r.is_finite() && matches!(reward, RewardColumn::Turn(_)) {
-                        return Err(DataError::NonFiniteTurn {
-                            column: name.clone(),
-                            row: row as u64,
-                            turn: k as u64,
-                            value: r,
-                        });
-                    }
-                    if !r.is_finite() {
-                        return Err(DataError::NonFiniteToken {
-                            column: name.clone(),
-                            row: row as u64,
-                            token: k as u64,
-                            value: r,
-                        });
-                    }
-                    sum += r as f64;
-                }
-                if (sum as f32).is_infinite() {
-                    return Err(DataError::RewardSumOutOfRange { column: name.clone(), row: row as u64, value: sum });
-                }
-                scores.push(sum as f32);
-            }
-            Ok(Cow::Owned(scores))
+            let rewards = col.numbers_per(per_turn)?;
+            row_sums(&rewards, &col.offsets.rebased(), name, per_turn).map(Cow::Owned)
         }
     }
+}
+
+/// The sum of each row's rewards (`offsets` cut `rewards` into rows), in float64 and in
+/// order, as float32: a non-finite reward (per turn or per token) or a sum beyond
+/// float32's range is refused, naming `column` and the row.
+pub(crate) fn row_sums(rewards: &[f32], offsets: &[i64], column: &str, per_turn: bool) -> Result<Vec<f32>, DataError> {
+    let mut sums = Vec::with_capacity(offsets.len().saturating_sub(1));
+    for (row, w) in offsets.windows(2).enumerate() {
+        let row = row as u64;
+        let mut sum = 0f64;
+        for (k, &value) in rewards[w[0] as usize..w[1] as usize].iter().enumerate() {
+            if !value.is_finite() {
+                let (column, k) = (column.into(), k as u64);
+                return Err(match per_turn {
+                    true => DataError::NonFiniteTurn { column, row, turn: k, value },
+                    false => DataError::NonFiniteToken { column, row, token: k, value },
+                });
+            }
+            sum += value as f64;
+        }
+        if (sum as f32).is_infinite() {
+            return Err(DataError::RewardSumOutOfRange { column: column.into(), row, value: sum });
+        }
+        sums.push(sum as f32);
+    }
+    Ok(sums)
 }
 
 /// A numeric (non-list) column as f32, one value per row; NaN/Inf refused.
@@ -415,29 +414,21 @@ impl<'a, 'n> ListCol<'a, 'n> {
                 Some(i) => Err(bad(span.start + i, m[i] as i64)),
             };
         }
-        macro_rules! ints {
-            ($($t:ty),*) => {$(
-                if let Some(p) = child.as_primitive_opt::<$t>() {
-                    let vals = &p.values()[span.clone()];
-                    let mut out = Vec::with_capacity(vals.len());
-                    for (i, &x) in vals.iter().enumerate() {
-                        if x != 0 && x != 1 {
-                            return Err(bad(span.start + i, x as i64));
-                        }
-                        out.push(x as u8);
+        // The other integer types (uint8 took the borrowing path above).
+        downcast_integer_array!(
+            child => {
+                let vals = &child.values()[span.clone()];
+                let mut out = Vec::with_capacity(vals.len());
+                #[allow(clippy::unnecessary_cast, reason = "one body serves every integer type, some of them i64")]
+                for (i, &x) in vals.iter().enumerate() {
+                    if x != 0 && x != 1 {
+                        return Err(bad(span.start + i, x as i64));
                     }
-                    return Ok(Cow::Owned(out));
+                    out.push(x as u8);
                 }
-            )*};
-        }
-        ints!(
-            dt::Int8Type,
-            dt::Int16Type,
-            dt::Int32Type,
-            dt::Int64Type,
-            dt::UInt16Type,
-            dt::UInt32Type,
-            dt::UInt64Type
+                return Ok(Cow::Owned(out));
+            }
+            _ => {}
         );
         Err(DataError::ColumnType {
             column: self.name.into(),
@@ -493,24 +484,10 @@ fn to_f32(array: &ArrayRef, span: std::ops::Range<usize>) -> Option<Narrowed<'_>
         return Some(Ok(Cow::Owned(narrow)));
     }
     // Every integer type fits float32's range (u64::MAX is about 1.8e19).
-    macro_rules! convert {
-        ($($t:ty),*) => {$(
-            if let Some(p) = array.as_primitive_opt::<$t>() {
-                return Some(Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as f32).collect())));
-            }
-        )*};
-    }
-    convert!(
-        dt::Int8Type,
-        dt::Int16Type,
-        dt::Int32Type,
-        dt::Int64Type,
-        dt::UInt8Type,
-        dt::UInt16Type,
-        dt::UInt32Type,
-        dt::UInt64Type
-    );
-    None
+    downcast_integer_array!(
+        array => Some(Ok(Cow::Owned(array.values()[span].iter().map(|&x| x as f32).collect()))),
+        _ => None,
+    )
 }
 
 /// The first null index of `nulls` within `span`.

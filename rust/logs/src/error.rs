@@ -105,6 +105,33 @@ pub enum DataError {
     Estimator(MpoError),
 }
 
+/// The pattern matching every [`DataError`] variant that carries a `row`, binding it to
+/// `$row`: the one list [`DataError::shift_rows`] and [`DataError::row`] share, so a new
+/// row-carrying variant is added in one place.
+macro_rules! row_variants {
+    ($row:ident) => {
+        DataError::NullList { row: $row, .. }
+            | DataError::NullElement { row: $row, .. }
+            | DataError::NullValue { row: $row, .. }
+            | DataError::LengthMismatch { row: $row, .. }
+            | DataError::MaskValue { row: $row, .. }
+            | DataError::NonFiniteToken { row: $row, .. }
+            | DataError::NonFiniteRow { row: $row, .. }
+            | DataError::NonFiniteOutput { row: $row, .. }
+            | DataError::NonFiniteOutputRow { row: $row, .. }
+            | DataError::OutOfRangeToken { row: $row, .. }
+            | DataError::OutOfRangeTurn { row: $row, .. }
+            | DataError::OutOfRangeRow { row: $row, .. }
+            | DataError::RewardSumOutOfRange { row: $row, .. }
+            | DataError::ObservationReward { row: $row, .. }
+            | DataError::NonFiniteTurn { row: $row, .. }
+            | DataError::TurnRewardCount { row: $row, .. }
+            | DataError::TurnIdCount { row: $row, .. }
+            | DataError::TurnRewardSum { row: $row, .. }
+            | DataError::UnknownGroup { row: $row, .. }
+    };
+}
+
 impl DataError {
     /// A row whose group the statistics never saw.
     pub(crate) fn unknown_group(column: &str, row: usize) -> Self {
@@ -114,27 +141,8 @@ impl DataError {
     /// Moves the row of this error by `base` rows: a batch's row 3 is the file's row
     /// `base + 3`.
     pub fn shift_rows(mut self, base: u64) -> Self {
-        match &mut self {
-            DataError::NullList { row, .. }
-            | DataError::NullElement { row, .. }
-            | DataError::NullValue { row, .. }
-            | DataError::LengthMismatch { row, .. }
-            | DataError::MaskValue { row, .. }
-            | DataError::NonFiniteToken { row, .. }
-            | DataError::NonFiniteRow { row, .. }
-            | DataError::NonFiniteOutput { row, .. }
-            | DataError::NonFiniteOutputRow { row, .. }
-            | DataError::OutOfRangeToken { row, .. }
-            | DataError::OutOfRangeTurn { row, .. }
-            | DataError::OutOfRangeRow { row, .. }
-            | DataError::RewardSumOutOfRange { row, .. }
-            | DataError::ObservationReward { row, .. }
-            | DataError::NonFiniteTurn { row, .. }
-            | DataError::TurnRewardCount { row, .. }
-            | DataError::TurnIdCount { row, .. }
-            | DataError::TurnRewardSum { row, .. }
-            | DataError::UnknownGroup { row, .. } => *row += base,
-            _ => {}
+        if let row_variants!(row) = &mut self {
+            *row += base;
         }
         self
     }
@@ -142,25 +150,7 @@ impl DataError {
     /// The row this error is about, if it is about one.
     pub fn row(&self) -> Option<u64> {
         match self {
-            DataError::NullList { row, .. }
-            | DataError::NullElement { row, .. }
-            | DataError::NullValue { row, .. }
-            | DataError::LengthMismatch { row, .. }
-            | DataError::MaskValue { row, .. }
-            | DataError::NonFiniteToken { row, .. }
-            | DataError::NonFiniteRow { row, .. }
-            | DataError::NonFiniteOutput { row, .. }
-            | DataError::NonFiniteOutputRow { row, .. }
-            | DataError::OutOfRangeToken { row, .. }
-            | DataError::OutOfRangeTurn { row, .. }
-            | DataError::OutOfRangeRow { row, .. }
-            | DataError::RewardSumOutOfRange { row, .. }
-            | DataError::ObservationReward { row, .. }
-            | DataError::NonFiniteTurn { row, .. }
-            | DataError::TurnRewardCount { row, .. }
-            | DataError::TurnIdCount { row, .. }
-            | DataError::TurnRewardSum { row, .. }
-            | DataError::UnknownGroup { row, .. } => Some(*row),
+            row_variants!(row) => Some(*row),
             _ => None,
         }
     }

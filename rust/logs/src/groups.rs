@@ -16,7 +16,10 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch, UInt64Array};
+use arrow::array::{
+    downcast_integer_array, Array, ArrayRef, AsArray, Float64Array, Int64Array, LargeStringArray, RecordBatch,
+    UInt64Array,
+};
 use arrow::compute::cast;
 use arrow::datatypes::{self as dt, DataType, Field, Schema};
 use mpo_core::{group_advantage, GroupMoments, GroupParams};
@@ -565,25 +568,14 @@ fn for_each_key(
             return Err(DataError::NullValue { column: name.into(), row: row as u64 });
         }
     }
-    macro_rules! ints {
-        ($($t:ty),*) => {$(
-            if let Some(p) = array.as_primitive_opt::<$t>() {
-                for (row, &v) in p.values().iter().enumerate() {
-                    f(row, Key::Int(v as i128))?;
-                }
-                return Ok(());
+    downcast_integer_array!(
+        array => {
+            for (row, &v) in array.values().iter().enumerate() {
+                f(row, Key::Int(v as i128))?;
             }
-        )*};
-    }
-    ints!(
-        dt::Int8Type,
-        dt::Int16Type,
-        dt::Int32Type,
-        dt::Int64Type,
-        dt::UInt8Type,
-        dt::UInt16Type,
-        dt::UInt32Type,
-        dt::UInt64Type
+            return Ok(());
+        }
+        _ => {}
     );
     // NaN and ±inf ids are missing, refused like nulls (the rule of the Python API).
     macro_rules! floats {
@@ -632,6 +624,16 @@ mod tests {
         stats
     }
 
+    /// Batches of an int64 group column `g` (with their scores), cut at `cuts`.
+    fn cut_into_batches(ids: &[i64], scores: &[f32], cuts: &[usize]) -> Vec<(RecordBatch, Vec<f32>)> {
+        cuts.windows(2)
+            .map(|w| {
+                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
+                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
+            })
+            .collect()
+    }
+
     fn lcg(seed: &mut u64) -> u64 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *seed >> 33
@@ -651,14 +653,7 @@ mod tests {
             (uniq, codes)
         };
         let n_groups = codes.iter().max().unwrap() + 1;
-        let cuts = [0usize, 1, 130, 131, 400, n];
-        let batches: Vec<(RecordBatch, Vec<f32>)> = cuts
-            .windows(2)
-            .map(|w| {
-                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
-                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
-            })
-            .collect();
+        let batches = cut_into_batches(&ids, &scores, &[0, 1, 130, 131, 400, n]);
         for params in [
             GroupParams::default(),
             GroupParams { norm_std: false, ..Default::default() },
@@ -741,14 +736,7 @@ mod tests {
         let n = 400;
         let ids: Vec<i64> = (0..n).map(|_| (lcg(&mut seed) % 23) as i64 - 5).collect();
         let scores: Vec<f32> = (0..n).map(|_| (lcg(&mut seed) % 1000) as f32 / 9.0 - 20.0).collect();
-        let cuts = [0usize, 3, 150, 151, 320, n];
-        let batches: Vec<(RecordBatch, Vec<f32>)> = cuts
-            .windows(2)
-            .map(|w| {
-                let g: ArrayRef = Arc::new(Int64Array::from(ids[w[0]..w[1]].to_vec()));
-                (RecordBatch::try_from_iter([("g", g)]).unwrap(), scores[w[0]..w[1]].to_vec())
-            })
-            .collect();
+        let batches = cut_into_batches(&ids, &scores, &[0, 3, 150, 151, 320, n]);
         let partials: Vec<RecordBatch> =
             batches.iter().map(|(b, s)| GroupStats::of_batches("g", &[(b, s)]).unwrap().to_table().unwrap()).collect();
         let merged = GroupStats::merge(GroupParams::default(), &partials, None).unwrap();

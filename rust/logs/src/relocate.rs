@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use arrow::array::RecordBatch;
 
-use crate::decode::{read_row_scores, RewardData, Rollouts};
+use crate::decode::{read_row_scores, row_sums, RewardData, Rollouts};
 use crate::error::DataError;
 use crate::observation::check_observation_rewards;
 use crate::schema::{Columns, RewardColumn};
@@ -92,19 +92,9 @@ pub fn group_scores<'a>(
         check_observation_rewards(t, &r.mask, &r.offsets, name)?;
         return Ok(scores);
     }
-    // Summed as `read_row_scores` sums (float64, in order), over the relocated rewards.
-    let mut sums = Vec::with_capacity(r.n_rows());
-    for (row, w) in r.offsets.windows(2).enumerate() {
-        let mut sum = 0f64;
-        for &x in &t[w[0] as usize..w[1] as usize] {
-            sum += x as f64;
-        }
-        if (sum as f32).is_infinite() {
-            return Err(DataError::RewardSumOutOfRange { column: name.clone(), row: row as u64, value: sum });
-        }
-        sums.push(sum as f32);
-    }
-    Ok(Cow::Owned(sums))
+    // Summed as `read_row_scores` sums, over the relocated rewards (finite: the checks
+    // above refused any other, and relocation refuses a credited sum beyond float32).
+    row_sums(t, &r.offsets, name, false).map(Cow::Owned)
 }
 
 /// The row scores of a group-statistics pass over `batch` (holding the columns of

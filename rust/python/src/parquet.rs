@@ -9,8 +9,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes as dt;
+use arrow::array::{downcast_integer_array, Array, RecordBatch};
 use mpo_core::MpoError;
 use mpo_logs::{read_row_scores, relocate, RewardData, Rollouts};
 use mpo_logs::{run, Columns, DataError, FileAt, Job, LogError, Phase, Progress, RewardColumn, Tuning};
@@ -288,6 +287,11 @@ fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> R
 }
 
 /// The training step of each row: an integer column without nulls.
+#[allow(
+    clippy::unnecessary_fallible_conversions,
+    clippy::useless_conversion,
+    reason = "one body serves every integer type: for the narrow ones the conversion cannot fail, for i64 it is the identity"
+)]
 fn read_steps(batch: &RecordBatch, name: &str) -> Result<Vec<i64>, DataError> {
     let array = batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
         column: name.into(),
@@ -299,24 +303,15 @@ fn read_steps(batch: &RecordBatch, name: &str) -> Result<Vec<i64>, DataError> {
     if let Some(row) = (0..array.len()).find(|&i| array.is_null(i)) {
         return Err(DataError::NullValue { column: name.into(), row: row as u64 });
     }
-    macro_rules! ints {
-        ($($t:ty),*) => {$(
-            if let Some(p) = array.as_primitive_opt::<$t>() {
-                return p.values().iter().map(|&x| {
-                    i64::try_from(x).map_err(|_| DataError::Capacity(format!("column `{name}`: step {x} does not fit in int64")))
-                }).collect();
-            }
-        )*};
-    }
-    ints!(
-        dt::Int8Type,
-        dt::Int16Type,
-        dt::Int32Type,
-        dt::Int64Type,
-        dt::UInt8Type,
-        dt::UInt16Type,
-        dt::UInt32Type,
-        dt::UInt64Type
-    );
-    Err(DataError::ColumnType { column: name.into(), found: array.data_type().to_string(), expected: "integer" })
+    downcast_integer_array!(
+        array => array
+            .values()
+            .iter()
+            .map(|&x| {
+                i64::try_from(x)
+                    .map_err(|_| DataError::Capacity(format!("column `{name}`: step {x} does not fit in int64")))
+            })
+            .collect(),
+        _ => Err(DataError::ColumnType { column: name.into(), found: array.data_type().to_string(), expected: "integer" }),
+    )
 }
