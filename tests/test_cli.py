@@ -200,9 +200,9 @@ def _slow_run_script(src: Path, dst: Path) -> str:
     time to kill it midway, deterministically."""
     return (
         "import time\n"
+        "import mpo_rs\n"
         "from mpo_rs import _native\n"
-        f"_native.advantages_parquet({str(src)!r}, {str(dst)!r}, _native.Estimator('mae'),\n"
-        "    'loss_mask', 'values', None, None, 'group_id',\n"
+        f"_native.advantages_parquet({str(src)!r}, {str(dst)!r}, _native.Estimator('mae'), mpo_rs.Columns(),\n"
         "    progress=lambda *a: time.sleep(0.05), batch_bytes=256 << 10)\n"
     )
 

@@ -167,9 +167,7 @@ def test_ray_group_keys_follow_the_rule():
         pa.table(
             {"g": pa.array([1.0, -0.0, 2.5, 0.0, 1.0]), "score": pa.array([1.0, 2.0, 3.0, 4.0, 5.0], pa.float32())}
         ),
-        group_col="g",
-        mask_col="loss_mask",
-        score_col="score",
+        columns=mpo_rs.Columns(group="g", score="score"),
     )
     table = pa.table(_native.GroupStatistics.merge([pa.table(stats.to_arrow())]).to_arrow())
     assert table["group"].type == pa.float64()
@@ -178,9 +176,7 @@ def test_ray_group_keys_follow_the_rule():
         with pytest.raises(InvalidBatchError, match=r"row 1, column `g`: .* is not finite"):
             _native.GroupStatistics.scan(
                 pa.table({"g": pa.array([1.0, bad]), "score": pa.array([1.0, 2.0])}),
-                group_col="g",
-                mask_col="loss_mask",
-                score_col="score",
+                columns=mpo_rs.Columns(group="g", score="score"),
             )
 
 

@@ -671,7 +671,7 @@ def test_group_statistics_merge_equals_a_one_pass_reference(blocks):
                 "score": pa.array(scores, pa.float32()),
             }
         )
-        stats = mpo_rs._native.GroupStatistics.scan(table, group_col="g", mask_col="m", score_col="score")
+        stats = mpo_rs._native.GroupStatistics.scan(table, columns=mpo_rs.Columns(group="g", mask="m", score="score"))
         partials.append(pa.table(stats.to_arrow()))
     labels = [f"block {i}" for i in range(len(blocks))]
     refusal = _expected_refusal(blocks)

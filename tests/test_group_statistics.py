@@ -3,10 +3,12 @@ annotate_batch, resolve_log_columns) and verl's critic-free MAE (group_baselines
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from mpo_rs import InvalidBatchError, InvalidOptionError, _native, synthetic
+from mpo_rs import Columns, InvalidBatchError, InvalidOptionError, _native, synthetic
 from mpo_rs.options import Estimator
 
 pa = pytest.importorskip("pyarrow")
@@ -60,11 +62,11 @@ def log_table(rows: int = 60) -> pa.Table:
 
 def test_partials_merge_to_the_statistics_of_the_whole():
     table = log_table()
-    names = {"group_col": "group_id", "mask_col": "loss_mask", "rewards_col": "rewards"}
+    columns = Columns(mask="loss_mask", values="values", rewards="rewards", group="group_id")
     parts = [table.slice(0, 7), table.slice(7, 30), table.slice(37)]
-    partials = [pa.table(_native.GroupStatistics.scan(p, **names).to_arrow()) for p in parts]
+    partials = [pa.table(_native.GroupStatistics.scan(p, columns=columns).to_arrow()) for p in parts]
     merged = _native.GroupStatistics.merge(partials)
-    whole = pa.table(_native.GroupStatistics.scan(table, **names).to_arrow())
+    whole = pa.table(_native.GroupStatistics.scan(table, columns=columns).to_arrow())
     got = pa.table(merged.to_arrow())
     assert len(merged) == 5 and got.column_names == list(_native.GroupStatistics.columns)
     assert got["group"].equals(whole["group"]) and got["count"].equals(whole["count"])
@@ -75,10 +77,7 @@ def test_partials_merge_to_the_statistics_of_the_whole():
     from mpo_rs.arrow import with_advantages
 
     est = Estimator("rloo")
-    columns = {"mask_col": "loss_mask", "values_col": "values", "rewards_col": "rewards", "score_col": None}
-    annotated = pa.concat_tables(
-        [pa.table(_native.annotate_batch(p, est, merged, group_col="group_id", **columns)) for p in parts]
-    )
+    annotated = pa.concat_tables([pa.table(_native.annotate_batch(p, est, merged, columns=columns)) for p in parts])
     want = with_advantages(table, estimator=est, rewards_col="rewards")
     assert annotated.column_names == want.column_names
     np.testing.assert_allclose(
@@ -89,25 +88,24 @@ def test_partials_merge_to_the_statistics_of_the_whole():
     )
 
     with pytest.raises(InvalidOptionError, match="need the merged GroupStatistics"):
-        _native.annotate_batch(table, est, None, group_col="group_id", **columns)
+        _native.annotate_batch(table, est, None, columns=columns)
     stranger = table.slice(0, 2).set_column(table.column_names.index("group_id"), "group_id", pa.array([0, 99]))
     with pytest.raises(InvalidBatchError, match=r"row 1, column `group_id`: group id not seen"):
-        _native.annotate_batch(stranger, est, merged, group_col="group_id", **columns)
+        _native.annotate_batch(stranger, est, merged, columns=columns)
 
 
 def test_resolve_log_columns_picks_the_reward_column_and_checks_types():
     table = log_table(4)
-    names = {"mask_col": "loss_mask", "values_col": "values", "group_col": "group_id"}
-    got = _native.resolve_log_columns(table.schema, Estimator("grpo"), rewards_col=None, score_col=None, **names)
+    names = Columns(mask="loss_mask", values="values", group="group_id")
+    got = _native.resolve_log_columns(table.schema, Estimator("grpo"), columns=names)
     assert got == ("rewards", None, None, ["rewards", "group_id", "loss_mask"])
-    got = _native.resolve_log_columns(table.schema, Estimator("mae"), rewards_col=None, score_col="score", **names)
+    got = _native.resolve_log_columns(table.schema, Estimator("mae"), columns=replace(names, score="score"))
     assert got == (None, "score", None, [])
     with pytest.raises(InvalidBatchError, match="missing column `critic`"):
-        _native.resolve_log_columns(
-            table.schema, Estimator("gae"), rewards_col=None, score_col=None, **{**names, "values_col": "critic"}
-        )
+        _native.resolve_log_columns(table.schema, Estimator("gae"), columns=replace(names, values="critic"))
+    both = replace(names, rewards="rewards", score="score")
     with pytest.raises(InvalidOptionError, match="not both"):
-        _native.resolve_log_columns(table.schema, Estimator("mae"), rewards_col="rewards", score_col="score", **names)
+        _native.resolve_log_columns(table.schema, Estimator("mae"), columns=both)
 
 
 # --- The group-id rule across blocks and files (issue 18 defect 8) ---------------------
@@ -115,7 +113,7 @@ def test_resolve_log_columns_picks_the_reward_column_and_checks_types():
 
 def _partial(ids: pa.Array) -> pa.Table:
     table = pa.table({"g": ids, "score": pa.array(np.arange(len(ids)), pa.float32())})
-    return pa.table(_native.GroupStatistics.scan(table, group_col="g", mask_col="m", score_col="score").to_arrow())
+    return pa.table(_native.GroupStatistics.scan(table, columns=Columns(group="g", mask="m", score="score")).to_arrow())
 
 
 def test_int_ids_beyond_2_53_beside_float_ids_are_refused_naming_the_blocks():

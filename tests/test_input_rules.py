@@ -113,16 +113,7 @@ def test_bilevel_refuses_a_named_truncation_column_and_never_reads_a_present_one
         assert with_flags.column("advantages").equals(without.column("advantages"))
     # Ray's driver resolves its columns with the same rule.
     with pytest.raises(InvalidOptionError, match="defines no truncation"):
-        _native.resolve_log_columns(
-            table.schema,
-            Estimator("bilevel"),
-            mask_col="loss_mask",
-            values_col="values",
-            rewards_col=None,
-            score_col=None,
-            group_col="group_id",
-            truncated_col="truncated",
-        )
+        _native.resolve_log_columns(table.schema, Estimator("bilevel"), columns=mpo_rs.Columns(truncated="truncated"))
     # The command: a usage error (exit 2), and no output.
     src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
     pq.write_table(table, src)

@@ -94,7 +94,7 @@ def test_an_unknown_choice_is_an_option_error():
             with_advantages(table(REWARDS), observation_rewards=bad)
     with pytest.raises(InvalidOptionError, match="expected one of"):
         _native.arrow_advantages(
-            table(REWARDS), mpo_rs.Estimator("mae"), "loss_mask", "values", None, None, "g", observation_rewards="x"
+            table(REWARDS), mpo_rs.Estimator("mae"), mpo_rs.Columns(group="g"), observation_rewards="x"
         )
 
 

@@ -7,6 +7,8 @@ from typing import Any, ClassVar, Protocol, final
 import numpy as np
 import numpy.typing as npt
 
+from mpo_rs.columns import Columns
+
 __all__ = [
     "Estimator",
     "InvalidBatchError",
@@ -133,38 +135,20 @@ def relocate_observation_rewards(
 def arrow_advantages(
     data: object,
     estimator: Estimator,
-    mask_col: str,
-    values_col: str,
-    rewards_col: str | None,
-    score_col: str | None,
-    group_col: str,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
-    check_score_col: str | None = None,
+    columns: Columns,
     check_tolerance: object = None,
     observation_rewards: str = "error",
-    turn_state_ids_col: str | None = None,
-    token_ids_col: str | None = None,
 ) -> _ArrowStream: ...
 def advantages_parquet(
     input: str | os.PathLike[str],
     output: str | os.PathLike[str],
     estimator: Estimator,
-    mask_col: str,
-    values_col: str,
-    rewards_col: str | None,
-    score_col: str | None,
-    group_col: str,
+    columns: Columns,
     progress: Callable[[str, int, int, int, float], object] | None = None,
     batch_bytes: int | None = None,
     max_row_group_bytes: int | None = None,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
-    check_score_col: str | None = None,
     check_tolerance: object = None,
     observation_rewards: str = "error",
-    turn_state_ids_col: str | None = None,
-    token_ids_col: str | None = None,
 ) -> dict[str, int | float]: ...
 
 # What `mpo-rs diagnose` shares with `advantages_parquet` (rust/python/src/parquet.rs).
@@ -202,16 +186,7 @@ __all__ += ["GroupStatistics", "annotate_batch", "resolve_log_columns"]
 class GroupStatistics:
     columns: ClassVar[list[str]]
     @staticmethod
-    def scan(
-        data: object,
-        *,
-        group_col: str,
-        mask_col: str,
-        rewards_col: str | None = None,
-        score_col: str | None = None,
-        turn_rewards_col: str | None = None,
-        observation_rewards: str = "error",
-    ) -> GroupStatistics: ...
+    def scan(data: object, *, columns: Columns, observation_rewards: str = "error") -> GroupStatistics: ...
     @staticmethod
     def merge(tables: list[object], labels: list[str] | None = None) -> GroupStatistics: ...
     def to_arrow(self) -> _ArrowStream: ...
@@ -221,29 +196,15 @@ def resolve_log_columns(
     schema: object,
     estimator: Estimator,
     *,
-    mask_col: str,
-    values_col: str,
-    rewards_col: str | None,
-    score_col: str | None,
-    group_col: str,
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
-    turn_state_ids_col: str | None = None,
-    token_ids_col: str | None = None,
+    columns: Columns,
 ) -> tuple[str | None, str | None, str | None, list[str]]: ...
 def annotate_batch(
     data: object,
     estimator: Estimator,
     statistics: GroupStatistics | None,
     *,
-    mask_col: str,
-    values_col: str,
-    rewards_col: str | None,
-    score_col: str | None,
-    group_col: str,
+    columns: Columns,
     observation_rewards: str = "error",
-    turn_rewards_col: str | None = None,
-    truncated_col: str | None = None,
 ) -> _ArrowStream: ...
 
 # Report directories under the output-safety rule (rust/python/src/safety.rs).

@@ -237,7 +237,7 @@ def advantages_parquet(
         os.fspath(input),
         os.fspath(output),
         resolve(estimator, options, "mae"),
-        **cols.keywords(),
+        cols,
         progress=progress,
         check_tolerance=check_tolerance,  # judged by Rust, with or without a check column
         observation_rewards=_observation.check(observation_rewards),
@@ -290,7 +290,7 @@ def _native_table(data: Any, estimator: Estimator, run: _Run) -> Any:
     return _native.arrow_advantages(
         data,
         estimator,
-        **run.columns.keywords(),
+        run.columns,
         check_tolerance=run.check_tolerance,
         observation_rewards=run.observation_rewards,
     )

@@ -195,7 +195,7 @@ class Columns:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def keywords(self, *names: str) -> dict[str, Any]:
-        """The columns as the native functions' keywords (``mask_col``), all or ``names``."""
+        """The columns as the public functions' keywords (``mask_col``), all or ``names``."""
         return {keyword(k): v for k, v in self.chosen().items() if not names or k in names}
 
     def refuse(self, *names: str, where: str) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._deps import needs
@@ -48,22 +48,12 @@ from ..options import Estimator, resolve
 __all__ = ["add_advantages", "advantages_parquet", "group_statistics"]
 
 
-# What the Ray adapter reads of an mpo_rs.Columns (no check of turn rewards against a score).
-_READ = ("mask", "values", "rewards", "score", "group", "turn_rewards", "truncated", "turn_state_ids", "token_ids")
-
-
 @dataclass(frozen=True)
 class _Resolved:
-    """The columns as resolved on the driver (exactly one of rewards, score and turn_rewards
-    is set)."""
+    """The columns as resolved on the driver: exactly one of ``rewards``, ``score`` and
+    ``turn_rewards`` is set (no check of turn rewards against a score)."""
 
-    mask: str
-    values: str
-    rewards: str | None
-    score: str | None
-    turn_rewards: str | None
-    truncated: str | None  # None: a `truncated` column if present (mae, gae)
-    group: str
+    columns: Columns
     statistics: tuple[str, ...]  # what the statistics pass reads
     observation_rewards: str
 
@@ -75,23 +65,9 @@ class _Resolved:
         # rather than inside a remote task.
         mode = _observation.check(observation_rewards)
         columns.refuse("check_score", where="the Ray adapter")
-        names = columns.keywords(*_READ)
-        rewards, score, turn, read = resolve_log_columns(_arrow_schema(dataset), estimator, **names)
-        statistics = tuple(dict.fromkeys(read))
-        c = columns
-        return cls(c.mask, c.values, rewards, score, turn, c.truncated, c.group, statistics, mode)
-
-    def keywords(self) -> dict[str, Any]:
-        return {
-            "mask_col": self.mask,
-            "values_col": self.values,
-            "rewards_col": self.rewards,
-            "score_col": self.score,
-            "group_col": self.group,
-            "observation_rewards": self.observation_rewards,
-            "turn_rewards_col": self.turn_rewards,
-            "truncated_col": self.truncated,
-        }
+        rewards, score, turn, read = resolve_log_columns(_arrow_schema(dataset), estimator, columns=columns)
+        resolved = replace(columns, rewards=rewards, score=score, turn_rewards=turn)
+        return cls(resolved, tuple(dict.fromkeys(read)), mode)
 
 
 def add_advantages(
@@ -262,15 +238,7 @@ def _group_statistics(dataset: ray.data.Dataset, columns: _Resolved) -> pa.Table
 
 
 def _partial_statistics(batch: pa.Table, columns: _Resolved) -> pa.Table:
-    stats = GroupStatistics.scan(
-        batch,
-        group_col=columns.group,
-        mask_col=columns.mask,
-        rewards_col=columns.rewards,
-        score_col=columns.score,
-        turn_rewards_col=columns.turn_rewards,
-        observation_rewards=columns.observation_rewards,
-    )
+    stats = GroupStatistics.scan(batch, columns=columns.columns, observation_rewards=columns.observation_rewards)
     return pa.table(stats.to_arrow())
 
 
@@ -298,4 +266,8 @@ def _annotate_group(batch: pa.Table, estimator: Estimator, columns: Columns, obs
 
 def _annotate(batch: pa.Table, estimator: Estimator, columns: _Resolved, stats_ref: Any) -> pa.Table:
     stats = None if stats_ref is None else _statistics(stats_ref)
-    return pa.table(annotate_batch(batch, estimator, stats, **columns.keywords()))
+    return pa.table(
+        annotate_batch(
+            batch, estimator, stats, columns=columns.columns, observation_rewards=columns.observation_rewards
+        )
+    )

@@ -9,16 +9,15 @@ use ::arrow::datatypes::SchemaRef;
 use std::borrow::Cow;
 
 use mpo_logs::relocate::relocate;
-use mpo_logs::{
-    annotate_table, ColumnSpec, EstimatorColumns, LogError, ObservationRewards, COLUMNS, OBSERVATION_REWARDS,
-};
+use mpo_logs::{annotate_table, EstimatorColumns, LogError, ObservationRewards, COLUMNS, OBSERVATION_REWARDS};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::PyTable;
 
-use crate::errors::{log_error, InvalidBatchError, InvalidOptionError};
+use crate::columns::LogColumns;
+use crate::errors::{log_error, InvalidBatchError};
 use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -112,73 +111,21 @@ pub(crate) fn read_all(data: AnyRecordBatch) -> PyResult<(Vec<RecordBatch>, Sche
     Ok((batches, schema))
 }
 
-pub(crate) fn columns_of(
-    mask_col: String,
-    values_col: String,
-    rewards_col: Option<String>,
-    score_col: Option<String>,
-    group_col: String,
-) -> ColumnSpec {
-    ColumnSpec {
-        mask: mask_col,
-        values: values_col,
-        rewards: rewards_col,
-        score: score_col,
-        group: group_col,
-        ..ColumnSpec::default()
-    }
-}
-
-/// Sets the per-turn rewards, truncation and sum-check columns of `spec`.
-pub(crate) fn with_turn_columns(
-    spec: &mut ColumnSpec,
-    turn_rewards_col: Option<String>,
-    truncated_col: Option<String>,
-    check_score_col: Option<String>,
-    check_tolerance: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
-    spec.turn_rewards = turn_rewards_col;
-    spec.truncated = truncated_col;
-    spec.check_score = match (check_score_col, crate::options::check_tolerance(check_tolerance)?) {
-        (Some(c), Some(t)) => Some((c, t)),
-        (None, _) => None,
-        (Some(_), None) => return Err(InvalidOptionError::new_err("`check_score_col` needs its `check_tolerance`")),
-    };
-    Ok(())
-}
-
 /// The output columns (advantages, returns, turn_index, turn_advantages) of every batch
 /// of `data`, as a table with one batch per input batch.
 #[pyfunction]
-#[pyo3(signature = (
-    data, estimator, mask_col, values_col, rewards_col, score_col, group_col,
-    turn_rewards_col=None, truncated_col=None, check_score_col=None, check_tolerance=None,
-    observation_rewards="error", turn_state_ids_col=None, token_ids_col=None
-))]
-#[allow(clippy::too_many_arguments)] // one per keyword of `mpo_rs.arrow.with_advantages`
+#[pyo3(signature = (data, estimator, columns, check_tolerance=None, observation_rewards="error"))]
 fn arrow_advantages(
     py: Python<'_>,
     data: AnyRecordBatch,
     estimator: &Bound<'_, Estimator>,
-    mask_col: String,
-    values_col: String,
-    rewards_col: Option<String>,
-    score_col: Option<String>,
-    group_col: String,
-    turn_rewards_col: Option<String>,
-    truncated_col: Option<String>,
-    check_score_col: Option<String>,
+    columns: LogColumns,
     check_tolerance: Option<Bound<'_, PyAny>>,
     observation_rewards: &str,
-    turn_state_ids_col: Option<String>,
-    token_ids_col: Option<String>,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
-    let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
-    (spec.turn_state_ids, spec.token_ids) = (turn_state_ids_col, token_ids_col);
-    with_turn_columns(&mut spec, turn_rewards_col, truncated_col, check_score_col, check_tolerance.as_ref())?;
-    spec.observation_rewards = self::observation_rewards(observation_rewards)?;
+    let spec = columns.spec(check_tolerance.as_ref(), Some(observation_rewards))?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let (out, out_schema) =
         crate::pool::run(py, log_error, || annotate_table(&batches, &schema, &columns, &estimator))?;

@@ -14,7 +14,8 @@ use pyo3::prelude::*;
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::{PySchema, PyTable};
 
-use crate::arrow::{columns_of, read_all};
+use crate::arrow::read_all;
+use crate::columns::LogColumns;
 use crate::errors::{log_error, InvalidOptionError};
 use crate::options::Estimator;
 
@@ -57,26 +58,14 @@ impl GroupStatistics {
     /// too; a token reward where the mask is 0 refused or moved as ``observation_rewards``
     /// says). Errors name the row within ``data``.
     #[staticmethod]
-    #[pyo3(signature = (
-        data, *, group_col, mask_col, rewards_col=None, score_col=None, turn_rewards_col=None, observation_rewards="error"
-    ))]
-    #[allow(clippy::too_many_arguments)] // one per keyword of the Python call
-    fn scan(
-        py: Python<'_>,
-        data: AnyRecordBatch,
-        group_col: String,
-        mask_col: String,
-        rewards_col: Option<String>,
-        score_col: Option<String>,
-        turn_rewards_col: Option<String>,
-        observation_rewards: &str,
-    ) -> PyResult<Self> {
-        let reward = reward_column(rewards_col, score_col, turn_rewards_col)?;
+    #[pyo3(signature = (data, *, columns, observation_rewards="error"))]
+    fn scan(py: Python<'_>, data: AnyRecordBatch, columns: LogColumns, observation_rewards: &str) -> PyResult<Self> {
+        let reward = reward_column(columns.rewards, columns.score, columns.turn_rewards)?;
         let columns = Columns {
-            mask: mask_col,
+            mask: columns.mask,
             values: None,
             reward,
-            group: Some(group_col),
+            group: Some(columns.group),
             observation_rewards: crate::arrow::observation_rewards(observation_rewards)?,
             truncated: None,
             check: None,
@@ -136,31 +125,17 @@ impl GroupStatistics {
 /// and picks the reward column by the default rule (a ``rewards`` column if present, else
 /// ``score``, else ``turn_rewards``). Returns ``(rewards_col, score_col, turn_rewards_col,
 /// statistics_columns)``: exactly one of the first three set, and the columns
-/// ``GroupStatistics.scan`` reads (empty for estimators without groups). ``truncated_col``
-/// names the truncation flags (None: ``truncated`` if present), checked here.
+/// ``GroupStatistics.scan`` reads (empty for estimators without groups). The truncation
+/// flags of ``columns`` (None: ``truncated`` if present) are checked here too.
 #[pyfunction]
-#[pyo3(signature = (
-    schema, estimator, *, mask_col, values_col, rewards_col, score_col, group_col,
-    turn_rewards_col=None, truncated_col=None, turn_state_ids_col=None, token_ids_col=None
-))]
-#[allow(clippy::too_many_arguments)] // one per keyword of the Python call
+#[pyo3(signature = (schema, estimator, *, columns))]
 fn resolve_log_columns(
     schema: PySchema,
     estimator: &Bound<'_, Estimator>,
-    mask_col: String,
-    values_col: String,
-    rewards_col: Option<String>,
-    score_col: Option<String>,
-    group_col: String,
-    turn_rewards_col: Option<String>,
-    truncated_col: Option<String>,
-    turn_state_ids_col: Option<String>,
-    token_ids_col: Option<String>,
+    columns: LogColumns,
 ) -> PyResult<ResolvedColumns> {
     let estimator = estimator.get().core;
-    let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
-    (spec.turn_state_ids, spec.token_ids) = (turn_state_ids_col, token_ids_col);
-    crate::arrow::with_turn_columns(&mut spec, turn_rewards_col, truncated_col, None, None)?;
+    let spec = columns.spec(None, None)?;
     let columns = spec.resolve(&schema.into_inner(), estimator.needs()).map_err(log_error)?;
     let statistics = match columns.group {
         Some(_) => columns.partial_statistics_columns().into_iter().map(String::from).collect(),
@@ -180,30 +155,18 @@ type ResolvedColumns = (Option<String>, Option<String>, Option<String>, Vec<Stri
 /// others need none. ``observation_rewards`` as in ``arrow_advantages``. Errors name the
 /// row within ``data``.
 #[pyfunction]
-#[pyo3(signature = (
-    data, estimator, statistics, *, mask_col, values_col, rewards_col, score_col, group_col, observation_rewards="error",
-    turn_rewards_col=None, truncated_col=None
-))]
-#[allow(clippy::too_many_arguments)] // one per keyword of the Python call
+#[pyo3(signature = (data, estimator, statistics, *, columns, observation_rewards="error"))]
 fn annotate_batch(
     py: Python<'_>,
     data: AnyRecordBatch,
     estimator: &Bound<'_, Estimator>,
     statistics: Option<&Bound<'_, GroupStatistics>>,
-    mask_col: String,
-    values_col: String,
-    rewards_col: Option<String>,
-    score_col: Option<String>,
-    group_col: String,
+    columns: LogColumns,
     observation_rewards: &str,
-    turn_rewards_col: Option<String>,
-    truncated_col: Option<String>,
 ) -> PyResult<PyTable> {
     let estimator = estimator.get().core;
     let (batches, schema) = read_all(data)?;
-    let mut spec = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
-    spec.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
-    crate::arrow::with_turn_columns(&mut spec, turn_rewards_col, truncated_col, None, None)?;
+    let spec = columns.spec(None, Some(observation_rewards))?;
     let columns = spec.resolve(&schema, estimator.needs()).map_err(log_error)?;
     let groups = statistics.map(|s| &s.get().stats);
     if columns.group.is_some() && groups.is_none() {

@@ -3,6 +3,7 @@
 
 mod allocator;
 mod arrow;
+mod columns;
 mod errors;
 mod groups;
 mod numpy;

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::PyRecordBatch;
 
-use crate::arrow::{columns_of, with_turn_columns};
+use crate::columns::LogColumns;
 use crate::errors::{log_error as to_py, InvalidOptionError};
 use crate::options::Estimator;
 use crate::pool::{self, On};
@@ -48,11 +48,8 @@ fn phase_name(p: Phase) -> &'static str {
 /// the mask is 0; the rewards column is written out as given. Returns the run's summary.
 #[pyfunction]
 #[pyo3(signature = (
-    input, output, estimator,
-    mask_col, values_col, rewards_col, score_col, group_col,
-    progress=None, batch_bytes=None, max_row_group_bytes=None,
-    turn_rewards_col=None, truncated_col=None, check_score_col=None, check_tolerance=None,
-    observation_rewards="error", turn_state_ids_col=None, token_ids_col=None
+    input, output, estimator, columns,
+    progress=None, batch_bytes=None, max_row_group_bytes=None, check_tolerance=None, observation_rewards="error"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn advantages_parquet<'py>(
@@ -60,27 +57,15 @@ fn advantages_parquet<'py>(
     input: PathBuf,
     output: PathBuf,
     estimator: &Bound<'py, Estimator>,
-    mask_col: String,
-    values_col: String,
-    rewards_col: Option<String>,
-    score_col: Option<String>,
-    group_col: String,
+    columns: LogColumns,
     progress: Option<Py<PyAny>>,
     batch_bytes: Option<usize>,
     max_row_group_bytes: Option<usize>,
-    turn_rewards_col: Option<String>,
-    truncated_col: Option<String>,
-    check_score_col: Option<String>,
     check_tolerance: Option<Bound<'py, PyAny>>,
     observation_rewards: &str,
-    turn_state_ids_col: Option<String>,
-    token_ids_col: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let defaults = Tuning::default();
-    let mut columns = columns_of(mask_col, values_col, rewards_col, score_col, group_col);
-    (columns.turn_state_ids, columns.token_ids) = (turn_state_ids_col, token_ids_col);
-    with_turn_columns(&mut columns, turn_rewards_col, truncated_col, check_score_col, check_tolerance.as_ref())?;
-    columns.observation_rewards = crate::arrow::observation_rewards(observation_rewards)?;
+    let columns = columns.spec(check_tolerance.as_ref(), Some(observation_rewards))?;
     let job = Job {
         input,
         output,
