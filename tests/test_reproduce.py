@@ -23,7 +23,7 @@ import pytest
 
 from mpo_rs.exceptions import InvalidOptionError
 from mpo_rs.reproduce import ARMS, CONFIGS, FULL, GPU, PILOT, QUICK
-from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TASK_PREFIX
+from mpo_rs.reproduce.config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TABLE1_TASKS, TASK_PREFIX
 from mpo_rs.reproduce.stats import (
     INCONCLUSIVE,
     NO_VERDICT,
@@ -228,7 +228,7 @@ def test_diagnose_predicts_benefit_claim():
     assert "(4 task(s))" in contrasts[0].what and "(1 task(s))" in contrasts[0].what
     assert claim.verdict == REPRODUCED
     per_task = [c for c in claim.comparisons if "gain where" not in c.what]
-    assert len(per_task) == 2 * len(TASK_PREFIX) and any("share 0.06" in c.what for c in per_task)
+    assert len(per_task) == 2 * len(TABLE1_TASKS) and any("share 0.06" in c.what for c in per_task)
 
 
 def test_claims_use_the_rule():
