@@ -11,7 +11,7 @@ import pytest
 
 from mpo_rs.envs import make
 from mpo_rs.envs.premise import NoisyOracle, belief_model, rollout
-from mpo_rs.reproduce.gates import GATES, call_tokens, judge, learning_measurement
+from mpo_rs.reproduce.gate_rules import GATES, call_tokens, judge, learning_measurement
 from mpo_rs.reproduce.reference import TabularCritic, belief_keys, cross_fitted_values, prefix_summary
 from mpo_rs.torch.metrics import explained_variance
 
@@ -288,7 +288,8 @@ def test_a_candidate_adds_a_premise_task_and_trains_it_end_to_end(tmp_path):
     from mpo_rs.exceptions import InvalidOptionError
     from mpo_rs.reproduce.api import run_config
     from mpo_rs.reproduce.config import QUICK
-    from mpo_rs.reproduce.gates import base_measurement, candidate
+    from mpo_rs.reproduce.gate_rules import base_measurement
+    from mpo_rs.reproduce.gates import candidate
     from mpo_rs.reproduce.tasks import task_role
 
     with pytest.raises(InvalidOptionError, match="--base-eps"):

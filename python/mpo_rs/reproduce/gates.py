@@ -37,28 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from .._outputs import write_file
-from .gate_rules import (
-    GATES,
-    GateResult,
-    Gates,
-    base_measurement,
-    call_tokens,
-    gates_table,
-    judge,
-    learning_measurement,
-)
+from .gate_rules import GATES, Gates, base_measurement, gates_table, judge, learning_measurement
 
-__all__ = [
-    "GATES",
-    "GateResult",
-    "Gates",
-    "base_measurement",
-    "call_tokens",
-    "candidate",
-    "gates_payload",
-    "judge",
-    "learning_measurement",
-]
+__all__ = ["candidate", "gates_payload", "main"]  # the rules themselves: .gate_rules
 
 
 def candidate(
