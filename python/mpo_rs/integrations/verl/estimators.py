@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from torch import Tensor
@@ -31,7 +31,22 @@ __all__ = [
 ]
 
 
-def _with_critic(name: str, observation_rewards: str, doc: str) -> Callable[..., tuple[Tensor, Tensor]]:
+class _CriticEstimator(Protocol):
+    """verl's signature of an advantage estimator that reads the critic's ``values``: what
+    :func:`_with_critic` makes, so a direct caller is type-checked as against a ``def``."""
+
+    def __call__(
+        self,
+        token_level_rewards: Tensor,
+        response_mask: Tensor,
+        config: Any = None,
+        index: Any = None,
+        values: Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[Tensor, Tensor]: ...
+
+
+def _with_critic(name: str, observation_rewards: str, doc: str) -> _CriticEstimator:
     """The critic estimator ``name`` of the plug-in in verl's signature (documented by
     ``doc``): the critic's values, the options of ``config`` resolved once, one call of
     :func:`mpo_rs.torch.padded.advantages` with ``observation_rewards``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -100,7 +100,23 @@ def _turn_ratio_loss(
     return loss, metrics
 
 
-def _loss_mode(mode: str, turn_ratio: str, doc: str) -> Callable[..., tuple[Tensor, dict[str, Any]]]:
+class _PolicyLoss(Protocol):
+    """verl's signature of a policy loss (``loss_mode``): what :func:`_loss_mode` makes, so a
+    direct caller is type-checked as against a ``def``."""
+
+    def __call__(
+        self,
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, Any]]: ...
+
+
+def _loss_mode(mode: str, turn_ratio: str, doc: str) -> _PolicyLoss:
     """The function of ``loss_mode=mode`` (the turn ratio ``turn_ratio``) in verl's
     signature, documented by ``doc``."""
 
