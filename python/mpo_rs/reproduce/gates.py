@@ -70,7 +70,8 @@ def candidate(
     from .config import TaskSpec, gigpo_arm, table1_arms, task_prefix
     from .ladder import ladder_arms
 
-    new = [name for name in add or () if name not in {spec.name for spec in config.tasks}]
+    have = {spec.name for spec in config.tasks}
+    new = [name for name in add or () if name not in have]
     if new:
         if base_eps is None or config.base is None:
             raise InvalidOptionError(f"added task(s) {new} need --base-eps: their base policies' noise")
