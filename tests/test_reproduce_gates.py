@@ -459,3 +459,20 @@ def test_the_gates_command_trains_on_as_many_seeds_as_asked(tmp_path, capsys):
     assert withheld and not any("no difference shown" in line or "ahead" in line for line in withheld)
     with pytest.raises(Exception, match="seed"):
         main([*argv, "--train-seeds", "0"])
+
+
+def test_a_candidate_sets_the_model_size_and_refuses_a_malformed_one():
+    """``model="WIDTHxLAYERSxHEADS"`` sizes the candidate's policy and critic (and so its base
+    policies' cache key); a malformed size or a width that the heads do not divide is refused."""
+    from mpo_rs.exceptions import InvalidOptionError
+    from mpo_rs.reproduce.base import base_key
+    from mpo_rs.reproduce.config import PILOT, ModelSpec
+    from mpo_rs.reproduce.gates import candidate
+
+    wide = candidate(PILOT, ["search"], {}, model="128x2x4")
+    assert wide.model == ModelSpec(width=128, layers=2, heads=4)
+    assert candidate(PILOT, ["search"], {}).model == PILOT.model
+    assert base_key(wide, "search", 1001) != base_key(candidate(PILOT, ["search"], {}), "search", 1001)
+    for bad in ("128x2", "128x0x4", "wide", "130x2x4"):
+        with pytest.raises(InvalidOptionError, match="model"):
+            candidate(PILOT, ["search"], {}, model=bad)

@@ -52,6 +52,7 @@ def candidate(
     base_episodes: int | None = None,
     base_steps: int | None = None,
     updates: int | None = None,
+    model: str | None = None,
     ladder: bool = False,
     gigpo: bool = False,
     add: Sequence[str] | None = None,
@@ -61,7 +62,8 @@ def candidate(
     and to the arms the gates read (:attr:`Gates.learning_arms`, :attr:`Gates.critic_arms`);
     ``base_eps`` the noise of their base policies' demonstrations, ``base_episodes`` and
     ``base_steps`` their number and the cloning's optimizer steps, ``lr`` every arm's (and
-    the critic's) learning rate, ``updates`` every arm's updates; ``ladder`` adds the
+    the critic's) learning rate, ``updates`` every arm's updates, ``model`` the policy's and
+    critic's size as ``WIDTHxLAYERSxHEADS`` (``128x2x4``); ``ladder`` adds the
     critic-quality ladder's arms (:func:`~mpo_rs.reproduce.ladder.ladder_arms`) on each task,
     ``gigpo`` GiGPO (:func:`~mpo_rs.reproduce.config.gigpo_arm`); ``add`` tasks ``config`` does
     not have (a premise task not in a committed configuration), with Table 1's arms and
@@ -92,6 +94,8 @@ def candidate(
         config = dataclasses.replace(config, budget=dataclasses.replace(config.budget, updates=updates))
     if lr is not None:
         config = dataclasses.replace(config, budget=dataclasses.replace(config.budget, lr=lr, critic_lr=lr))
+    if model is not None:
+        config = dataclasses.replace(config, model=_model_spec(model))
 
     tasks = []
     for spec in config.tasks:
@@ -107,6 +111,20 @@ def candidate(
     if gigpo:
         arms += tuple(gigpo_arm(name) for name in sorted(names))
     return dataclasses.replace(config, name=f"{config.name}-gates", tasks=tuple(tasks), arms=arms)
+
+
+def _model_spec(text: str) -> Any:
+    """``WIDTHxLAYERSxHEADS`` as a :class:`~mpo_rs.reproduce.config.ModelSpec`."""
+    from ..exceptions import InvalidOptionError
+    from .config import ModelSpec
+
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise InvalidOptionError(f"model: expected WIDTHxLAYERSxHEADS of positive integers (128x2x4), got {text!r}")
+    width, layers, heads = map(int, parts)
+    if width % heads:
+        raise InvalidOptionError(f"model: the width {width} must be a multiple of the heads {heads}")
+    return ModelSpec(width=width, layers=layers, heads=heads)
 
 
 def gates_payload(config_name: str, tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -144,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--base-episodes", type=int, help="the demonstrations each base policy is cloned from")
     p.add_argument("--base-steps", type=int, help="the optimizer steps of each base policy's cloning")
     p.add_argument("--updates", type=int, help="every arm's updates")
+    p.add_argument("--model", help="the policy's and critic's size, WIDTHxLAYERSxHEADS (default: the configuration's)")
     p.add_argument("--ladder", action="store_true", help="also train the critic-quality ladder's arms on each task")
     p.add_argument("--gigpo", action="store_true", help="also train GiGPO on each task")
     p.add_argument("--add-task", action="append", default=[], metavar="TASK", help="a task the configuration lacks")
@@ -165,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "base_episodes": args.base_episodes,
         "base_steps": args.base_steps,
         "updates": args.updates,
+        "model": args.model,
         "ladder": args.ladder or None,
         "gigpo": args.gigpo or None,
         "add": args.add_task or None,
