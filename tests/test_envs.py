@@ -83,6 +83,28 @@ def test_key_door_positions_are_parameters():
     assert env.decisive_positions == ((0, 2), (2, 3))
 
 
+def test_key_door_sum_rule_names_the_key_as_a_sum_of_two():
+    """``key_rule="sum"``: the prompt shows two keys and the door opens to their sum modulo
+    ``num_keys``, not to either key shown; the copy rule's episodes are unchanged."""
+    env = KeyDoor(max_turns=2, action_tokens=1, num_keys=5, vocab_size=12, key_rule="sum")
+    copy_rule = KeyDoor(max_turns=2, action_tokens=1, num_keys=5, vocab_size=12)
+    sums = set()
+    for seed in range(40):
+        start, a, b = env.reset(seed)
+        assert start == START and KEY0 <= a < KEY0 + 5 and KEY0 <= b < KEY0 + 5
+        key = KEY0 + (a - KEY0 + b - KEY0) % 5
+        assert env.door_key([start, a, b]) == key == env.oracle_action([[start, a, b]])[0]
+        sums.add(key)
+        for taken in range(KEY0, KEY0 + 5):
+            env.reset(seed)
+            env.step([taken])
+            assert env.step([OPEN]) == ([], 1.0 if taken == key else 0.0, True)
+        assert copy_rule.reset(seed)[1] == KEY0 + copy_rule.target_key  # the copy rule shows its key
+    assert len(sums) == 5
+    with pytest.raises(InvalidConfigError, match="key_rule must be one of copy, sum, got 'product'"):
+        KeyDoor(key_rule="product")
+
+
 def test_key_door_defaults_decay_token_gae_by_100x():
     env = KeyDoor()
     assert env.vocab_size <= 24 and env.max_turns * env.action_tokens >= 100

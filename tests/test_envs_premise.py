@@ -221,7 +221,10 @@ def test_oracle_success_matches_its_exact_value(name):
 
 def test_model_oracle_is_the_env_oracle_on_noisy_histories():
     rng = np.random.default_rng(3)
-    for name, params in [(n, {}) for n in (*NEW, "key_door")] + [("multi_hop", {"hop_choices": [2, 5]})]:
+    for name, params in [(n, {}) for n in (*NEW, "key_door")] + [
+        ("multi_hop", {"hop_choices": [2, 5]}),
+        ("key_door", {"key_rule": "sum", "num_keys": 8, "vocab_size": 24}),
+    ]:
         env = make(name, **params)
         values = NoisyOracle(belief_model(env), 0.5)
         for seed in range(40):
@@ -244,6 +247,7 @@ def test_model_oracle_is_the_env_oracle_on_noisy_histories():
         MultiHop(hops=1, num_entities=3, num_answers=2, max_turns=8),
         FrozenLake(size=2, frozen_prob=1.0, max_turns=8),
         Sokoban(size=5, max_turns=40, search_depth=1),  # one-move rooms with a long budget
+        KeyDoor(max_turns=2, action_tokens=1, num_keys=3, vocab_size=8, key_rule="sum"),
     ],
     ids=repr,
 )
@@ -286,6 +290,7 @@ def test_default_chance_formulas_match_the_dynamic_programme():
         ("frozen_lake", 0.4, {"success_rate": 0.8}),
         ("sokoban", 0.3, {}),
         ("sokoban", 0.5, {"num_boxes": 2, "size": 5}),
+        ("key_door", 0.5, {"key_rule": "sum", "max_turns": 2, "num_keys": 8, "vocab_size": 24}),
     ],
 )
 def test_exact_values_match_monte_carlo(name, eps, params):

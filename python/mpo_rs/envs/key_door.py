@@ -12,13 +12,19 @@ __all__ = ["KeyDoor"]
 # Fixed ids at the bottom of the vocabulary; keys follow, noise fills the rest.
 START, CORRIDOR, DOOR, OPEN = 0, 1, 2, 3
 FIRST_KEY = 4
+KEY_RULES = ("copy", "sum")
+"""How the first observation names the door's key: ``copy`` shows it; ``sum`` shows two keys
+whose sum modulo ``num_keys`` it is (a skill a policy must learn, not copy)."""
 
 
 class KeyDoor:
     """A corridor of ``max_turns`` turns with a sparse terminal reward.
 
     - The first observation is ``[start, key_k]``: it names the key that opens the door
-      (``k`` uniform in ``[0, num_keys)`` from the seed).
+      (``k`` uniform in ``[0, num_keys)`` from the seed). With ``key_rule="sum"`` it is
+      ``[start, key_a, key_b]`` (each uniform) and the door's key is ``k = (a + b) mod
+      num_keys``: the decisive token is then a function of the prompt to learn, where a copy
+      is learnt within a few updates.
     - Turn 0 (decisive): the token the policy writes at ``key_position`` is the key it takes.
     - Turns 1 .. max_turns-2 (distractors): each is preceded by ``[corridor, noise...]``
       with 0..``max_noise`` noise ids (length from the seed); the actions do not matter.
@@ -45,7 +51,11 @@ class KeyDoor:
         key_position: int = 0,
         open_position: int = 0,
         max_noise: int = 3,
+        key_rule: str = "copy",
     ) -> None:
+        if key_rule not in KEY_RULES:
+            raise InvalidConfigError(f"KeyDoor: key_rule must be one of {', '.join(KEY_RULES)}, got {key_rule!r}")
+        self.key_rule = key_rule
         self.max_turns = check_param("KeyDoor", "max_turns", max_turns, 2)
         self.action_tokens = check_param("KeyDoor", "action_tokens", action_tokens, 1)
         self.num_keys = check_param("KeyDoor", "num_keys", num_keys, 2)
@@ -77,18 +87,26 @@ class KeyDoor:
         return (
             f"KeyDoor(max_turns={self.max_turns}, action_tokens={self.action_tokens}, num_keys={self.num_keys}, "
             f"vocab_size={self.vocab_size}, key_position={self.key_position}, "
-            f"open_position={self.open_position}, max_noise={self.max_noise})"
+            f"open_position={self.open_position}, max_noise={self.max_noise}"
+            + ("" if self.key_rule == "copy" else f", key_rule={self.key_rule!r}")  # the default's repr as before
+            + ")"
         )
 
     def key_token(self, key: int) -> int:
         return FIRST_KEY + key
 
+    def door_key(self, first_observation: Sequence[int]) -> int:
+        """The token of the key that opens the door, as the first observation names it."""
+        keys = [int(t) - FIRST_KEY for t in first_observation[1:]]
+        return self.key_token(keys[0] if self.key_rule == "copy" else sum(keys) % self.num_keys)
+
     def reset(self, seed: int) -> list[int]:
         stream = SeedStream(check_seed("KeyDoor", seed))
-        self.target_key = stream.below(self.num_keys)
+        shown = [stream.below(self.num_keys) for _ in range(1 if self.key_rule == "copy" else 2)]
+        self.target_key = sum(shown) % self.num_keys
         noise_ids = self.vocab_size - self.first_noise
         # _observations[t] is shown before turn t; the last step returns an empty one.
-        self._observations = [[START, self.key_token(self.target_key)]]
+        self._observations = [[START, *map(self.key_token, shown)]]
         for _ in range(self.max_turns - 2):
             length = stream.below(self.max_noise + 1)
             noise = [self.first_noise + stream.below(noise_ids) for _ in range(length)]
@@ -127,7 +145,7 @@ class KeyDoor:
             )
         action = [self.first_noise] * self.action_tokens
         if turn == 0:
-            action[self.key_position] = observations[0][1]
+            action[self.key_position] = self.door_key(observations[0])
         if turn == self.max_turns - 1:
             action[self.open_position] = OPEN
         return action

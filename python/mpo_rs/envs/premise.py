@@ -143,7 +143,7 @@ class _KeyDoorModel(_Model):
     W = None
 
     def initial(self, observation: Sequence[int]) -> Belief:
-        return (0, int(observation[1]), None)
+        return (0, self.env.door_key(observation), None)
 
     def update(self, b: Belief, action: Sequence[int], observation: Sequence[int]) -> Belief:
         t, key, ok = b
