@@ -327,8 +327,8 @@ def claims(rows: list[dict[str, Any]], config: ReproduceConfig, withheld: Withhe
         "advantages in reward units beat advantages whitened over the batch (verl's default for GAE) "
         "for the critic-based arms.",
         [
-            _compare(rows, "final_success", "ppo", "ppo_whiten", "PPO - PPO, whitened"),
-            _compare(rows, "final_success", "mpo", "mpo_whiten", "MPO - MPO, whitened"),
+            _compare(rows, "final_success", arm, whitened, f"{label[arm]} - {label[whitened]}")
+            for arm, whitened in (("ppo", "ppo_whiten"), ("mpo", "mpo_whiten"))
         ],
         "The pilot that fixed the advantage-scale rule (seed 0) found it; "
         + (
