@@ -18,6 +18,7 @@ use pyo3_arrow::PyTable;
 
 use crate::columns::LogColumns;
 use crate::errors::{log_error, InvalidBatchError};
+use crate::numpy::slice;
 use crate::options::Estimator;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -65,10 +66,7 @@ fn relocate_observation_rewards<'py>(
     column: &str,
 ) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
     let mode = observation_rewards(mode)?;
-    let contiguous = |name: &str| InvalidBatchError::new_err(format!("`{name}` must be a C-contiguous 1-D array"));
-    let r = rewards.as_slice().map_err(|_| contiguous("rewards"))?;
-    let m = mask.as_slice().map_err(|_| contiguous("mask"))?;
-    let o = offsets.as_slice().map_err(|_| contiguous("offsets"))?;
+    let (r, m, o) = (slice(&rewards, "rewards")?, slice(&mask, "mask")?, slice(&offsets, "offsets")?);
     if r.len() != m.len() {
         return Err(InvalidBatchError::new_err(format!("`{column}` has {} tokens, the mask {}", r.len(), m.len())));
     }

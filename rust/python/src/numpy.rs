@@ -20,7 +20,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(value_structure, m)?)
 }
 
-fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
+/// An array's data, borrowed: the binding's one rule for an array that is not contiguous (a TypeError naming it).
+pub(crate) fn slice<'a, T: numpy::Element>(arr: &'a PyReadonlyArray1<'_, T>, name: &str) -> PyResult<&'a [T]> {
     arr.as_slice().map_err(|_| PyTypeError::new_err(format!("`{name}` must be a C-contiguous 1-D array")))
 }
 
