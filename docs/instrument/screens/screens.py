@@ -116,6 +116,17 @@ if __name__ == "__main__":
                 ({"max_turns": 2, "key_position": 8, "open_position": 8, "num_keys": 8, "vocab_size": 24}, [0.4, 0.7]),
                 ({"max_turns": 2, "action_tokens": 8, "key_position": 4, "open_position": 4}, [0.4, 0.7]),
                 ({"max_turns": 2, "key_position": 8, "open_position": 8, "max_noise": 0}, [0.4, 0.7]),
+                (
+                    {
+                        "max_turns": 2,
+                        "key_position": 8,
+                        "open_position": 8,
+                        "num_keys": 8,
+                        "vocab_size": 24,
+                        "key_rule": "sum",
+                    },
+                    [0.4, 0.5, 0.7],
+                ),
             ]
         )
     elif sys.argv[1:] == ["sokoban"]:
