@@ -4,7 +4,8 @@
 demonstration noise eps, the oracle's success, the noisy oracle's success, the explained
 variance of its exact values (the best any critic of the policy could do), the median
 between-turn share, the share of GRPO groups of 4 whose outcomes differ, and the turns.
-``... sokoban`` prints the same per Sokoban setting (sokoban_screen.log is its output).
+``... sokoban`` prints the same per Sokoban setting (sokoban_screen.log is its output), ``...
+sokoban_shallow`` for shallow rooms (sokoban_shallow_screen.log).
 ``... key_door`` prints, per KeyDoor design and eps, the median between-turn share of the exact
 values and of the reference critic's cross-fitted table (64 tasks x 16 rollouts).
 """
@@ -34,6 +35,15 @@ SOKOBAN_SETTINGS: list[dict[str, Any]] = [
 ]
 """Room 6x6 or 5x5, one box or two, budget 6/10/15 (the reverse play as deep as the budget,
 or 10 with a budget of 15: the same rooms as the default with five turns to spare)."""
+
+SOKOBAN_SHALLOW: list[dict[str, Any]] = [
+    {"search_depth": 3, "max_turns": 6},
+    {"search_depth": 4, "max_turns": 6},
+    {"search_depth": 4, "max_turns": 8},
+    {"search_depth": 5, "max_turns": 8},
+    {"search_depth": 4, "max_turns": 10},
+]
+"""Rooms a clone might learn more easily: the reverse play 3-5 moves deep (boxes near their targets)."""
 
 
 def _rollouts(task: str, params: dict[str, Any], eps: float, n: int, group: int) -> list[Any]:
@@ -131,5 +141,7 @@ if __name__ == "__main__":
         )
     elif sys.argv[1:] == ["sokoban"]:
         noisy_oracle("sokoban", SOKOBAN_SETTINGS, [0.1, 0.2, 0.3, 0.5])
+    elif sys.argv[1:] == ["sokoban_shallow"]:
+        noisy_oracle("sokoban", SOKOBAN_SHALLOW, [0.2, 0.3, 0.4, 0.5])
     else:
-        sys.exit("usage: screens.py frozen_lake|key_door|sokoban")
+        sys.exit("usage: screens.py frozen_lake|key_door|sokoban|sokoban_shallow")
