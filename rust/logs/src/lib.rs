@@ -20,6 +20,7 @@ mod encode;
 pub mod error;
 pub mod estimator;
 pub mod gigpo;
+mod group_ids;
 pub mod groups;
 mod listing;
 pub mod observation;

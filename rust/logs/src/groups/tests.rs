@@ -2,6 +2,8 @@ use super::*;
 use arrow::array::{DictionaryArray, Int64Array, StringArray};
 use std::sync::Arc;
 
+use crate::schema::check_group_type;
+
 fn stats_over(params: GroupParams, batches: &[(RecordBatch, Vec<f32>)]) -> GroupStats {
     let mut stats = GroupStats::new(params);
     while stats.wants_scan() {
