@@ -29,6 +29,7 @@ pub mod paths;
 mod phase;
 pub mod pipeline;
 pub mod relocate;
+mod row_group;
 pub mod safety;
 pub mod schema;
 mod steps;

@@ -31,7 +31,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::annotate::{annotate, append, output_schema, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
-use crate::decode::{contain, DecodeError, RowGroupReader};
+use crate::row_group::{contain, DecodeError, RowGroupReader};
 use crate::encode::ParallelWriter;
 use crate::error::{DataError, FileAt, LogError};
 use crate::estimator::{Estimator, EstimatorColumns};
