@@ -32,6 +32,7 @@ pub mod relocate;
 mod row_group;
 pub mod safety;
 pub mod schema;
+mod sources;
 mod steps;
 pub mod table;
 
