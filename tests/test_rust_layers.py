@@ -1,5 +1,6 @@
 """The modules of the pure-Rust crate ``rust/logs`` form a DAG: none refers (``crate::x``,
-in a ``use`` or a path, tests included; comments aside) to one that refers back to it."""
+in a ``use`` or a path, tests included; comments aside) to one that refers back to it. The
+files below a module's folder (``groups/tests.rs``) count as that module."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ def _graph() -> dict[str, set[str]]:
     modules = {p.stem: p for p in CRATE.glob("*.rs") if p.stem != "lib"}
     graph = {}
     for name, path in modules.items():
-        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("//"))
+        # The files below `name/` (its tests, its submodules) are part of the module.
+        files = [path, *sorted((CRATE / name).rglob("*.rs"))]
+        lines = (line for file in files for line in file.read_text().splitlines())
+        code = "\n".join(line for line in lines if not line.lstrip().startswith("//"))
         used = set(re.findall(r"\bcrate::(\w+)", code))
         used |= {m.strip() for group in re.findall(r"\bcrate::\{([^}]*)\}", code) for m in group.split(",")}
         graph[name] = (used & set(modules)) - {name}

@@ -20,6 +20,7 @@ mod encode;
 pub mod error;
 pub mod estimator;
 pub mod gigpo;
+mod group_ids;
 pub mod groups;
 mod listing;
 pub mod observation;
@@ -28,8 +29,10 @@ pub mod paths;
 mod phase;
 pub mod pipeline;
 pub mod relocate;
+mod row_group;
 pub mod safety;
 pub mod schema;
+mod sources;
 mod steps;
 pub mod table;
 

@@ -24,21 +24,20 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
-use parquet::file::properties::WriterProperties;
 
-use crate::annotate::{annotate, append, output_schema, BatchCounts};
+use crate::annotate::{annotate, append, BatchCounts};
 use crate::atomic::{StagedDir, StagedFile};
-use crate::decode::{contain, DecodeError, RowGroupReader};
 use crate::encode::ParallelWriter;
-use crate::error::{DataError, FileAt, LogError};
-use crate::estimator::{Estimator, EstimatorColumns};
+use crate::error::LogError;
+use crate::estimator::Estimator;
 use crate::groups::GroupStats;
-use crate::output::writer_properties;
 use crate::paths::Targets;
+use crate::row_group::{contain, DecodeError, RowGroupReader};
 use crate::schema::{ColumnSpec, Columns};
+pub use crate::sources::check_group_column;
+use crate::sources::{open_sources, Source};
 
 /// One run of the tool.
 #[derive(Debug, Clone)]
@@ -110,7 +109,7 @@ pub fn run(
     let start = Instant::now();
     job.estimator.validate()?;
     let targets = Targets::resolve(&job.input, &job.output)?;
-    let (columns, sources) = open_sources(&targets, job)?;
+    let (columns, sources) = open_sources(&targets, &job.columns, &job.estimator, job.tuning.max_row_group_bytes)?;
     let total_rows = sources.iter().map(|s| s.meta.metadata().file_metadata().num_rows() as u64).sum();
     let mut clock = Clock { start, total_rows, progress };
 
@@ -150,109 +149,6 @@ pub fn run(
     })
 }
 
-/// An input file, opened and checked, with what its output needs.
-struct Source {
-    path: PathBuf,
-    relative: PathBuf,
-    bytes: u64,
-    meta: ArrowReaderMetadata,
-    out_schema: SchemaRef,
-    props: WriterProperties,
-}
-
-impl Source {
-    fn at(&self, row_group: Option<usize>) -> FileAt {
-        FileAt { path: self.path.clone(), row_group }
-    }
-
-    fn open(&self) -> Result<File, LogError> {
-        File::open(&self.path).map_err(|e| LogError::io(&self.path, "cannot open input", e))
-    }
-
-    fn corrupt(&self, row_group: Option<usize>, e: impl std::fmt::Display) -> LogError {
-        LogError::Corrupt { at: self.at(row_group), column: None, message: e.to_string() }
-    }
-
-    /// A decode failure in row group `g`, naming the first column that fails on its own
-    /// (decoding columns one by one costs nothing until something is already wrong).
-    fn corrupt_column(&self, g: usize, e: impl std::fmt::Display) -> LogError {
-        let descr = self.meta.parquet_schema();
-        let column = (0..descr.root_schema().get_fields().len()).find_map(|root| {
-            let mut reader = ParquetRecordBatchReaderBuilder::new_with_metadata(self.open().ok()?, self.meta.clone())
-                .with_projection(ProjectionMask::roots(descr, [root]))
-                .with_row_groups(vec![g])
-                .build()
-                .ok()?;
-            let fails = contain(|| reader.any(|b| b.is_err())).unwrap_or(true);
-            fails.then(|| descr.root_schema().get_fields()[root].name().to_string())
-        });
-        LogError::Corrupt { at: self.at(Some(g)), column, message: e.to_string() }
-    }
-
-    fn data(&self, row_group: usize, row_base: u64, e: DataError) -> LogError {
-        LogError::Data { at: self.at(Some(row_group)), error: e.shift_rows(row_base) }
-    }
-
-    /// Rows per batch for row group `g` so a decoded batch of the `leaves` is about
-    /// `target` bytes.
-    fn batch_rows(&self, g: usize, leaves: Option<&[usize]>, target: usize) -> usize {
-        let group = self.meta.metadata().row_group(g);
-        let rows = group.num_rows().max(1) as u64;
-        let bytes: u64 = match leaves {
-            None => group.total_byte_size().max(0) as u64,
-            Some(leaves) => leaves.iter().map(|&l| group.column(l).uncompressed_size().max(0) as u64).sum(),
-        };
-        (target as u64 * rows / bytes.max(1)).clamp(1, rows) as usize
-    }
-
-    /// Row offset of each row group's first row in the file.
-    fn row_group_starts(&self) -> Vec<u64> {
-        let mut start = 0u64;
-        self.meta
-            .metadata()
-            .row_groups()
-            .iter()
-            .map(|g| {
-                let s = start;
-                start += g.num_rows().max(0) as u64;
-                s
-            })
-            .collect()
-    }
-}
-
-/// Opens every input (footer and schema) before anything is computed, so a bad file
-/// anywhere fails the run at once.
-fn open_sources(targets: &Targets, job: &Job) -> Result<(Columns, Vec<Source>), LogError> {
-    let mut columns: Option<Columns> = None;
-    let mut sources = Vec::new();
-    for (path, relative) in targets.inputs() {
-        let file = File::open(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
-        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let at = FileAt { path: path.clone(), row_group: None };
-        let meta = contain(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()))
-            .and_then(|loaded| loaded.map_err(|e| e.to_string()))
-            .map_err(|message| LogError::Corrupt { at: at.clone(), column: None, message })?;
-        let schema = meta.schema();
-        let resolved = match &columns {
-            // Every file uses the columns chosen for the first one.
-            Some(c) => c.check_schema(schema).map(|_| c.clone()).map_err(LogError::Batch),
-            None => job.columns.resolve(schema, job.estimator.needs()),
-        }
-        .map_err(|e| match e {
-            LogError::Batch(error) => LogError::Data { at: at.clone(), error },
-            other => other,
-        })?;
-        let out_schema = output_schema(schema, &resolved);
-        let props = writer_properties(meta.metadata(), &resolved.mask, &out_schema, job.tuning.max_row_group_bytes)
-            .map_err(|e| LogError::Write { path: path.clone(), message: e.to_string() })?;
-        sources.push(Source { path, relative, bytes, meta, out_schema, props });
-        columns.get_or_insert(resolved);
-    }
-    let columns = columns.ok_or_else(|| LogError::Usage("no input files".into()))?;
-    Ok((columns, sources))
-}
-
 struct Clock<'a> {
     start: Instant,
     total_rows: u64,
@@ -268,31 +164,6 @@ impl Clock<'_> {
             Err(LogError::Interrupted)
         }
     }
-}
-
-/// The group-id rule across the Parquet files of `inputs` (each listed as [`run`] lists it),
-/// on their schemas only: a log whose files hold string ids beside number ids is refused,
-/// naming both files, as [`run`] refuses it before reading a row. For adapters that read
-/// the files another way (the Ray adapter, whose reader would fail on such a log with
-/// Arrow's schema-merge error). Files without the column are left to the column checks.
-pub fn check_group_column(inputs: &[PathBuf], group_col: &str) -> Result<(), LogError> {
-    let mut stats = GroupStats::new(mpo_core::GroupParams::default());
-    let mut files = Vec::new();
-    for input in inputs {
-        files.extend(crate::paths::list_inputs(input)?);
-    }
-    for path in files {
-        let file = File::open(&path).map_err(|e| LogError::io(&path, "cannot open input", e))?;
-        let at = FileAt { path: path.clone(), row_group: None };
-        let meta = contain(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()))
-            .and_then(|loaded| loaded.map_err(|e| e.to_string()))
-            .map_err(|message| LogError::Corrupt { at: at.clone(), column: None, message })?;
-        if let Ok(field) = meta.schema().field_with_name(group_col) {
-            let name = path.display().to_string();
-            stats.note_column(group_col, field.data_type(), &name).map_err(|error| LogError::Data { at, error })?;
-        }
-    }
-    Ok(())
 }
 
 /// The statistics pass: only the score/rewards and group columns are decoded (and the mask

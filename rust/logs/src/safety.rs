@@ -44,9 +44,9 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
 use crate::aliasing::{canonical_target, file_id, refuse_aliasing};
 use crate::atomic::{parent_of, StagedFile};
-use crate::decode::contain;
 use crate::error::LogError;
 use crate::listing::{dir_inputs, is_hidden, is_parquet, list_inputs, sorted_entries};
+use crate::row_group::contain;
 use crate::schema::OUTPUT_COLUMNS;
 
 // Re-exported where the crate has always named it.
