@@ -1,5 +1,4 @@
-"""The plug-in's names (:func:`published` gives a factory-made function its own), its errors
-and the options it reads from verl's config.
+"""The plug-in's names, its errors and the options it reads from verl's config.
 
 Every estimator option is judged by the Rust options table (``mpo_rs.Estimator``): this
 module only says which config key feeds which option of which table estimator, and names
@@ -11,9 +10,8 @@ of the wrong kind) or declares a default the table owns.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any
 
 from ...exceptions import InvalidConfigError, InvalidOptionError, MissingCriticValuesError
 from ...options import Estimator, default
@@ -32,7 +30,6 @@ __all__ = [
     "MissingCriticValuesError",
     "config_get",
     "estimator_options",
-    "published",
 ]
 
 CRITIC_ESTIMATORS = ("mpo_gae", "mpo_mae", "mpo_bilevel_gae")
@@ -321,14 +318,3 @@ def config_get(config: Any, key: str, default: Any) -> Any:
     if callable(get):
         return get(key, default)
     return getattr(config, key, default)
-
-
-_Function = TypeVar("_Function", bound=Callable[..., Any])
-
-
-def published(fn: _Function, name: str, doc: str) -> _Function:
-    """``fn``, made by a factory of the plug-in, under the name and doc that users and
-    verl's registries see."""
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return fn

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from torch import Tensor
@@ -14,7 +14,7 @@ from torch import Tensor
 from ... import estimators
 from ...exceptions import InvalidBatchError
 from ...torch import critic_free, padded
-from .config import EstimatorOptions, estimator_options, published
+from .config import EstimatorOptions, estimator_options
 from .values_hook import critic_values, hooked_batch
 
 __all__ = [
@@ -31,9 +31,17 @@ __all__ = [
 ]
 
 
-class _CriticEstimator(Protocol):
-    """verl's signature of an advantage estimator that reads the critic's ``values``: what
-    :func:`_with_critic` makes, so a direct caller is type-checked as against a ``def``."""
+class _CriticEstimator:
+    """An advantage estimator of the plug-in that reads the critic's ``values``, in verl's
+    signature: the critic estimator ``name`` (the options of ``config`` resolved once, one
+    call of :func:`mpo_rs.torch.padded.advantages` with ``observation_rewards``), named and
+    documented as users and verl's registry see it."""
+
+    def __init__(self, name: str, observation_rewards: str, doc: str) -> None:
+        self.name = name
+        self.observation_rewards = observation_rewards
+        self.__name__ = self.__qualname__ = f"compute_{name}_advantage"
+        self.__doc__ = doc
 
     def __call__(
         self,
@@ -43,40 +51,23 @@ class _CriticEstimator(Protocol):
         index: Any = None,
         values: Tensor | None = None,
         **kwargs: Any,
-    ) -> tuple[Tensor, Tensor]: ...
-
-
-def _with_critic(name: str, observation_rewards: str, doc: str) -> _CriticEstimator:
-    """The critic estimator ``name`` of the plug-in in verl's signature (documented by
-    ``doc``): the critic's values, the options of ``config`` resolved once, one call of
-    :func:`mpo_rs.torch.padded.advantages` with ``observation_rewards``."""
-
-    def estimator(
-        token_level_rewards: Tensor,
-        response_mask: Tensor,
-        config: Any = None,
-        index: Any = None,
-        values: Tensor | None = None,
-        **kwargs: Any,
     ) -> tuple[Tensor, Tensor]:
-        values = critic_values(values, name)
-        options = estimator_options(name, config)
+        values = critic_values(values, self.name)
+        options = estimator_options(self.name, config)
         advantages, returns = padded.advantages(
             response_mask,
             token_level_rewards,
             values=values,
-            observation_rewards=observation_rewards,
+            observation_rewards=self.observation_rewards,
             whiten=options.whiten,
             estimator=options.estimator,
         )
         assert returns is not None  # a critic estimator's
         return advantages, returns
 
-    return published(estimator, f"compute_{name}_advantage", doc)
-
 
 # lam_critic = lam (the config's): verl's returns = advantages + values.
-compute_mpo_gae_advantage = _with_critic(
+compute_mpo_gae_advantage = _CriticEstimator(
     "mpo_gae",
     "drop",
     """``mpo_gae``: token GAE over the LLM tokens of each row, observation tokens skipped,
@@ -87,7 +78,7 @@ compute_mpo_gae_advantage = _with_critic(
     """,
 )
 
-compute_mpo_mae_advantage = _with_critic(
+compute_mpo_mae_advantage = _CriticEstimator(
     "mpo_mae",
     "credit",
     """``mpo_mae``: multiscale advantage estimation with the critic's values.
@@ -98,7 +89,7 @@ compute_mpo_mae_advantage = _with_critic(
     """,
 )
 
-compute_mpo_bilevel_gae_advantage = _with_critic(
+compute_mpo_bilevel_gae_advantage = _CriticEstimator(
     "mpo_bilevel_gae",
     "credit",
     """``mpo_bilevel_gae``: RAGEN's bi-level GAE with the critic's values, turns from the
