@@ -12,9 +12,9 @@ __all__ = ["KeyDoor"]
 # Fixed ids at the bottom of the vocabulary; keys follow, noise fills the rest.
 START, CORRIDOR, DOOR, OPEN = 0, 1, 2, 3
 FIRST_KEY = 4
-KEY_RULES = ("copy", "sum")
-"""How the first observation names the door's key: ``copy`` shows it; ``sum`` shows two keys
-whose sum modulo ``num_keys`` it is (a skill a policy must learn, not copy)."""
+KEY_RULES = {"copy": 1, "sum": 2}
+"""How many keys the first observation shows, per rule; the door's key is their sum modulo
+``num_keys``: under ``copy`` the one key shown, under ``sum`` a skill a policy must learn."""
 
 
 class KeyDoor:
@@ -97,16 +97,15 @@ class KeyDoor:
 
     def door_key(self, first_observation: Sequence[int]) -> int:
         """The token of the key that opens the door, as the first observation names it."""
-        keys = [int(t) - FIRST_KEY for t in first_observation[1:]]
-        return self.key_token(keys[0] if self.key_rule == "copy" else sum(keys) % self.num_keys)
+        return self.key_token(sum(int(t) - FIRST_KEY for t in first_observation[1:]) % self.num_keys)
 
     def reset(self, seed: int) -> list[int]:
         stream = SeedStream(check_seed("KeyDoor", seed))
-        shown = [stream.below(self.num_keys) for _ in range(1 if self.key_rule == "copy" else 2)]
-        self.target_key = sum(shown) % self.num_keys
+        shown = [self.key_token(stream.below(self.num_keys)) for _ in range(KEY_RULES[self.key_rule])]
         noise_ids = self.vocab_size - self.first_noise
         # _observations[t] is shown before turn t; the last step returns an empty one.
-        self._observations = [[START, *map(self.key_token, shown)]]
+        self._observations = [[START, *shown]]
+        self.target_key = self.door_key(self._observations[0]) - FIRST_KEY
         for _ in range(self.max_turns - 2):
             length = stream.below(self.max_noise + 1)
             noise = [self.first_noise + stream.below(noise_ids) for _ in range(length)]
