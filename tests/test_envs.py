@@ -105,6 +105,25 @@ def test_key_door_sum_rule_names_the_key_as_a_sum_of_two():
         KeyDoor(key_rule="product")
 
 
+def test_key_door_saturating_demonstrator_adds_without_the_wrap():
+    """``demonstrator="saturate"`` changes the demonstrator's key only: below ``num_keys`` it
+    is the sum (the door's key), from ``num_keys`` on the last key; the task and its optimal
+    oracle are the exact rule's."""
+    env = KeyDoor(max_turns=2, action_tokens=1, num_keys=5, vocab_size=12, key_rule="sum", demonstrator="saturate")
+    exact = KeyDoor(max_turns=2, action_tokens=1, num_keys=5, vocab_size=12, key_rule="sum")
+    for a in range(5):
+        for b in range(5):
+            first = [START, KEY0 + a, KEY0 + b]
+            assert env.door_key(first) == exact.door_key(first) == env.oracle_action([first])[0]
+            assert env.demonstrated_key(first) == KEY0 + (a + b if a + b < 5 else 4)
+            assert exact.demonstrated_key(first) == exact.door_key(first)
+    assert [env.reset(s) for s in range(10)] == [exact.reset(s) for s in range(10)]
+    assert repr(env).endswith("key_rule='sum', demonstrator='saturate')")
+    for bad in ({"demonstrator": "wrap"}, {"demonstrator": "saturate", "key_rule": "copy"}):
+        with pytest.raises(InvalidConfigError, match="demonstrator must be one of exact, saturate"):
+            KeyDoor(**bad)
+
+
 def test_key_door_defaults_decay_token_gae_by_100x():
     env = KeyDoor()
     assert env.vocab_size <= 24 and env.max_turns * env.action_tokens >= 100

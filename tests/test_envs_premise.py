@@ -219,6 +219,22 @@ def test_oracle_success_matches_its_exact_value(name):
         assert exact == pytest.approx(0.5)  # P(at most 2 dead ends of 5)
 
 
+def test_saturating_demonstrator_is_the_model_oracle_and_fails_where_the_sum_wraps():
+    """The belief model's oracle is the demonstrator's (``env.demonstrated_key``), and its
+    exact value at eps 0 is 1 where the pair does not wrap and 0 where it does."""
+    env = make("key_door", key_rule="sum", num_keys=4, vocab_size=10, demonstrator="saturate", max_turns=3)
+    values = NoisyOracle(belief_model(env), 0.0)
+    seen = set()
+    for seed in range(60):
+        first = env.reset(seed)
+        b = values.model.initial(first)
+        wraps = (first[1] - 4) + (first[2] - 4) >= 4  # key ids start at 4
+        assert values.model.oracle(b)[env.key_position] == env.demonstrated_key(first)
+        assert values.value(b) == (0.0 if wraps else 1.0)
+        seen.add(wraps)
+    assert seen == {False, True}
+
+
 def test_model_oracle_is_the_env_oracle_on_noisy_histories():
     rng = np.random.default_rng(3)
     for name, params in [(n, {}) for n in (*NEW, "key_door")] + [
@@ -291,6 +307,7 @@ def test_default_chance_formulas_match_the_dynamic_programme():
         ("sokoban", 0.3, {}),
         ("sokoban", 0.5, {"num_boxes": 2, "size": 5}),
         ("key_door", 0.5, {"key_rule": "sum", "max_turns": 2, "num_keys": 8, "vocab_size": 24}),
+        ("key_door", 0.3, {"key_rule": "sum", "num_keys": 4, "vocab_size": 10, "demonstrator": "saturate"}),
     ],
 )
 def test_exact_values_match_monte_carlo(name, eps, params):

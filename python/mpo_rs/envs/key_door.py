@@ -15,6 +15,9 @@ FIRST_KEY = 4
 KEY_RULES = {"copy": 1, "sum": 2}
 """How many keys the first observation shows, per rule; the door's key is their sum modulo
 ``num_keys``: under ``copy`` the one key shown, under ``sum`` a skill a policy must learn."""
+DEMONSTRATORS = ("exact", "saturate")
+"""What the built-in demonstrator (the belief model's oracle, which base policies are cloned
+from) knows of the rule: ``exact`` all of it; ``saturate`` the sum without its wrap-around."""
 
 
 class KeyDoor:
@@ -25,6 +28,10 @@ class KeyDoor:
       ``[start, key_a, key_b]`` (each uniform) and the door's key is ``k = (a + b) mod
       num_keys``: the decisive token is then a function of the prompt to learn, where a copy
       is learnt within a few updates.
+    - ``demonstrator`` changes only the built-in demonstrator (:meth:`demonstrated_key`), not
+      the task: with ``"saturate"`` (sum rule only) it adds the keys without the wrap-around
+      and writes the last key where the sum reaches ``num_keys``. A base cloned from it holds a
+      partial skill, and the pairs that wrap are headroom RL must discover.
     - Turn 0 (decisive): the token the policy writes at ``key_position`` is the key it takes.
     - Turns 1 .. max_turns-2 (distractors): each is preceded by ``[corridor, noise...]``
       with 0..``max_noise`` noise ids (length from the seed); the actions do not matter.
@@ -52,10 +59,17 @@ class KeyDoor:
         open_position: int = 0,
         max_noise: int = 3,
         key_rule: str = "copy",
+        demonstrator: str = "exact",
     ) -> None:
         if key_rule not in KEY_RULES:
             raise InvalidConfigError(f"KeyDoor: key_rule must be one of {', '.join(KEY_RULES)}, got {key_rule!r}")
+        if demonstrator not in DEMONSTRATORS or (demonstrator == "saturate" and key_rule != "sum"):
+            raise InvalidConfigError(
+                f"KeyDoor: demonstrator must be one of {', '.join(DEMONSTRATORS)} ('saturate' with "
+                f"key_rule='sum' only), got {demonstrator!r} with key_rule={key_rule!r}"
+            )
         self.key_rule = key_rule
+        self.demonstrator = demonstrator
         self.max_turns = check_param("KeyDoor", "max_turns", max_turns, 2)
         self.action_tokens = check_param("KeyDoor", "action_tokens", action_tokens, 1)
         self.num_keys = check_param("KeyDoor", "num_keys", num_keys, 2)
@@ -89,6 +103,7 @@ class KeyDoor:
             f"vocab_size={self.vocab_size}, key_position={self.key_position}, "
             f"open_position={self.open_position}, max_noise={self.max_noise}"
             + ("" if self.key_rule == "copy" else f", key_rule={self.key_rule!r}")  # the default's repr as before
+            + ("" if self.demonstrator == "exact" else f", demonstrator={self.demonstrator!r}")
             + ")"
         )
 
@@ -98,6 +113,13 @@ class KeyDoor:
     def door_key(self, first_observation: Sequence[int]) -> int:
         """The token of the key that opens the door, as the first observation names it."""
         return self.key_token(sum(int(t) - FIRST_KEY for t in first_observation[1:]) % self.num_keys)
+
+    def demonstrated_key(self, first_observation: Sequence[int]) -> int:
+        """The key token the built-in demonstrator takes (``demonstrator``): the door's key,
+        or under ``saturate`` the sum capped at the last key instead of wrapped."""
+        if self.demonstrator == "exact":
+            return self.door_key(first_observation)
+        return self.key_token(min(sum(int(t) - FIRST_KEY for t in first_observation[1:]), self.num_keys - 1))
 
     def reset(self, seed: int) -> list[int]:
         stream = SeedStream(check_seed("KeyDoor", seed))

@@ -142,17 +142,20 @@ class _Model:
 class _KeyDoorModel(_Model):
     W = None
 
+    # (turn, the door's key, whether turn 0 took it, the key the demonstrator takes).
     def initial(self, observation: Sequence[int]) -> Belief:
-        return (0, self.env.door_key(observation), None)
+        return (0, self.env.door_key(observation), None, self.env.demonstrated_key(observation))
 
     def update(self, b: Belief, action: Sequence[int], observation: Sequence[int]) -> Belief:
-        t, key, ok = b
+        t, key, ok, taught = b
         if t == 0:
             ok = int(action[self.env.key_position]) == key
-        return (t + 1, key, ok)
+        return (t + 1, key, ok, taught)
 
     def key(self, b: Belief) -> Any:
-        return (b[0], b[2])
+        # Whether the demonstrator knows this door's key (always, unless it saturates) sets
+        # its value at turn 0; the key itself does not.
+        return (b[0], b[2], b[1] == b[3])
 
     def decisive(self, b: Belief) -> int | None:
         if b[0] == 0:
@@ -164,16 +167,16 @@ class _KeyDoorModel(_Model):
     def oracle(self, b: Belief) -> tuple[int, ...]:
         action = [self.env.first_noise] * self.K
         if b[0] == 0:
-            action[self.env.key_position] = b[1]
+            action[self.env.key_position] = b[3]
         if b[0] == self.T - 1:
             action[self.env.open_position] = OPEN
         return tuple(action)
 
     def outcomes(self, b: Belief, a: Any) -> list[Outcome]:
-        t, key, ok = b
+        t, key, ok, taught = b
         if t == self.T - 1:
             return [(1.0, 1.0 if ok and a == OPEN else 0.0, True, None)]
-        return [(1.0, 0.0, False, (t + 1, key, a == key if t == 0 else ok))]
+        return [(1.0, 0.0, False, (t + 1, key, a == key if t == 0 else ok, taught))]
 
 
 class _GuessNumberModel(_Model):
