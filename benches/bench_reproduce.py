@@ -46,7 +46,8 @@ CHILD = r"""
 import dataclasses, json, sys, time
 import torch
 torch.set_num_threads(1)
-from mpo_rs.reproduce.config import FULL, ModelSpec
+from mpo_rs.reproduce.config import ModelSpec
+from mpo_rs.reproduce.presets import FULL
 from mpo_rs.reproduce.run import run_one
 spec = json.loads(sys.argv[1])
 budget = dataclasses.replace(FULL.budget, **{k: v for k, v in spec["budget"].items() if hasattr(FULL.budget, k)})
@@ -73,7 +74,7 @@ print(json.dumps({
 # Reads the old tree's FULL configuration: the budget both sides get.
 READ_FULL = r"""
 import dataclasses, json, sys
-from mpo_rs.reproduce.config import FULL
+from mpo_rs.reproduce.presets import FULL
 arm = FULL.arm(sys.argv[1])
 task = FULL.task(arm.task)
 print(json.dumps({"budget": dataclasses.asdict(FULL.budget), "model": dataclasses.asdict(FULL.model),

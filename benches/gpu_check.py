@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from mpo_rs.envs import make
-from mpo_rs.reproduce.config import GPU
+from mpo_rs.reproduce.presets import GPU
 from mpo_rs.reproduce.run import run_one
 from mpo_rs.torch.critic import value_head_critic
 from mpo_rs.torch.learner import Learner, LearnerConfig, token_log_probs

@@ -141,7 +141,7 @@ def test_reproduce_files_replace_a_symlink_and_never_write_through_it(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (out / reproduce_run.RUNS_DIR).symlink_to(elsewhere, target_is_directory=True)
-    from mpo_rs.reproduce.config import QUICK
+    from mpo_rs.reproduce.presets import QUICK
 
     reproduce_run._save_run(out, QUICK, {"arm": "mpo", "seed": 0, "final": 1.0})
     assert list(elsewhere.iterdir()) == []

@@ -320,6 +320,19 @@ def test_arms_differ_only_in_their_knobs(config):
         fields = _learner_fields(arm, config)
         differ = {k for k in fields if fields[k] != reference[k]}
         assert differ <= KNOBS, (arm.key, differ)  # same budget: epochs, minibatch, clip, ...
+    if config.plan == "instrument":
+        # Each task's MPO w/ token IS differs from its MPO in the ratio alone; a ladder arm from
+        # the learned-critic arm of its method in the critic alone.
+        for arm in config.arms:
+            base_key = arm.key.split("_ref")[0]
+            if arm.study == "ladder":
+                own, other = by_key[base_key].identity(), arm.identity()
+                changed = {k for k in other if own.get(k) != other[k]} - {"key", "label", "family"}
+                assert changed == ({"critic"} if arm.critic_ev is None else {"critic", "critic_ev"}), arm.key
+            elif arm.key.endswith("mpo_token_is"):
+                own, other = by_key[arm.key[: -len("_token_is")]].identity(), arm.identity()
+                assert {k for k in own if own[k] != other[k]} - {"key", "label", "family"} == {"ratio"}
+        return
     mpo = by_key["mpo"].identity()
 
     # The identity's "family" key is the arm's study (Arm.study), under the name committed hashes keep.
@@ -803,6 +816,7 @@ def test_a_confirmatory_comparison_no_claim_makes_is_measured_and_corrected(monk
     extra = ("auc_success", "guess_mpo_token_is", "guess_ppo")
     assert extra not in report.CONFIRMATORY
     monkeypatch.setattr(report, "CONFIRMATORY", (*report.CONFIRMATORY, extra))
+    monkeypatch.setitem(report.REGISTERED, "paper", report.CONFIRMATORY)
     rows = _synthetic_rows({"guess_mpo_token_is": 0.9, "guess_ppo": 0.1})
     comps = {(c.metric, c.a, c.b): c for c in _page(rows).confirmatory_comps}
     assert list(comps) == list(report.CONFIRMATORY)

@@ -17,16 +17,13 @@ from mpo_rs.exceptions import InvalidConfigError
 from mpo_rs.reproduce.config import (
     ARMS,
     BASE_BAND,
-    CONFIGS,
-    FULL,
-    PILOT,
-    QUICK,
     TABLE1_TASKS,
     TASK_PREFIX,
     BasePolicy,
     CriticWarmup,
 )
 from mpo_rs.reproduce.plan import COMPARISONS, PLAN, seeds_for_half_width, sizing
+from mpo_rs.reproduce.presets import CONFIGS, FULL, PILOT, QUICK
 from mpo_rs.reproduce.stats import t_quantile
 
 # --------------------------------------------------------------------------- the plan (numpy only)
@@ -256,3 +253,50 @@ def test_the_committed_plan_record_is_the_plan():
     record = Path(__file__).resolve().parents[1] / "docs" / "analysis-plan.md"
     assert record.read_text() == render_markdown(), "run: python -m mpo_rs.reproduce.plan > docs/analysis-plan.md"
     assert f"`{PLAN.plan_hash()}`" in record.read_text()
+
+
+def test_the_instruments_plan_is_its_configurations_and_is_committed():
+    """The instrument's configuration carries out its own plan (every comparison's arms, 256
+    distinct held-out tasks at the end, seeds apart from its pilots'), the two plans share what
+    the analysis reads from the paper's (metrics, alpha, margins), and docs/instrument-plan.md
+    records it."""
+    from pathlib import Path
+
+    from mpo_rs.reproduce.plan import INSTRUMENT_PLAN, PLANS, plan_for, render_markdown
+    from mpo_rs.reproduce.presets import INSTRUMENT, INSTRUMENT_QUICK
+
+    assert plan_for(INSTRUMENT) is plan_for(INSTRUMENT_QUICK) is INSTRUMENT_PLAN and plan_for(FULL) is PLAN
+    INSTRUMENT_PLAN.check(INSTRUMENT)
+    assert INSTRUMENT.budget.final_eval_tasks == 256 and INSTRUMENT.plan == "instrument"
+    assert not set(INSTRUMENT.seed_list) & set(INSTRUMENT_PLAN.pilot_seeds)
+    assert INSTRUMENT_PLAN.min_seeds <= INSTRUMENT.seeds <= INSTRUMENT_PLAN.max_seeds
+    for plan in PLANS.values():
+        assert (plan.metrics, plan.alpha, plan.equivalence_margins) == (
+            PLAN.metrics,
+            PLAN.alpha,
+            PLAN.equivalence_margins,
+        )
+    tasks = {spec.name for spec in INSTRUMENT.tasks}
+    assert {c.task for c in INSTRUMENT_PLAN.comparisons} == tasks
+    assert {c.claim for c in INSTRUMENT_PLAN.comparisons} == {"table1", "gigpo"}
+    with pytest.raises(InvalidConfigError, match="unknown plan 'nope'"):
+        plan_for(dataclasses.replace(INSTRUMENT, plan="nope"))
+    record = Path(__file__).resolve().parents[1] / "docs" / "instrument-plan.md"
+    assert record.read_text() == render_markdown(INSTRUMENT_PLAN), (
+        "run: python -m mpo_rs.reproduce.plan instrument > docs/instrument-plan.md"
+    )
+
+
+def test_a_task_can_clone_from_more_demonstrations_than_the_others():
+    """``BasePolicy.cloning``: per task (a variant takes its environment's) its own demonstrations
+    and steps; unset, the configuration's hash is the one it always had."""
+    from mpo_rs.reproduce.presets import INSTRUMENT
+
+    base = INSTRUMENT.base
+    assert base is not None
+    assert base.sizes("search") == base.sizes("search@think16") == (8192, 4000)
+    assert base.sizes("multi_hop") == (base.episodes, base.steps) == (4096, 1500)
+    assert "cloning" not in FULL.to_dict()["base"] and "plan" not in FULL.to_dict()
+    assert INSTRUMENT.to_dict()["base"]["cloning"] == (("search", 8192, 4000),)
+    changed = dataclasses.replace(FULL, base=dataclasses.replace(FULL.base, cloning=(("search", 1024, 10),)))
+    assert changed.config_hash() != FULL.config_hash()

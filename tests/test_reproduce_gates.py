@@ -252,8 +252,8 @@ def test_a_candidate_with_the_ladder_trains_reference_arms_end_to_end(tmp_path):
     import dataclasses
 
     from mpo_rs.reproduce.api import run_config
-    from mpo_rs.reproduce.config import QUICK
     from mpo_rs.reproduce.gates import candidate
+    from mpo_rs.reproduce.presets import QUICK
 
     config = candidate(QUICK, ["search"], {"think_tokens": 2}, ladder=True, gigpo=True)
     keep = {"grpo", "ppo", "mpo", "mpo_ref1", "ppo_ref0.5", "ragen_bilevel_ref0", "gigpo"}
@@ -287,9 +287,9 @@ def test_a_candidate_adds_a_premise_task_and_trains_it_end_to_end(tmp_path):
 
     from mpo_rs.exceptions import InvalidOptionError
     from mpo_rs.reproduce.api import run_config
-    from mpo_rs.reproduce.config import QUICK
     from mpo_rs.reproduce.gate_rules import base_measurement
     from mpo_rs.reproduce.gates import candidate
+    from mpo_rs.reproduce.presets import QUICK
     from mpo_rs.reproduce.tasks import task_role
 
     with pytest.raises(InvalidOptionError, match="--base-eps"):
@@ -315,8 +315,9 @@ def test_two_variants_of_one_environment_run_side_by_side(tmp_path):
     import dataclasses
 
     from mpo_rs.reproduce.api import run_config
-    from mpo_rs.reproduce.config import QUICK, TaskSpec, table1_arms
+    from mpo_rs.reproduce.config import TaskSpec, table1_arms
     from mpo_rs.reproduce.env import make_env
+    from mpo_rs.reproduce.presets import QUICK
     from mpo_rs.reproduce.rows import task_title
     from mpo_rs.reproduce.tasks import registry_name, task_prefix
 
@@ -375,7 +376,7 @@ def test_the_final_evaluation_reads_its_own_number_of_distinct_tasks():
     held-out tasks; the others keep eval_tasks; unset, a configuration's hash is what it was."""
     import dataclasses
 
-    from mpo_rs.reproduce.config import QUICK
+    from mpo_rs.reproduce.presets import QUICK
     from mpo_rs.reproduce.run import run_one
 
     assert QUICK.config_hash() == "de862aa5fd65"
@@ -466,8 +467,9 @@ def test_a_candidate_sets_the_model_size_and_refuses_a_malformed_one():
     policies' cache key); a malformed size or a width that the heads do not divide is refused."""
     from mpo_rs.exceptions import InvalidOptionError
     from mpo_rs.reproduce.base import base_key
-    from mpo_rs.reproduce.config import PILOT, ModelSpec
+    from mpo_rs.reproduce.config import ModelSpec
     from mpo_rs.reproduce.gates import candidate
+    from mpo_rs.reproduce.presets import PILOT
 
     wide = candidate(PILOT, ["search"], {}, model="128x2x4")
     assert wide.model == ModelSpec(width=128, layers=2, heads=4)

@@ -16,11 +16,11 @@ import pytest
 
 from mpo_rs.exceptions import InvalidOptionError
 from mpo_rs.reproduce.analysis import claims, confirmatory_comparisons
-from mpo_rs.reproduce.config import FULL, QUICK
 from mpo_rs.reproduce.gate_rules import GATES
 from mpo_rs.reproduce.gates import gates_payload
 from mpo_rs.reproduce.gating import gates_section, own_measurement_size, read_gates_file, withheld
 from mpo_rs.reproduce.plan import PLAN, render_markdown
+from mpo_rs.reproduce.presets import FULL, QUICK
 from mpo_rs.reproduce.stats import INCONCLUSIVE, NO_VERDICT, REPRODUCED, combine, paired_diff_ci, t_quantile, tost_p
 from mpo_rs.reproduce.tasks import TASK_PREFIX, task_role
 

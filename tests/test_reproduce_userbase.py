@@ -17,7 +17,7 @@ import pytest
 from mpo_rs.exceptions import InvalidConfigError, InvalidOptionError, InvalidRolloutError
 from mpo_rs.reproduce.api import build_config
 from mpo_rs.reproduce.budgets import command_line
-from mpo_rs.reproduce.config import FULL, QUICK
+from mpo_rs.reproduce.presets import FULL, QUICK
 from mpo_rs.reproduce.sources import Demonstrator, SavedPolicy
 from mpo_rs.reproduce.userbase import SCRATCH, base_description, base_lines, demonstrator_source
 

@@ -1,7 +1,7 @@
 """``mpo-rs reproduce``: the paper's experiments at toy scale (docs/reproduction.md).
 
-Rooms: :mod:`.config` (the arms, budgets and the QUICK / PILOT / FULL / GPU configurations,
-numpy only), :mod:`.plan` (the analysis plan fixed before the final runs and the seed
+Rooms: :mod:`.config` (the arms, budgets, models and tasks, numpy only), :mod:`.presets` (the
+committed configurations: QUICK / PILOT / FULL / GPU and the instrument's), :mod:`.plan` (the analysis plan fixed before the final runs and the seed
 sizing from the pilot, numpy only), :mod:`.stats` (confidence intervals and the verdict
 rule, numpy only), :mod:`.base` (the base policy of a task and seed, behaviour-cloned from a
 noisy oracle, and the critic warm-up; needs torch), :mod:`.run` (one run = an arm trained
@@ -17,11 +17,12 @@ task seeds), :mod:`.env` (a task's environment: found, checked, identified, size
 from __future__ import annotations
 
 # The command's run() is mpo_rs.reproduce.command.run: `run` here is the submodule.
-from . import config
+from . import config, presets
 from .api import CompareResult, compare
 from .command import add_parser
 
-# The configurations and their types, as config exports them (its __all__ lists them once).
+# The configurations and their types, as config and presets export them (their __all__ list them once).
 from .config import *  # noqa: F403
+from .presets import *  # noqa: F403
 
-__all__ = [*config.__all__, "CompareResult", "add_parser", "compare"]
+__all__ = [*config.__all__, *presets.__all__, "CompareResult", "add_parser", "compare"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..diagnose.summary import ON_TURNS_SHARE, WITHIN_TURNS_SHARE
 from .config import BETA_SWEEP, LAMBDA_GRID, ReproduceConfig, task_prefix
-from .plan import PLAN
+from .plan import PLAN, PLAN_RECORDS, PLANS, plan_for
 from .rows import arm_labels, by_seed, nanmedian, task_title
 from .stats import (
     INCONCLUSIVE,
@@ -31,7 +31,9 @@ from .stats import (
     verdict,
 )
 
-CONFIRMATORY: tuple[tuple[str, str, str], ...] = tuple(PLAN.confirmatory())
+REGISTERED: dict[str, tuple[tuple[str, str, str], ...]] = {name: tuple(p.confirmatory()) for name, p in PLANS.items()}
+"""Per plan (:data:`~mpo_rs.reproduce.plan.PLANS`), its confirmatory comparisons as (metric, A, B)."""
+CONFIRMATORY = REGISTERED["paper"]
 """The confirmatory comparisons, corrected for multiplicity, fixed in advance by the committed
 analysis plan (:data:`mpo_rs.reproduce.plan.PLAN`: Table 1 on every task, MPO against its
 public relatives, the β and (λ, λ_intra) claims on the main task, each on both metrics), as
@@ -46,10 +48,11 @@ false verdict among them, and the level of each one-sided test of equivalence (T
 
 def confirmatory(config: ReproduceConfig) -> tuple[tuple[str, str, str], ...]:
     """The confirmatory comparisons of ``config``, corrected for multiplicity together: those of
-    :data:`CONFIRMATORY` whose two arms it runs (a chosen subset of arms fixes fewer with it).
+    its plan (:data:`REGISTERED`; the paper's: :data:`CONFIRMATORY`) whose two arms it runs (a chosen subset of arms fixes fewer with it).
     Every use of them in this module goes through here."""
     keys = {arm.key for arm in config.arms}
-    return tuple(c for c in CONFIRMATORY if c[1] in keys and c[2] in keys)
+    plan_for(config)  # an unknown plan is refused by name
+    return tuple(c for c in REGISTERED[config.plan] if c[1] in keys and c[2] in keys)
 
 
 CRITIC_EV_FLOOR = 0.1
@@ -80,7 +83,7 @@ def verdict_rule(config: ReproduceConfig, plan_hash: str = "") -> str:
         text += (
             f'The {len(tested)} comparisons listed under "Power achieved" ({pairs} pair(s) of arms, each on {metrics}) '
             f"are the confirmatory comparisons, fixed in advance by the analysis plan "
-            f"`{plan_hash or PLAN.plan_hash()}` (docs/analysis-plan.md), with Holm-Bonferroni "
+            f"`{plan_hash or plan_for(config).plan_hash()}` ({PLAN_RECORDS[config.plan][0]}), with Holm-Bonferroni "
             "adjusted p-values of the two-sided paired t-test: such a comparison is **reproduced** when its "
             f"adjusted p-value is below {ALPHA:g} and the difference is positive, **not reproduced** when "
             f"it is below {ALPHA:g} and the difference is negative, **inconclusive** otherwise (the "

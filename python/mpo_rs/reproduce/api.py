@@ -41,8 +41,9 @@ import numpy as np
 
 from ..exceptions import InvalidOptionError
 from .budgets import base_config, template_arms
-from .config import QUICK, Budget, ReproduceConfig
+from .config import Budget, ReproduceConfig
 from .env import check_user_env, env_spec, make_env
+from .presets import QUICK
 from .seeds import task_seeds
 from .sources import Demonstrator, SavedPolicy
 from .userbase import base_lines, demonstrator_episodes, user_base

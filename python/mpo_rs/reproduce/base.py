@@ -314,7 +314,8 @@ def _make_base(policy: TinyCausalLM, config: ReproduceConfig, task: str, seed: i
     else:
         env = make_env(config.task(task))
         rng = np.random.default_rng([seed, 0x5EED])
-        seeds = task_seeds("demo", seed, 0, base.episodes)
+        episodes, steps = base.sizes(task)
+        seeds = task_seeds("demo", seed, 0, episodes)
         if isinstance(base.source, Demonstrator):
             tokens, mask, offsets, scores = demonstrator_episodes(env, base.source, seeds, rng)
             demos = Demonstrations(
@@ -323,7 +324,7 @@ def _make_base(policy: TinyCausalLM, config: ReproduceConfig, task: str, seed: i
         else:
             info["eps"] = eps = base.eps(task)
             demos = demonstrations(env, NoisyOracle(belief_model(env), eps, base.well_formed), seeds, rng)
-        losses = behaviour_clone(policy, demos, steps=base.steps, batch_size=base.batch_size, lr=base.lr, rng=rng)
+        losses = behaviour_clone(policy, demos, steps=steps, batch_size=base.batch_size, lr=base.lr, rng=rng)
         info |= {
             "demo_success": float(demos.scores.mean()),
             "bc_loss_first": losses[0] if losses else float("nan"),

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import InvalidOptionError
-from .config import FULL, GPU, PILOT, QUICK, Arm, Budget, ReproduceConfig
+from .config import Arm, Budget, ReproduceConfig
+from .presets import FULL, GPU, PILOT, QUICK
 from .sources import Demonstrator, SavedPolicy
 
 __all__ = ["BUDGETS", "arm_keys", "base_config", "budget_name", "command_line", "is_committed", "template_arms"]

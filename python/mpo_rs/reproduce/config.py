@@ -11,9 +11,8 @@ public relatives, the β sweep, the (λ, λ_intra) grid and the advantage-scale 
 main task. Every arm starts from the base policy of its (task, seed) and every critic arm from
 the same warmed-up critic (:class:`BasePolicy`, :class:`CriticWarmup`, :mod:`.base`).
 
-Four committed configurations: :data:`QUICK` (a smoke test), :data:`PILOT` (FULL's protocol on
-seeds of its own, to size FULL's seeds), :data:`FULL` (the reported CPU run), :data:`GPU`. The
-advantage scale is one rule for every arm: :data:`ADVANTAGE_SCALE_RULE` says it and why.
+The committed configurations themselves are in :mod:`.presets`. The advantage scale is one
+rule for every arm: :data:`ADVANTAGE_SCALE_RULE` says it and why.
 """
 
 from __future__ import annotations
@@ -42,14 +41,9 @@ from .tasks import (
 
 __all__ = [
     "ARMS",
-    "CONFIGS",
     "CONTROL_TASKS",
-    "FULL",
-    "GPU",
     "MAIN_TASK",
-    "PILOT",
     "PREMISE_TASKS",
-    "QUICK",
     "TABLE1_TASKS",
     "TASK_PREFIX",
     "VARIANT",
@@ -60,7 +54,6 @@ __all__ = [
     "ModelSpec",
     "ReproduceConfig",
     "TaskSpec",
-    "get_config",
     "gigpo_arm",
     "registry_name",
     "relatives_arms",
@@ -341,6 +334,14 @@ class BasePolicy:
     """Of the replaced turns, the share drawn among well-formed actions (the rest: K uniform tokens)."""
     source: Demonstrator | SavedPolicy | None = None
     """None: each task's noisy oracle; else a user env's demonstrator or saved policy (:mod:`.sources`)."""
+    cloning: tuple[tuple[str, int, int], ...] = ()
+    """Task -> (episodes, steps) where a task's cloning is not ``episodes`` and ``steps``: long
+    turns need more demonstrations and steps for the clone to imitate (docs/instrument.md)."""
+
+    def sizes(self, task: str) -> tuple[int, int]:
+        """The task's demonstrations and cloning steps (a variant without its own: its environment's)."""
+        sizes = {name: (episodes, steps) for name, episodes, steps in self.cloning}
+        return sizes.get(task, sizes.get(registry_name(task), (self.episodes, self.steps)))
 
     def eps(self, task: str) -> float:
         """The task's noise; a variant (``search@think16``) without its own, its environment's."""
@@ -418,6 +419,9 @@ class ReproduceConfig:
     """The base policies every arm starts from; None = from a random initialisation."""
     warmup: CriticWarmup | None = None
     """The critic warm-up of every arm that trains a critic; None = none (a zero value head)."""
+    plan: str = "paper"
+    """The analysis plan its runs follow (:data:`mpo_rs.reproduce.plan.PLANS`): ``paper`` (the
+    paper's claims on Table 1's tasks) or ``instrument`` (the gated tasks' comparisons)."""
 
     def __post_init__(self) -> None:
         check_run_seeds(self.first_seed, self.seeds)  # every accepted seed's tasks stay apart
@@ -444,6 +448,10 @@ class ReproduceConfig:
             del out["budget"]["final_eval_tasks"]
         if self.base is not None and self.base.source is None:  # the oracles': the hashes they had
             del out["base"]["source"]
+        if self.base is not None and not self.base.cloning:  # set only where a task's differs
+            del out["base"]["cloning"]
+        if self.plan == "paper":  # the plan the committed configurations always followed
+            del out["plan"]
         out["tasks"] = [task.identity() for task in self.tasks]
         out["arms"] = [arm.identity() for arm in self.arms]
         return out
@@ -469,132 +477,3 @@ class ReproduceConfig:
 
     def with_overrides(self, **changes: Any) -> ReproduceConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
-
-
-KEY_DOOR = TaskSpec("key_door")  # the defaults: 8 turns of 16 tokens (T·K = 128)
-GUESS_NUMBER = TaskSpec("guess_number")  # the defaults: 16 values, 6 guesses, 2 tokens
-SEARCH = TaskSpec("search")  # the defaults: 10 turns of 3 tokens, 16 answers, hit_prob 0.1
-MULTI_HOP = TaskSpec("multi_hop")  # the defaults: 5 hops in 9 turns of 3 tokens
-FROZEN_LAKE = TaskSpec("frozen_lake")  # RAGEN's 4x4 slippery map, 10 turns of 3 tokens
-TASKS = (KEY_DOOR, SEARCH, FROZEN_LAKE, MULTI_HOP, GUESS_NUMBER)
-"""Every task, the costliest per update first (``run_all`` starts those first)."""
-
-BASE_NOISE = (
-    ("search", 0.0),
-    ("multi_hop", 0.1),
-    ("frozen_lake", 0.86),
-    ("key_door", 0.55),
-    ("guess_number", 1.0),
-)
-"""The demonstrations' eps per task, chosen (before any RL run) so that FULL's cloned base
-policy succeeds 10-25% of the time on 256 held-out tasks; measured with
-:func:`mpo_rs.reproduce.base.calibrate`'s protocol (docs/envs.md, "Base policies"). The clone
-is worse than the noisy oracle it imitates (a width-64 model after 500 steps), so the eps are
-at or below the premise measurement's: on ``search`` the clone of the oracle itself (eps 0)
-succeeds ~0.20 where the oracle succeeds 0.44. On ``guess_number`` no noise brings the base
-into the band: the uniformly random policy (eps 1) already succeeds 0.265."""
-
-FULL = ReproduceConfig(
-    name="full",
-    # From the pilot (docs/pilot/: 148 runs, seeds 1001-1004, 2026-12-01) by the plan's rule
-    # (plan.sizing, docs/pilot/sizing.txt): 42 seeds needed (GuessNumber's MPO - GRPO, paired sd
-    # 0.165 on the primary metric), capped at the plan's 12. At 12 seeds the Table-1 half-widths
-    # are <= 0.045 on every premise task but MultiHop's MPO - GSPO (0.055), 0.004-0.015 on KeyDoor,
-    # and 0.06-0.105 on GuessNumber (the control): the page states them.
-    seeds=12,
-    # The old FULL's budget per run (100 updates of 24 episodes), with 256 held-out episodes
-    # per evaluation (the plan's final metric). Measured on today's harness (CPU seconds of one
-    # process, see plan.py): ~650 s per seed for the 36 arms, the base policies and warm-ups
-    # included, ~520 s of two-worker wall time: 4 seeds ~35 min, the plan's cap of 12 ~105 min.
-    budget=Budget(
-        updates=100,
-        tasks_per_update=6,
-        group_size=4,
-        ppo_epochs=1,
-        minibatch_size=8,
-        lr=1e-3,
-        clip=0.2,
-        entropy_coef=0.0,
-        max_grad_norm=1.0,
-        eval_every=25,
-        eval_tasks=64,
-        eval_samples=4,
-        diagnose_tasks=32,
-        critic_lr=1e-3,
-    ),
-    model=ModelSpec(width=64, layers=2, heads=2),
-    tasks=TASKS,
-    first_seed=1,
-    base=BasePolicy(noise=BASE_NOISE, episodes=512, steps=500, batch_size=32, lr=3e-3),
-    warmup=CriticWarmup(episodes=1024, steps=100, batch_size=32),
-)
-
-QUICK = ReproduceConfig(
-    name="quick",
-    seeds=1,
-    # FULL's optimiser settings on a few small updates; the critic shares the policy's rate.
-    budget=dataclasses.replace(
-        FULL.budget,
-        updates=3,
-        tasks_per_update=4,
-        group_size=4,
-        minibatch_size=16,
-        eval_every=2,
-        eval_tasks=4,
-        eval_samples=2,
-        diagnose_tasks=4,
-        critic_lr=None,
-    ),
-    model=ModelSpec(width=32, layers=1, heads=2),
-    # A short corridor: the smoke test checks that everything runs, not what is learnt.
-    tasks=(
-        TaskSpec("key_door", (("max_turns", 3), ("action_tokens", 4))),
-        SEARCH,
-        FROZEN_LAKE,
-        MULTI_HOP,
-        GUESS_NUMBER,
-    ),
-    # The same steps as FULL, a few of each: the base policies barely move from the initialisation.
-    base=BasePolicy(noise=BASE_NOISE, episodes=16, steps=3, batch_size=8, lr=3e-3),
-    warmup=CriticWarmup(episodes=16, steps=3, batch_size=8),
-)
-
-PILOT = dataclasses.replace(FULL, name="pilot", seeds=4, first_seed=1001)
-"""FULL's protocol on seeds of its own (1001-1004), never used by FULL: its paired standard
-deviations size FULL's seeds (:func:`mpo_rs.reproduce.plan.sizing`); its runs are reported."""
-
-GPU = dataclasses.replace(
-    FULL,
-    name="gpu",
-    seeds=5,
-    # FULL's hyper-parameters and evaluation, scaled up: more updates of bigger groups and batches.
-    budget=dataclasses.replace(
-        FULL.budget,
-        updates=300,
-        tasks_per_update=32,
-        group_size=8,
-        ppo_epochs=2,
-        minibatch_size=64,
-        lr=5e-4,
-        eval_samples=8,
-        diagnose_tasks=128,
-        critic_lr=5e-4,
-    ),
-    model=ModelSpec(width=128, layers=4, heads=4),
-    # FULL's tasks, KeyDoor longer; the noise levels are FULL's (measured for FULL's model:
-    # a bigger model clones better, so re-measure with mpo_rs.reproduce.base.calibrate there).
-    tasks=(TaskSpec("key_door", (("max_turns", 16),)), SEARCH, FROZEN_LAKE, MULTI_HOP, GUESS_NUMBER),
-    device="cuda",
-    workers=1,
-    base=BasePolicy(noise=BASE_NOISE, episodes=2048, steps=1000, batch_size=64, lr=1e-3),
-    warmup=CriticWarmup(episodes=2048, steps=600, batch_size=64),
-)
-
-CONFIGS = {c.name: c for c in (QUICK, PILOT, FULL, GPU)}
-
-
-def get_config(name: str) -> ReproduceConfig:
-    try:
-        return CONFIGS[name]
-    except KeyError:
-        raise InvalidOptionError(f"unknown reproduce configuration {name!r}; known: {', '.join(CONFIGS)}") from None

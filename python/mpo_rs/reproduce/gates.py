@@ -140,7 +140,8 @@ def _frozen(value: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .config import CONFIGS, task_prefix
+    from .config import task_prefix
+    from .presets import CONFIGS
     from .tasks import task_role
 
     p = argparse.ArgumentParser(prog="python -m mpo_rs.reproduce.gates", description=__doc__.split("\n")[0])

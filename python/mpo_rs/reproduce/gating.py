@@ -208,9 +208,10 @@ def _source_text(section: Mapping[str, Any]) -> str:
     )
 
 
-def gates_markdown(section: Mapping[str, Any], plan_hash: str) -> list[str]:
-    """The page's "Gates" section: the rule and where the measurements come from, then per task
-    its role, whether its comparisons count, and its gates as a table."""
+def gates_markdown(section: Mapping[str, Any], plan_hash: str, record: str = "docs/analysis-plan.md") -> list[str]:
+    """The page's "Gates" section: the rule and where the measurements come from (the plan
+    ``plan_hash``, committed as ``record``), then per task its role, whether its comparisons
+    count, and its gates as a table."""
     tasks = section.get("tasks", {})
     if not tasks:
         return []
@@ -219,7 +220,7 @@ def gates_markdown(section: Mapping[str, Any], plan_hash: str) -> list[str]:
         "## Gates",
         "",
         "A comparison counts -- gets a verdict, and an undecided one an equivalence reading -- only on a task "
-        f"that passes every gate of its role (the analysis plan `{plan_hash}`, docs/analysis-plan.md; what each "
+        f"that passes every gate of its role (the analysis plan `{plan_hash}`, {record}; what each "
         "gate measures: docs/instrument.md). "
         + _source_text(section)
         + " "

@@ -12,7 +12,7 @@ from .budgets import budget_name, command_line, is_committed
 from .config import ADVANTAGE_SCALE_RULE, BASE_BAND, CONTROL_TASKS, MAIN_TASK, PREMISE_TASKS, Arm, registry_name
 from .gating import gates_markdown, withheld
 from .page_text import CONTROLS_SECTION, ci_text, fmt, my_task_section, spread
-from .plan import PLAN
+from .plan import PLAN_RECORDS
 from .rows import task_title
 from .sources import SavedPolicy
 from .summary import Summary
@@ -89,7 +89,7 @@ class Page(Summary):
             f"{budget.eval_samples} samples at temperature 1 after the last update.",
             "",
         ]
-        lines += gates_markdown(self.gates, PLAN.plan_hash())
+        lines += gates_markdown(self.gates, self.plan.plan_hash(), PLAN_RECORDS[self.config.plan][0])
         lines += self._claims_section()
         lines += self._design()
         lines += self._starting_point()
@@ -113,7 +113,7 @@ class Page(Summary):
             main,
             shares=shares,
             figure=figures.get(WHEN_TITLE),
-            metric=PLAN.metrics[0],
+            metric=self.plan.metrics[0],
             withheld=withheld(self.gates, self.config),
         )
 
@@ -158,18 +158,18 @@ class Page(Summary):
         if sizing is not None:
             per = [p for p in sizing.per_comparison if math.isfinite(p["sd"])]
             driver = max(per, key=lambda p: p["sd"])
-            cap = f", capped at the plan's {PLAN.max_seeds} (the time budget)" if sizing.capped else ""
+            cap = f", capped at the plan's {self.plan.max_seeds} (the time budget)" if sizing.capped else ""
             lines.append(
-                f"**Seeds.** The pilot (docs/pilot/reproduction.md: this protocol on seeds "
-                f"{PLAN.pilot_seeds[0]}-{PLAN.pilot_seeds[-1]}, every run reported, its seeds never reused) gave "
+                f"**Seeds.** The pilot ({PLAN_RECORDS[self.config.plan][1]}: this protocol on seeds "
+                f"{self.plan.pilot_seeds[0]}-{self.plan.pilot_seeds[-1]}, every run reported, its seeds never reused) gave "
                 f"the paired standard deviation of each Table-1 comparison on "
-                f"{METRIC_NAMES.get(PLAN.sizing_metric, PLAN.sizing_metric)}; the plan's rule (the smallest n with "
-                f"t_(0.975, n-1) sd / sqrt(n) <= {PLAN.target_half_width:g}) asks for {sizing.needed} seeds "
+                f"{METRIC_NAMES.get(self.plan.sizing_metric, self.plan.sizing_metric)}; the plan's rule (the smallest n with "
+                f"t_(0.975, n-1) sd / sqrt(n) <= {self.plan.target_half_width:g}) asks for {sizing.needed} seeds "
                 f"(driven by {driver['what']}, sd {driver['sd']:.3f}){cap}: {sizing.seeds} seeds, and this run "
                 f"has {self.config.seeds}."
             )
             lines.append("")
-        table1 = [c for c in self.confirmatory_comps if c.metric == PLAN.sizing_metric and self._is_table1(c)]
+        table1 = [c for c in self.confirmatory_comps if c.metric == self.plan.sizing_metric and self._is_table1(c)]
         if table1:
             widths = []
             for task in ran:
@@ -177,19 +177,19 @@ class Page(Summary):
                 if mine:
                     widths.append(f"{task_title(task)} {fmt(min(mine))}-{fmt(max(mine))}")
             met = sum(
-                all(c.half_width <= PLAN.target_half_width for c in table1 if self._task_of(c) == task)
+                all(c.half_width <= self.plan.target_half_width for c in table1 if self._task_of(c) == task)
                 for task in ran
                 if any(self._task_of(c) == task for c in table1)
             )
             lines.append(
-                f"Achieved Table-1 half-widths on {METRIC_NAMES.get(PLAN.sizing_metric, PLAN.sizing_metric)}: "
+                f"Achieved Table-1 half-widths on {METRIC_NAMES.get(self.plan.sizing_metric, self.plan.sizing_metric)}: "
                 + "; ".join(widths)
-                + f" (the target {PLAN.target_half_width:g} is met on {met} of {len(widths)} tasks)."
+                + f" (the target {self.plan.target_half_width:g} is met on {met} of {len(widths)} tasks)."
             )
         return lines
 
     def _is_table1(self, comp: Comparison) -> bool:
-        return any(c.claim == "table1" and (c.a, c.b) == (comp.a, comp.b) for c in PLAN.comparisons)
+        return any(c.claim == "table1" and (c.a, c.b) == (comp.a, comp.b) for c in self.plan.comparisons)
 
     def _starting_point(self) -> list[str]:
         """Where the arms started, per task: the base policies' held-out success against the

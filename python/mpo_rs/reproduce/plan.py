@@ -47,18 +47,23 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import InvalidConfigError
-from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, PILOT, TABLE1_TASKS, TASK_PREFIX, ReproduceConfig
+from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TABLE1_TASKS, TASK_PREFIX, ReproduceConfig
 from .gate_rules import GATES, Gates
+from .presets import INSTRUMENT, PILOT
 from .stats import t_quantile
-from .tasks import task_role
+from .tasks import task_prefix, task_role
 
 __all__ = [
     "COMPARISONS",
     "FINAL_EPISODES",
+    "INSTRUMENT_PLAN",
     "PLAN",
+    "PLANS",
+    "PLAN_RECORDS",
     "AnalysisPlan",
     "Contrast",
     "Sizing",
+    "plan_for",
     "seeds_for_half_width",
     "sizing",
 ]
@@ -79,7 +84,8 @@ class Contrast:
     """One planned comparison, "A beats B", between two arms of the same task."""
 
     claim: str
-    """``table1``, ``relatives``, ``beta`` or ``lambda``."""
+    """``table1``, ``relatives``, ``beta`` or ``lambda`` (the paper's plan); ``table1`` or ``gigpo``
+    (the instrument's)."""
     task: str
     a: str
     """Arm key of A."""
@@ -226,6 +232,74 @@ PLAN = AnalysisPlan(
 """The committed plan."""
 
 
+# --------------------------------------------------------------------------- the instrument's plan
+
+
+def _instrument_comparisons() -> tuple[Contrast, ...]:
+    """MPO against GRPO, PPO and MPO w/ token IS on each premise task of INSTRUMENT (the
+    turn-length sweep's two points included), against GRPO and PPO on the control, and
+    GiGPO against MPO and GRPO where it runs."""
+    out: list[Contrast] = []
+    tasks = [spec.name for spec in INSTRUMENT.tasks]
+    keys = {arm.key for arm in INSTRUMENT.arms}
+    for task in tasks:
+        p = task_prefix(task)
+        for b, name in (("grpo", "GRPO"), ("ppo", "PPO"), ("mpo_token_is", "MPO w/ token IS")):
+            if f"{p}{b}" in keys:
+                out.append(Contrast("table1", task, f"{p}mpo", f"{p}{b}", f"{task}: MPO - {name}"))
+    for task in tasks:
+        p = task_prefix(task)
+        if f"{p}gigpo" in keys:
+            out.append(Contrast("gigpo", task, f"{p}mpo", f"{p}gigpo", f"{task}: MPO - GiGPO"))
+            out.append(Contrast("gigpo", task, f"{p}gigpo", f"{p}grpo", f"{task}: GiGPO - GRPO"))
+    return tuple(out)
+
+
+# The instrument's pilots (docs/instrument.md: iterations 6, 16, 22 and 23, seeds 1001-1008 of
+# the gates' candidates) gave paired sds on the primary metric of 0.006-0.013 for MPO - GRPO
+# and MPO - PPO on the premise tasks and 0.006 / 0.022 on the control; the rule's target of
+# 0.02 then asks for 7 seeds (the control's MPO - PPO). The time budget caps them: measured per
+# seed (contended wall seconds under two workers) ~20 min of Search F=16's base and 5 runs of
+# ~2.2 min, ~15 min of Search F=0's (base and 4 runs), ~21 min of MultiHop's 16 runs and base,
+# ~3 min of KeyDoor's: ~70 min, ~35 min of two-worker wall time, so 5 seeds in 180 minutes.
+INSTRUMENT_PLAN = dataclasses.replace(
+    PLAN,
+    target_half_width=0.02,
+    pilot="pilot-gates",
+    pilot_seeds=tuple(range(1001, 1009)),
+    min_seeds=4,
+    max_seeds=5,
+    comparisons=_instrument_comparisons(),
+    prediction_rule=(
+        "MPO's paired gain over PPO and over GRPO (descriptive, each with its paired 95% interval) per "
+        "turn length F (Search at F = 0 and F = 16), per rung of the critic-quality ladder (MultiHop; the "
+        "reference critic at 1, 0.75, 0.5, 0.25 and 0 of its explained variance) and per task beside its "
+        "between-turn share"
+    ),
+    task_roles=tuple((spec.name, task_role(spec.name)) for spec in INSTRUMENT.tasks),
+)
+"""The instrument's plan, fixed before its final run (docs/instrument-plan.md)."""
+
+PLANS = {"paper": PLAN, "instrument": INSTRUMENT_PLAN}
+"""Each plan by the name a configuration's ``plan`` gives. They share the metrics, alpha and the
+equivalence margins (a test checks), which the analysis reads from :data:`PLAN`."""
+PLAN_RECORDS = {
+    "paper": ("docs/analysis-plan.md", "docs/pilot/reproduction.md"),
+    "instrument": ("docs/instrument-plan.md", "docs/instrument.md"),
+}
+"""Per plan, its committed record and where its pilot is reported."""
+
+
+def plan_for(config: ReproduceConfig) -> AnalysisPlan:
+    """The analysis plan ``config``'s runs follow."""
+    try:
+        return PLANS[config.plan]
+    except KeyError:
+        raise InvalidConfigError(
+            f"configuration {config.name!r}: unknown plan {config.plan!r}; known: {', '.join(PLANS)}"
+        ) from None
+
+
 # --------------------------------------------------------------------------- sizing
 
 
@@ -311,10 +385,12 @@ def sizing(pilot_results: Iterable[Mapping[str, Any]], plan: AnalysisPlan = PLAN
 def render_markdown(plan: AnalysisPlan = PLAN) -> str:
     """The committed record of ``plan``: its hash, its rules in words and its canonical JSON."""
     g = plan.gates
+    name = next((k for k, v in PLANS.items() if v == plan), "")
+    command = "python -m mpo_rs.reproduce.plan" + ("" if name in ("paper", "") else f" {name}")
     lines = [
-        "# The reproduction's analysis plan",
+        "# The reproduction's analysis plan" + ("" if name in ("paper", "") else f": the {name}'s"),
         "",
-        "Generated by `python -m mpo_rs.reproduce.plan` from `mpo_rs/reproduce/plan.py`; fixed before the",
+        f"Generated by `{command}` from `mpo_rs/reproduce/plan.py`; fixed before the",
         "final runs and checked by the tests (a change of the plan without this file fails them).",
         "",
         f"**Plan hash: `{plan.plan_hash()}`** (sha256 of the canonical JSON below, 12 hex digits).",
@@ -361,4 +437,6 @@ def render_markdown(plan: AnalysisPlan = PLAN) -> str:
 
 
 if __name__ == "__main__":
-    print(render_markdown(), end="")
+    import sys
+
+    print(render_markdown(PLANS[sys.argv[1] if len(sys.argv) > 1 else "paper"]), end="")

@@ -22,13 +22,14 @@ from .._outputs import output_subdir, table_bytes, write_file
 from ..exceptions import InvalidOptionError
 from .analysis import ALPHA, claims, confirmatory, confirmatory_comparisons
 from .budgets import is_committed
-from .config import CONFIGS, ReproduceConfig
+from .config import ReproduceConfig
 from .env import task_chance
 from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_confirmatory, plot_curves, plot_when
 from .gating import gates_section, withheld
 from .page import Page
 from .page_text import fmt
-from .plan import PLAN, sizing
+from .plan import plan_for, sizing
+from .presets import CONFIGS
 from .rows import arm_columns, arm_labels, summarize_run
 from .stats import (
     direction_words,
@@ -113,7 +114,7 @@ def write_report(
         captions[title] = CONFIRMATORY_CAPTION
     tasks, main, shares = when_inputs(config, rows, section)
     if tasks:
-        metric = PLAN.metrics[0]
+        metric = plan_for(config).metrics[0]
         figures[WHEN_TITLE] = plot_when(
             task_gains(rows, tasks, shares, metric), ladder_gains(rows, main, metric), img / "when.png"
         )
@@ -153,7 +154,7 @@ def write_report(
         ],
     }
     results["confirmatory"] = {
-        "plan_hash": PLAN.plan_hash(),
+        "plan_hash": plan_for(config).plan_hash(),
         "alpha": ALPHA,
         "correction": "holm",
         "comparisons": [{"metric": m, "a": a, "b": b} for m, a, b in confirmatory(config)],
@@ -161,7 +162,9 @@ def write_report(
     results["confirmatory_comparisons"] = [vars(c) for c in confirmatory_comps]
     results["gates"] = section
     design = _design_inputs(config, docs_dir)
-    page = Page(config, rows, found, confirmatory_comps, chance, meta, captions, design, section, PLAN.plan_hash())
+    page = Page(
+        config, rows, found, confirmatory_comps, chance, meta, captions, design, section, plan_for(config).plan_hash()
+    )
     results["summary"] = page.summary()
     label = arm_labels(config)
     for comp in confirmatory_comps:

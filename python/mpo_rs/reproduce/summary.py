@@ -11,7 +11,7 @@ from typing import Any
 from .analysis import ALPHA, CRITIC_EV_FLOOR, METRIC_NAMES, Claim, Comparison, ppo_critic_share
 from .config import Arm, ReproduceConfig
 from .page_text import cell, counts, fmt, power_text, tally
-from .plan import PLAN
+from .plan import AnalysisPlan, plan_for
 from .rows import nanmean, task_title
 from .stats import (
     INCONCLUSIVE,
@@ -85,8 +85,10 @@ class Summary:
             f"`{self.run_plan()}` ({pairs} pair(s) of arms, each on {metrics}), paired by seed over {n} seed(s) and "
             f"Holm-corrected at alpha = {ALPHA:g}"
         )
-        if self.run_plan() != PLAN.plan_hash():
-            text += f" (read here by the current plan `{PLAN.plan_hash()}`, whose gates and equivalence margins apply)"
+        if self.run_plan() != self.plan.plan_hash():
+            text += (
+                f" (read here by the current plan `{self.plan.plan_hash()}`, whose gates and equivalence margins apply)"
+            )
         if all(c.verdict == NO_VERDICT for c in comps):
             text += (
                 ": **none gets a verdict**, because no task of this run passes its gates (see Gates: "
@@ -133,9 +135,14 @@ class Summary:
             text += " " + tally(others, "The other comparisons of the claims (uncorrected, exploratory; see Claims)")
         return text
 
+    @property
+    def plan(self) -> AnalysisPlan:
+        """The analysis plan of the run's configuration."""
+        return plan_for(self.config)
+
     def run_plan(self) -> str:
         """The hash of the analysis plan the run followed."""
-        return self.plan_hash or PLAN.plan_hash()
+        return self.plan_hash or self.plan.plan_hash()
 
     def _withheld_text(self, comps: list[Comparison]) -> str:
         """The tasks whose comparisons get no verdict, grouped by why."""
@@ -154,7 +161,7 @@ class Summary:
         if not open_:
             return ""
         same = [c for c in open_ if c.reading().startswith("equivalent")]
-        margins = " and ".join(f"±{m:g} on {METRIC_NAMES.get(k, k)}" for k, m in PLAN.equivalence_margins)
+        margins = " and ".join(f"±{m:g} on {METRIC_NAMES.get(k, k)}" for k, m in self.plan.equivalence_margins)
         if not same:
             return (
                 f" The {len(open_)} undecided show no difference; none is read as equivalence, which needs both "
@@ -187,7 +194,7 @@ class Summary:
         labels = list(dict.fromkeys(a.label for a in by_task[tasks[0]]))
         if len(tasks) > 1:
             labels = [x for x in labels if all(any(a.label == x for a in arms) for arms in by_task.values())]
-        metrics = PLAN.metrics
+        metrics = self.plan.metrics
         names = " / ".join(METRIC_NAMES.get(m, m) for m in metrics)
         lines = [
             f"Mean over seeds of each arm's {names}:",
