@@ -300,3 +300,31 @@ def test_a_task_can_clone_from_more_demonstrations_than_the_others():
     assert INSTRUMENT.to_dict()["base"]["cloning"] == (("search", 8192, 4000),)
     changed = dataclasses.replace(FULL, base=dataclasses.replace(FULL.base, cloning=(("search", 1024, 10),)))
     assert changed.config_hash() != FULL.config_hash()
+
+
+def test_the_instrument_runs_by_name_and_its_page_names_the_command():
+    """``mpo-rs reproduce --config instrument``: the committed configuration by name, with
+    seeds and arms as flags; it takes no budget or env, and the page's command line says it."""
+    import argparse
+
+    from mpo_rs.exceptions import InvalidOptionError
+    from mpo_rs.reproduce.api import build_config
+    from mpo_rs.reproduce.budgets import command_line, is_committed
+    from mpo_rs.reproduce.command import add_parser, run
+    from mpo_rs.reproduce.presets import INSTRUMENT
+
+    assert build_config(config_name="instrument") == INSTRUMENT and is_committed(INSTRUMENT)
+    fewer = build_config(config_name="instrument", seeds=2, arms="grpo,mpo")
+    assert command_line(fewer) == "mpo-rs reproduce --config instrument --arms grpo,mpo --seeds 2"
+    with pytest.raises(InvalidOptionError, match="config: one of instrument, instrument-quick"):
+        build_config(config_name="full")
+    with pytest.raises(InvalidOptionError, match="runs on cpu, not cuda"):
+        build_config(config_name="instrument", device="cuda")
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    for flags in (["--quick"], ["--budget", "small"], ["--env", "x:y"]):
+        args = parser.parse_args(["reproduce", "--config", "instrument", *flags])
+        with pytest.raises(InvalidOptionError, match="--config names a whole configuration"):
+            run(args)
+    with pytest.raises(InvalidOptionError, match="--docs writes the committed page"):
+        run(parser.parse_args(["reproduce", "--config", "instrument-quick", "--docs", "d"]))

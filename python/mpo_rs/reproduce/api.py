@@ -40,10 +40,10 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import InvalidOptionError
-from .budgets import base_config, template_arms
+from .budgets import NAMED_CONFIGS, base_config, template_arms
 from .config import Budget, ReproduceConfig
 from .env import check_user_env, env_spec, make_env
-from .presets import QUICK
+from .presets import QUICK, get_config
 from .seeds import task_seeds
 from .sources import Demonstrator, SavedPolicy
 from .userbase import base_lines, demonstrator_episodes, user_base
@@ -79,17 +79,29 @@ def build_config(
     workers: int | None = None,
     demonstrator: str | Callable[..., Any] | None = None,
     base_policy: str | os.PathLike[str] | None = None,
+    config_name: str | None = None,
 ) -> ReproduceConfig:
     """The configuration :func:`compare` runs: the committed one of ``budget`` (with no
-    ``env`` and no other argument, exactly QUICK, FULL or GPU), with the user env as its
+    ``env`` and no other argument, exactly QUICK, FULL or GPU) or the committed configuration
+    ``config_name`` (:data:`~mpo_rs.reproduce.budgets.NAMED_CONFIGS`), with the user env as its
     one task, the chosen arms, seeds and workers, and its base policy: cloned from
     ``demonstrator``, loaded from ``base_policy``, or none (a random initialisation). A user
     env is built once here, the demonstrator plays one episode and the policy file is loaded
     into the run's model, so a bad one fails before anything is written. Raises
     InvalidOptionError or InvalidConfigError."""
     keys = _checked(arms, {"seeds": (seeds, 1), "workers": (workers, 1), "first_seed": (first_seed, 0)})
+    named = config_name
+    if named is not None:
+        if env is not None or named not in NAMED_CONFIGS:
+            raise InvalidOptionError(
+                f"config: one of {', '.join(NAMED_CONFIGS)}, without an env; got {named!r}"
+                + (" with an env" if env is not None else "")
+            )
+        if device != get_config(named).device:
+            raise InvalidOptionError(f"config {named!r} runs on {get_config(named).device}, not {device}")
     # The seeds first: their range is checked (ReproduceConfig), and the env is tried on them.
-    config = base_config(budget, device).with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
+    start = base_config(budget, device) if named is None else get_config(named)
+    config = start.with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
     if env is not None:
         spec = env_spec(env)
         # Built and played once here, so a bad env fails before anything is written.

@@ -13,10 +13,19 @@ from typing import Any
 
 from ..exceptions import InvalidOptionError
 from .config import Arm, Budget, ReproduceConfig
-from .presets import FULL, GPU, PILOT, QUICK
+from .presets import FULL, GPU, INSTRUMENT, INSTRUMENT_QUICK, PILOT, QUICK
 from .sources import Demonstrator, SavedPolicy
 
-__all__ = ["BUDGETS", "arm_keys", "base_config", "budget_name", "command_line", "is_committed", "template_arms"]
+__all__ = [
+    "BUDGETS",
+    "NAMED_CONFIGS",
+    "arm_keys",
+    "base_config",
+    "budget_name",
+    "command_line",
+    "is_committed",
+    "template_arms",
+]
 
 
 def _small(budget: Budget) -> Budget:
@@ -30,6 +39,11 @@ BUDGETS = ("quick", "small", "pilot", "full")
 full run's with a quarter of its updates), ``pilot`` (the full run's budget on the pilot's
 own seeds, :data:`~mpo_rs.reproduce.config.PILOT`, which sizes the final run's seeds through
 the analysis plan) and ``full`` (the reported run's)."""
+
+
+NAMED_CONFIGS = (INSTRUMENT.name, INSTRUMENT_QUICK.name)
+"""The committed configurations ``mpo-rs reproduce --config`` runs by name (the others are the
+named budgets' own)."""
 
 
 def base_config(budget: str | Budget, device: str) -> ReproduceConfig:
@@ -83,12 +97,15 @@ def budget_name(config: ReproduceConfig) -> str | None:
 def is_committed(config: ReproduceConfig) -> bool:
     """Whether ``config`` is the committed full configuration (FULL, or GPU) unchanged:
     the run ``make reproduce`` writes the page from."""
-    return config.config_hash() in (FULL.config_hash(), GPU.config_hash())
+    return config.config_hash() in (FULL.config_hash(), GPU.config_hash(), INSTRUMENT.config_hash())
 
 
 def command_line(config: ReproduceConfig) -> str:
     """The ``mpo-rs reproduce`` flags that run ``config`` (without ``--out``), or "" when
     only the Python API can (a Budget of the caller's)."""
+    named = {c.name: c for c in (INSTRUMENT, INSTRUMENT_QUICK)}.get(config.name)
+    if named is not None and config.budget == named.budget and config.device == named.device:
+        return " ".join(["mpo-rs reproduce", f"--config {config.name}", *_differences(config, named, None)])
     budget = budget_name(config)
     if budget is None:
         return ""
@@ -110,12 +127,19 @@ def command_line(config: ReproduceConfig) -> str:
         template = template_arms(base)
         default = [a.key for a in template.values() if a.study == template["mpo"].study]
     else:
-        default = [a.key for a in base.arms]
+        default = None
+    return " ".join(parts + _differences(config, base, default))
+
+
+def _differences(config: ReproduceConfig, base: ReproduceConfig, default: list[str] | None) -> list[str]:
+    """The flags that take ``base`` to ``config``: its arms (unless ``default``, or else the
+    base's), seeds and first seed."""
+    parts = []
     keys = [a.key for a in config.arms]
-    if keys != default:
+    if keys != (default if default is not None else [a.key for a in base.arms]):
         parts.append(f"--arms {','.join(keys)}")
     if config.seeds != base.seeds:
         parts.append(f"--seeds {config.seeds}")
     if config.first_seed != base.first_seed:
         parts.append(f"--first-seed {config.first_seed}")
-    return " ".join(parts)
+    return parts

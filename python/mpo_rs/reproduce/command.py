@@ -11,7 +11,7 @@ from typing import Any
 
 from .._native import InvalidOptionError
 from .api import build_config, run_config
-from .budgets import BUDGETS
+from .budgets import BUDGETS, NAMED_CONFIGS
 
 __all__ = ["add_parser", "run"]
 
@@ -40,6 +40,15 @@ def add_parser(commands: Any) -> None:
             "small (a quarter of the full run's updates: a first look), pilot (the full budget on the pilot's "
             "own seeds, which size the final run's: docs/analysis-plan.md) or full (the committed page's run, "
             "about two hours on 2 cores)"
+        ),
+    )
+    p.add_argument(
+        "--config",
+        choices=NAMED_CONFIGS,
+        help=(
+            "a committed configuration by name instead of a budget: instrument runs the tasks that passed their "
+            "gates, with the turn-length sweep, GiGPO and the critic-quality ladder (docs/instrument.md; about "
+            "three hours on 2 cores); instrument-quick is its smoke test"
         ),
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda runs the larger GPU configuration")
@@ -133,10 +142,14 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     InvalidConfigError (--env), MissingDependencyError (torch, pyarrow, matplotlib) or OSError."""
     if args.quick and args.budget not in (None, "quick"):
         raise InvalidOptionError(f"--quick is --budget quick; it cannot be combined with --budget {args.budget}")
+    named = getattr(args, "config", None)
+    if named and (args.quick or args.budget or args.env):
+        raise InvalidOptionError("--config names a whole configuration; it takes no --quick, --budget or --env")
     budget = "quick" if args.quick else (args.budget or "quick")
-    if args.docs and (budget != "full" or args.env):
+    if (args.docs and not (named == "instrument" or (budget == "full" and not named))) or (args.docs and args.env):
         raise InvalidOptionError(
-            "--docs writes the committed page; it takes --budget full, not --quick, another budget or --env"
+            "--docs writes the committed page; it takes --budget full or --config instrument, not --quick, another "
+            "budget or --env"
         )
     config = build_config(
         args.env,
@@ -149,6 +162,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
         workers=args.workers,
         demonstrator=args.demonstrator,
         base_policy=args.base_policy,
+        config_name=named,
     )
     gates = getattr(args, "gates", None)
     return run_config(config, args.out, overwrite=args.overwrite, docs=args.docs, note=note, gates_file=gates).out

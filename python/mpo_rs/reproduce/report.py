@@ -200,8 +200,8 @@ def write_report(
 def _design_inputs(config: ReproduceConfig, docs_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
     """The committed records the design section reads, from the docs directory the committed
     page is written to: the premise measurement and the pilot's results (then sized by the plan)."""
-    if docs_dir is None or not is_committed(config):
-        return {}
+    if docs_dir is None or not is_committed(config) or config.plan != "paper":
+        return {}  # the instrument's page reads its premise and pilot in its gates section
     docs = Path(docs_dir)
     out: dict[str, Any] = {}
     premise = docs / "premise.json"
