@@ -48,3 +48,46 @@ def test_the_committed_results_read_under_todays_names():
     )
     assert "family" not in read and "family_comparisons" not in read and read["runs"] == written["runs"]
     assert read_results(read) == read  # today's names read as they are
+
+
+def test_the_readme_summary_is_the_committed_pages():
+    """The README's summary of the committed run is generated from its results (the page's
+    bottom line and first table, nothing else); a README without the markers is left alone."""
+    from mpo_rs.reproduce.page import README_MARKERS
+    from mpo_rs.reproduce.report import rerender_readme_summary
+
+    readme = (DOCS.parent / "README.md").read_text()
+    start, end = readme.find(README_MARKERS[0]), readme.find(README_MARKERS[1])
+    assert 0 <= start < end, "the README has lost its summary markers"
+    summary = rerender_readme_summary(DOCS)
+    assert readme[start : end + len(README_MARKERS[1])] == summary, "run: python -m mpo_rs.reproduce.report docs"
+    assert "**Bottom line.**" in summary and "| MPO − PPO | MPO − GRPO |" in summary
+
+
+def test_a_readme_is_written_only_between_its_markers(tmp_path):
+    from mpo_rs.reproduce.page import README_MARKERS
+    from mpo_rs.reproduce.report import write_readme_summary
+
+    theirs = tmp_path / "README.md"
+    theirs.write_text("# someone's project\n")
+    assert not write_readme_summary(theirs, "x") and theirs.read_text() == "# someone's project\n"
+    assert not write_readme_summary(tmp_path / "absent.md", "x") and not (tmp_path / "absent.md").exists()
+    ours = tmp_path / "ours.md"
+    ours.write_text(f"before\n{README_MARKERS[0]}\nold\n{README_MARKERS[1]}\nafter\n")
+    block = f"{README_MARKERS[0]}\nnew\n{README_MARKERS[1]}"
+    assert write_readme_summary(ours, block)
+    assert ours.read_text() == f"before\n{block}\nafter\n"
+
+
+def test_the_first_screen_reads_the_ladder_where_it_ran():
+    """The instrument's ladder runs on MultiHop, not on the main task: the first screen's ladder
+    is read there (the main task where no ladder ran)."""
+    from mpo_rs.reproduce.presets import FULL, INSTRUMENT
+    from mpo_rs.reproduce.when import when_inputs
+
+    rows = [{"arm": a.key, "seed": 1} for a in INSTRUMENT.arms]
+    tasks, ladder_task, _ = when_inputs(INSTRUMENT, rows, {})
+    assert ladder_task == "multi_hop" and tasks == [spec.name for spec in INSTRUMENT.tasks]
+    without = [r for r in rows if "_ref" not in r["arm"]]
+    assert when_inputs(INSTRUMENT, without, {})[1] == "search"
+    assert when_inputs(FULL, [{"arm": a.key, "seed": 1} for a in FULL.arms], {})[1] == "search"

@@ -3,6 +3,7 @@ design, the starting point, the tables and figures, the configuration."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -17,6 +18,13 @@ from .rows import task_title
 from .sources import SavedPolicy
 from .summary import Summary
 from .when import WHEN_TITLE, when_inputs, when_section
+
+README_MARKERS = (
+    "<!-- the reproduction's summary: generated from docs/full/results.json by `python -m mpo_rs.reproduce.report "
+    "docs` (and `mpo-rs reproduce --docs docs`); do not edit by hand -->",
+    "<!-- end of the reproduction's summary -->",
+)
+"""Where the README's generated summary of the committed run begins and ends."""
 
 
 class Page(Summary):
@@ -99,6 +107,25 @@ class Page(Summary):
             lines += CONTROLS_SECTION
         lines += self._configuration()
         return "\n".join(lines)
+
+    def readme_summary(self) -> str:
+        """The README's summary of the committed run, between :data:`README_MARKERS`: the
+        bottom line and the first screen's table, as the page gives them (nothing else)."""
+        seeds = sorted({int(r["seed"]) for r in self.rows})
+        when = self._when({})
+        first = next((i for i, line in enumerate(when) if line.startswith("|")), len(when))
+        table = list(itertools.takewhile(lambda line: line.startswith("|"), when[first:]))  # per task, not the ladder
+        lines = [
+            README_MARKERS[0],
+            f"The committed run's answer, as [docs/reproduction.md](docs/reproduction.md) gives it (configuration "
+            f"`{self.config.name}`, hash `{self.config.config_hash()}`, {len(self.rows)} runs on {len(seeds)} seeds):",
+            "",
+            self._bottom_line(),
+        ]
+        if table:
+            metric = METRIC_NAMES.get(self.plan.metrics[0], self.plan.metrics[0])
+            lines += ["", f"{WHEN_TITLE} MPO's paired gains ({metric}; 95% intervals over seeds):", "", *table]
+        return "\n".join([*lines, README_MARKERS[1]])
 
     def _when(self, figures: dict[str, str]) -> list[str]:
         """The first screen: MPO's paired gains by task, turn length, share and critic quality

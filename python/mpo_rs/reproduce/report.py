@@ -26,7 +26,7 @@ from .config import ReproduceConfig
 from .env import task_chance
 from .figures import SWEEPS, diagnose_runs, figure_groups, plot_bars, plot_confirmatory, plot_curves, plot_when
 from .gating import gates_section, withheld
-from .page import Page
+from .page import README_MARKERS, Page
 from .page_text import fmt
 from .plan import plan_for, sizing
 from .presets import CONFIGS
@@ -37,7 +37,16 @@ from .stats import (
 from .userbase import base_description
 from .when import WHEN_TITLE, ladder_gains, task_gains, when_inputs
 
-__all__ = ["docs_figure", "page_figures", "page_from_results", "read_results", "rerender", "write_report"]
+__all__ = [
+    "docs_figure",
+    "page_figures",
+    "page_from_results",
+    "read_results",
+    "rerender",
+    "rerender_readme_summary",
+    "write_readme_summary",
+    "write_report",
+]
 
 CONFIRMATORY_FIGURE = "The confirmatory comparisons' paired differences"
 """The title of the figure of the analysis plan's confirmatory comparisons (``confirmatory.png``)."""
@@ -186,15 +195,21 @@ def write_report(
     write_file(out / "reproduction.md", page.markdown({t: str(p.relative_to(out)) for t, p in figures.items()}))
     note(f"wrote {out / 'reproduction.md'} and {out / 'results.json'}")
     if docs_dir is not None:
-        docs = Path(docs_dir)
-        dest = output_subdir(docs, Path("img") / "reproduction")
-        rel: dict[str, str] = {}
-        for title, path in figures.items():
-            rel[title] = docs_figure(str(path.relative_to(out)))
-            write_file(dest / Path(rel[title]).name, path.read_bytes())
-        write_file(docs / "reproduction.md", page.markdown(rel))
-        note(f"wrote {docs / 'reproduction.md'} and {len(rel)} figures under {dest}")
+        _write_docs(Path(docs_dir), out, figures, page, note)
     return results
+
+
+def _write_docs(docs: Path, out: Path, figures: Mapping[str, Path], page: Page, note: Callable[[str], None]) -> None:
+    """The committed page, its figures and the README's summary (between its markers)."""
+    dest = output_subdir(docs, Path("img") / "reproduction")
+    rel: dict[str, str] = {}
+    for title, path in figures.items():
+        rel[title] = docs_figure(str(path.relative_to(out)))
+        write_file(dest / Path(rel[title]).name, path.read_bytes())
+    write_file(docs / "reproduction.md", page.markdown(rel))
+    note(f"wrote {docs / 'reproduction.md'} and {len(rel)} figures under {dest}")
+    if is_committed(page.config) and write_readme_summary(docs.resolve().parent / "README.md", page.readme_summary()):
+        note(f"wrote the reproduction's summary into {docs.resolve().parent / 'README.md'}")
 
 
 def _design_inputs(config: ReproduceConfig, docs_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
@@ -256,6 +271,16 @@ def rerender(docs_dir: str | os.PathLike[str]) -> str:
     (its configuration must be a committed one): ``python -m mpo_rs.reproduce.report DOCS``
     writes it to ``DOCS/reproduction.md``. Only the wording can change; every number is the
     committed run's."""
+    return _committed_page(docs_dir)[0]
+
+
+def rerender_readme_summary(docs_dir: str | os.PathLike[str]) -> str:
+    """The README's summary of the committed run (:meth:`Page.readme_summary`), rendered from
+    ``DOCS/full/results.json`` as :func:`rerender` renders the page."""
+    return _committed_page(docs_dir)[1]
+
+
+def _committed_page(docs_dir: str | os.PathLike[str]) -> tuple[str, str]:
     docs = Path(docs_dir)
     results = read_results(json.loads((docs / "full" / "results.json").read_text()))
     committed = {c.config_hash(): c for c in CONFIGS.values()}
@@ -265,7 +290,25 @@ def rerender(docs_dir: str | os.PathLike[str]) -> str:
         figures = [(f["title"], docs_figure(f["path"]), f["caption"]) for f in results["figures"]]
     else:
         figures = page_figures((docs / "reproduction.md").read_text())
-    return page_from_results(results, committed[results["config_hash"]], figures, docs_dir=docs)
+    page = _page(results, committed[results["config_hash"]], figures, docs_dir=docs)
+    return page.markdown({title: rel for title, rel, _ in figures}), page.readme_summary()
+
+
+def write_readme_summary(readme: str | os.PathLike[str], summary: str) -> bool:
+    """Puts ``summary`` (:meth:`Page.readme_summary`, markers included) between the README's
+    :data:`README_MARKERS`; a README without both markers is not ours to change and is left as
+    it is. Whether the file was written."""
+    path = Path(readme)
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    start, end = text.find(README_MARKERS[0]), text.find(README_MARKERS[1])
+    if start < 0 or end < start:
+        return False
+    new = text[:start] + summary + text[end + len(README_MARKERS[1]) :]
+    if new != text:
+        write_file(path, new)
+    return True
 
 
 def page_from_results(
@@ -278,6 +321,15 @@ def page_from_results(
     the claims and the confirmatory comparisons are recomputed from its rows and its gates; ``figures`` are the page's
     (title, relative path, caption) in order (``results["figures"]`` where a run recorded
     them). The committed page re-renders byte for byte (tests/test_reproduce_page.py)."""
+    return _page(results, config, figures, docs_dir).markdown({title: rel for title, rel, _ in figures})
+
+
+def _page(
+    results: dict[str, Any],
+    config: ReproduceConfig,
+    figures: Sequence[tuple[str, str, str]],
+    docs_dir: str | os.PathLike[str] | None = None,
+) -> Page:
     results = read_results(results)
     rows = results["runs"]
     # The gates are judged again from the measurements the run recorded (none: not measured).
@@ -288,11 +340,13 @@ def page_from_results(
     captions = {title: caption for title, _, caption in figures if caption}
     design = _design_inputs(config, docs_dir)
     plan_hash = str(results.get("confirmatory", {}).get("plan_hash", ""))
-    page = Page(config, rows, found, confirmatory_comps, chance, results["meta"], captions, design, section, plan_hash)
-    return page.markdown({title: rel for title, rel, _ in figures})
+    return Page(config, rows, found, confirmatory_comps, chance, results["meta"], captions, design, section, plan_hash)
 
 
 if __name__ == "__main__":
     docs = Path(sys.argv[1] if len(sys.argv) > 1 else "docs")
-    write_file(docs / "reproduction.md", rerender(docs))
+    page, summary = _committed_page(docs)
+    write_file(docs / "reproduction.md", page)
     print(f"wrote {docs / 'reproduction.md'}")
+    if write_readme_summary(docs.resolve().parent / "README.md", summary):
+        print(f"wrote the reproduction's summary into {docs.resolve().parent / 'README.md'}")

@@ -231,7 +231,7 @@ def when_inputs(
     config: Any, rows: Sequence[Mapping[str, Any]], gates: Mapping[str, Any]
 ) -> tuple[list[str], str, dict[str, float]]:
     """What the first screen reads of a run: the tasks with an MPO and a PPO arm among the
-    ``rows``, the task the ladder runs on (the main task where it ran) and each task's
+    ``rows``, the task the ladder ran on (else the main task, or the first) and each task's
     between-turn share on its base (the mean over the seeds of ``gates``, results.json's
     section; tasks not measured are left out)."""
     present = {str(r["arm"]) for r in rows}
@@ -245,4 +245,7 @@ def when_inputs(
         values = [float(b["between_share"]) for b in entry.get("base") or [] if b.get("between_share") is not None]
         if values:
             shares[task] = sum(values) / len(values)
+    laddered = [a.task for a in config.arms if a.study == "ladder" and a.key in present]
+    if laddered:
+        return tasks, laddered[0], shares
     return tasks, (MAIN_TASK if MAIN_TASK in tasks or not tasks else tasks[0]), shares
