@@ -294,7 +294,7 @@ def test_a_task_can_clone_from_more_demonstrations_than_the_others():
 
     base = INSTRUMENT.base
     assert base is not None
-    assert base.sizes("search") == base.sizes("search@think16") == (8192, 4000)
+    assert base.sizes("search") == base.sizes("search@think0") == (8192, 4000)
     assert base.sizes("multi_hop") == (base.episodes, base.steps) == (4096, 1500)
     assert "cloning" not in FULL.to_dict()["base"] and "plan" not in FULL.to_dict()
     assert INSTRUMENT.to_dict()["base"]["cloning"] == (("search", 8192, 4000),)

@@ -10,8 +10,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # (iteration, the task's name there, its name in the instrument's configuration)
 SOURCES = (
-    ("iteration-16", "search", "search@think16"),
-    ("iteration-23", "search", "search"),
+    ("iteration-16", "search", "search"),
+    ("iteration-23", "search", "search@think0"),
     ("iteration-6", "multi_hop", "multi_hop"),
     ("iteration-22", "key_door", "key_door"),
 )

@@ -159,11 +159,11 @@ GPU = dataclasses.replace(
 
 INSTRUMENT_TASKS = (
     # Search with a spread of difficulty shown in the prompt, turns opening with F thinking
-    # tokens of one id: F = 16 passed every gate (docs/instrument.md, iteration 16); F = 0 is
-    # the sweep's short-turn point (iteration 23). F = 64 costs ~4x F = 16 per base and run
-    # (measured: 1.0 s per cloning step against 0.23 s) and runs in the GPU configuration.
-    TaskSpec("search@think16", (("hit_probs", (0.01, 0.97)), ("think_tokens", 16), ("think_vocab", 1))),
-    TaskSpec("search", (("hit_probs", (0.01, 0.97)),)),
+    # tokens of one id: F = 16, the main task, passed every gate (docs/instrument.md, iteration
+    # 16); F = 0 is the sweep's short-turn point (iteration 23). F = 64 costs ~4x F = 16 per base
+    # and run (measured: 1.0 s per cloning step against 0.23 s): a GPU configuration's.
+    TaskSpec("search", (("hit_probs", (0.01, 0.97)), ("think_tokens", 16), ("think_vocab", 1))),
+    TaskSpec("search@think0", (("hit_probs", (0.01, 0.97)),)),
     TaskSpec("multi_hop", (("hop_choices", (2, 5)),)),  # every gate passed (iteration 6)
     # The negative control off the ceiling: the key is the sum of two shown keys, the base's
     # demonstrator knows it where it does not wrap (iteration 22).
@@ -186,9 +186,9 @@ were measured with."""
 
 def _instrument_arms() -> tuple[Arm, ...]:
     out: list[Arm] = []
-    for task in ("search@think16", "search", "multi_hop"):
+    for task in ("search", "search@think0", "multi_hop"):
         out += [a for a in table1_arms(task) if a.ratio != "sequence"]  # GSPO is not in the sweep
-    out += [gigpo_arm("search@think16"), gigpo_arm("multi_hop")]
+    out += [gigpo_arm("search"), gigpo_arm("multi_hop")]
     # The ladder for MPO and PPO (AReaL's and RAGEN's rungs would double its cost: the GPU's).
     out += [a for a in ladder_arms("multi_hop") if a.key.split("_ref")[0] in ("hop_mpo", "hop_ppo")]
     out += [a for a in table1_arms("key_door") if a.key in ("door_grpo", "door_ppo", "door_mpo")]

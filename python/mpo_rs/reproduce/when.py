@@ -209,7 +209,7 @@ def when_section(
         ev = " / ".join(f"{t['ev'][m]:.2f}" if math.isfinite(t["ev"][m]) else "—" for m in ("mpo", "ppo"))
         share = f"{t['share']:.2f}" if math.isfinite(t["share"]) else "—"
         think = "—" if t["think_tokens"] is None else str(t["think_tokens"])
-        if t["task"] in withheld:  # a task that fails its gates is shown, never read
+        if withheld.get(t["task"]):  # a task that fails its gates is shown, never read
             gains = f"{_ci(t['mpo_minus_ppo'])} | {_ci(t['mpo_minus_grpo'])}"
             name = f"{task_title(t['task'])} (no reading: {withheld[t['task']]})"
         else:
