@@ -12,8 +12,10 @@ own signal handling.
 
 from __future__ import annotations
 
+import _thread
 import signal
 import sys
+import threading
 
 PROG = "mpo-rs"
 
@@ -31,7 +33,8 @@ class Terminated(KeyboardInterrupt):
 
 # The last stop request, kept because its exception can be lost: a handler that runs while
 # the import system or a finalizer is on the stack has its exception printed as
-# "Exception ignored" and dropped, and the command would then run to the end.
+# "Exception ignored" and dropped, and the command would then run to the end. The
+# unraisable hook below sends such a stop again; `main` also raises it after the import.
 _received: int | None = None
 
 
@@ -47,7 +50,23 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _redeliver_lost_stop(unraisable: sys.UnraisableHookArgs) -> None:
+    """A stop whose exception Python dropped (a handler that ran inside a weakref callback
+    of the import system or inside a finalizer) is sent again, so it lands in ordinary code
+    and stops the command; any other unraisable error is printed as Python prints it."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _received is not None:
+        # From another thread, a moment later: sent from here, the handler would run
+        # before this hook returns, and its exception would be dropped again.
+        try:
+            threading.Timer(0.001, _thread.interrupt_main, (_received,)).start()
+            return
+        except RuntimeError:  # no new thread at interpreter shutdown: nothing left to stop
+            pass
+    sys.__unraisablehook__(unraisable)
+
+
 def _install() -> None:
+    sys.unraisablehook = _redeliver_lost_stop
     for sig, handler in (
         (signal.SIGINT, _interrupt),
         (signal.SIGTERM, _terminate),
