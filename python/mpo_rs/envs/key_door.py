@@ -112,14 +112,14 @@ class KeyDoor:
 
     def door_key(self, first_observation: Sequence[int]) -> int:
         """The token of the key that opens the door, as the first observation names it."""
-        return self.key_token(sum(int(t) - FIRST_KEY for t in first_observation[1:]) % self.num_keys)
+        return self.key_token(_shown_sum(first_observation) % self.num_keys)
 
     def demonstrated_key(self, first_observation: Sequence[int]) -> int:
         """The key token the built-in demonstrator takes (``demonstrator``): the door's key,
         or under ``saturate`` the sum capped at the last key instead of wrapped."""
         if self.demonstrator == "exact":
             return self.door_key(first_observation)
-        return self.key_token(min(sum(int(t) - FIRST_KEY for t in first_observation[1:]), self.num_keys - 1))
+        return self.key_token(min(_shown_sum(first_observation), self.num_keys - 1))
 
     def reset(self, seed: int) -> list[int]:
         stream = SeedStream(check_seed("KeyDoor", seed))
@@ -170,3 +170,8 @@ class KeyDoor:
         if turn == self.max_turns - 1:
             action[self.open_position] = OPEN
         return action
+
+
+def _shown_sum(first_observation: Sequence[int]) -> int:
+    """The sum of the key indices the first observation shows (after ``start``)."""
+    return sum(int(t) - FIRST_KEY for t in first_observation[1:])

@@ -90,17 +90,18 @@ def build_config(
     into the run's model, so a bad one fails before anything is written. Raises
     InvalidOptionError or InvalidConfigError."""
     keys = _checked(arms, {"seeds": (seeds, 1), "workers": (workers, 1), "first_seed": (first_seed, 0)})
-    named = config_name
-    if named is not None:
-        if env is not None or named not in NAMED_CONFIGS:
+    if config_name is None:
+        start = base_config(budget, device)
+    else:
+        if env is not None or config_name not in NAMED_CONFIGS:
             raise InvalidOptionError(
-                f"config: one of {', '.join(NAMED_CONFIGS)}, without an env; got {named!r}"
+                f"config: one of {', '.join(NAMED_CONFIGS)}, without an env; got {config_name!r}"
                 + (" with an env" if env is not None else "")
             )
-        if device != get_config(named).device:
-            raise InvalidOptionError(f"config {named!r} runs on {get_config(named).device}, not {device}")
+        start = get_config(config_name)
+        if device != start.device:
+            raise InvalidOptionError(f"config {config_name!r} runs on {start.device}, not {device}")
     # The seeds first: their range is checked (ReproduceConfig), and the env is tried on them.
-    start = base_config(budget, device) if named is None else get_config(named)
     config = start.with_overrides(seeds=seeds, first_seed=first_seed, workers=workers)
     if env is not None:
         spec = env_spec(env)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..exceptions import InvalidOptionError
 from .config import Arm, Budget, ReproduceConfig
-from .presets import FULL, GPU, INSTRUMENT, INSTRUMENT_QUICK, PILOT, QUICK
+from .presets import FULL, GPU, INSTRUMENT, INSTRUMENT_QUICK, PILOT, QUICK, get_config
 from .sources import Demonstrator, SavedPolicy
 
 __all__ = [
@@ -103,9 +103,10 @@ def is_committed(config: ReproduceConfig) -> bool:
 def command_line(config: ReproduceConfig) -> str:
     """The ``mpo-rs reproduce`` flags that run ``config`` (without ``--out``), or "" when
     only the Python API can (a Budget of the caller's)."""
-    named = {c.name: c for c in (INSTRUMENT, INSTRUMENT_QUICK)}.get(config.name)
+    named = get_config(config.name) if config.name in NAMED_CONFIGS else None
     if named is not None and config.budget == named.budget and config.device == named.device:
-        return " ".join(["mpo-rs reproduce", f"--config {config.name}", *_differences(config, named, None)])
+        default = [a.key for a in named.arms]
+        return " ".join(["mpo-rs reproduce", f"--config {config.name}", *_differences(config, named, default)])
     budget = budget_name(config)
     if budget is None:
         return ""
@@ -127,16 +128,16 @@ def command_line(config: ReproduceConfig) -> str:
         template = template_arms(base)
         default = [a.key for a in template.values() if a.study == template["mpo"].study]
     else:
-        default = None
+        default = [a.key for a in base.arms]
     return " ".join(parts + _differences(config, base, default))
 
 
-def _differences(config: ReproduceConfig, base: ReproduceConfig, default: list[str] | None) -> list[str]:
-    """The flags that take ``base`` to ``config``: its arms (unless ``default``, or else the
-    base's), seeds and first seed."""
+def _differences(config: ReproduceConfig, base: ReproduceConfig, default: list[str]) -> list[str]:
+    """The flags that take ``base`` to ``config``: its arms (unless they are ``default``), seeds
+    and first seed."""
     parts = []
     keys = [a.key for a in config.arms]
-    if keys != (default if default is not None else [a.key for a in base.arms]):
+    if keys != default:
         parts.append(f"--arms {','.join(keys)}")
     if config.seeds != base.seeds:
         parts.append(f"--seeds {config.seeds}")

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     if named and (args.quick or args.budget or args.env):
         raise InvalidOptionError("--config names a whole configuration; it takes no --quick, --budget or --env")
     budget = "quick" if args.quick else (args.budget or "quick")
-    if (args.docs and not (named == "instrument" or (budget == "full" and not named))) or (args.docs and args.env):
+    if args.docs and (args.env or not (named == "instrument" or (budget == "full" and not named))):
         raise InvalidOptionError(
             "--docs writes the committed page; it takes --budget full or --config instrument, not --quick, another "
             "budget or --env"
