@@ -151,11 +151,14 @@ bench-quick: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench
 	.venv-bench/bin/python benches/run_all.py --quick
 
-# The paper's claims at toy scale (docs/reproduction.md): 37 arms x 12 seeds on the CPU in
-# 2 worker processes (the committed run: 52.5 min on 2 cores); rewrites docs/reproduction.md
-# and the figures under docs/img/reproduction/. The quick smoke test runs in `make test` (tests/test_reproduce.py).
+# The committed run (docs/reproduction.md): the instrument configuration, 27 arms x 5 seeds on
+# the tasks that passed their gates, on the CPU in 2 worker processes (156 min on 2 cores),
+# read by the pilots' gates; rewrites docs/reproduction.md, its figures under
+# docs/img/reproduction/, its tables under docs/full/ and the README's summary.
+# Its smoke test: mpo-rs reproduce --config instrument-quick (minutes).
 reproduce: build
-	$(VENV)/bin/mpo-rs reproduce --budget full --workers 2 --out reproduce-out --docs docs
+	$(VENV)/bin/mpo-rs reproduce --config instrument --gates docs/instrument/gates.json --workers 2 \
+		--out reproduce-out --docs docs
 
 clean:
 	cargo clean

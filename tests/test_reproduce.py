@@ -402,7 +402,9 @@ def test_usage_errors(capsys):
     assert main(["reproduce", "--quick", "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
     assert main(["reproduce", "--docs", "docs"]) == 2  # the default budget is quick, not the page's run
-    assert "--budget full" in capsys.readouterr().err
+    assert "--config instrument" in capsys.readouterr().err
+    assert main(["reproduce", "--budget", "full", "--docs", "docs"]) == 2  # the paper's run: its page is a record
+    assert "--config instrument" in capsys.readouterr().err
 
 
 def test_the_default_budget_finishes_in_minutes(monkeypatch, tmp_path: Path):
@@ -533,6 +535,22 @@ def test_quick_end_to_end(tmp_path: Path, capsys):
     caveats = [line for line in summary.splitlines() if line.startswith("- **")]
     assert len(caveats) == len(QUICK.tasks) and all("one seed per arm" in c for c in caveats)
     assert results["summary"] == summary.strip()
+
+    # With a docs directory (the committed page's place; the command allows it for the instrument
+    # only), resuming the finished run writes the page, its figures and its tables there, and the
+    # page renders again from the tables it wrote.
+    from mpo_rs.reproduce.api import run_config
+    from mpo_rs.reproduce.report import DOCS_TABLES, docs_figure
+
+    docs = tmp_path / "docs"
+    run_config(QUICK, out, docs=docs)
+    for name in DOCS_TABLES:
+        assert (docs / "full" / name).read_bytes() == (out / name).read_bytes(), name
+    for f in results["figures"]:
+        assert (docs / docs_figure(f["path"])).is_file(), f["path"]
+    written = json.loads((docs / "full" / "results.json").read_text())
+    figures = [(f["title"], docs_figure(f["path"]), f["caption"]) for f in written["figures"]]
+    assert page_from_results(written, QUICK, figures, docs_dir=docs) == (docs / "reproduction.md").read_text()
 
 
 # --------------------------------------------------------------------------- output and stops
@@ -762,14 +780,16 @@ def test_summary_gives_the_bottom_line_estimates_verdicts_power_and_caveats():
     assert _page(_synthetic_rows({})).kind() == []  # the committed run says nothing about itself
 
 
-def test_the_committed_page_points_to_the_control_run_it_replaced():
+def test_the_committed_page_points_to_the_runs_it_replaced():
     meta = {"workers": 2, "wall_s": 60.0, "started": "now"}
     page = _page(_synthetic_rows({}))
     page.meta = meta
     text = page.markdown({})
-    assert "## Controls: the earlier run" in text
-    link = re.search(r"\]\((control/reproduction\.md)\)", text)
-    assert link and (Path(__file__).resolve().parents[1] / "docs" / link.group(1)).is_file()
+    assert "## Earlier runs" in text
+    links = re.findall(r"\]\(((?:paper|control)/reproduction\.md)\)", text)
+    assert links == ["paper/reproduction.md", "control/reproduction.md"]
+    for link in links:
+        assert (Path(__file__).resolve().parents[1] / "docs" / link).is_file()
     sub = _page(_synthetic_rows({}), FULL.with_arms(["mpo", "ppo"]))
     sub.meta = meta
     assert "## Controls" not in sub.markdown({})  # only the committed run replaced it

@@ -424,6 +424,15 @@ def test_the_first_screen_reads_each_gain_off_its_interval(tmp_path):
         "| Search (no reading: the task fails the premise gate) | 0 | — | 0.30 / 0.30 | -0.002 [-0.037, +0.033] |"
         in withheld
     )
+    assert "exploratory (none of the plan's confirmatory comparisons)" in text and "Holm" not in text
+    # A gain that is also a confirmatory comparison carries its Holm verdict beside the uncorrected words.
+    holm = "\n".join(
+        when_section(
+            rows, ["search", "search@think16"], "search", holm={("think16_mpo", "think16_ppo"): "inconclusive"}
+        )
+    )
+    assert "MPO ahead of PPO by 0.080" in holm and "(uncorrected; Holm: inconclusive) |" in holm
+    assert holm.count("Holm: ") == 1 and "its Holm-corrected verdict follows it" in holm
     path = plot_when(
         task_gains(rows, ["search", "search@think16"], shares), ladder_gains(rows, "search"), tmp_path / "w.png"
     )

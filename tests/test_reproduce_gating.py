@@ -245,14 +245,14 @@ def test_a_gates_file_round_trips_into_the_results_and_the_page(tmp_path):
         read_gates_file(path, CONFIG)
 
 
-def test_the_committed_run_was_not_gated_so_its_page_gives_no_verdict():
-    page = (DOCS / "reproduction.md").read_text()
+def test_the_paper_configurations_run_was_not_gated_so_its_page_gives_no_verdict():
+    page = (DOCS / "paper" / "reproduction.md").read_text()
     bottom_line = page.split("## Summary\n\n", 1)[1].split("\n\n", 1)[0]
     assert "**none gets a verdict**" in bottom_line and "**reproduced**" not in bottom_line
     gates = page.split("\n## Gates\n", 1)[1].split("\n## ", 1)[0]
     assert "the exploration, predictability and premise gates were not measured for it" in gates
     assert "No task passes every gate, so no comparison on this page gets a verdict." in gates
-    results = json.loads((DOCS / "full" / "results.json").read_text())
+    results = json.loads((DOCS / "paper" / "full" / "results.json").read_text())
     assert "gates" not in results  # the run's own record, unchanged
 
 

@@ -38,8 +38,8 @@ def add_parser(commands: Any) -> None:
         help=(
             "quick (the default: a smoke test of every arm in about a minute; its numbers are not evidence), "
             "small (a quarter of the full run's updates: a first look), pilot (the full budget on the pilot's "
-            "own seeds, which size the final run's: docs/analysis-plan.md) or full (the committed page's run, "
-            "about two hours on 2 cores)"
+            "own seeds, which size the final run's: docs/analysis-plan.md) or full (the paper configuration's "
+            "run, whose tasks failed their gates: docs/paper/reproduction.md; about an hour on 2 cores)"
         ),
     )
     p.add_argument(
@@ -47,8 +47,8 @@ def add_parser(commands: Any) -> None:
         choices=NAMED_CONFIGS,
         help=(
             "a committed configuration by name instead of a budget: instrument runs the tasks that passed their "
-            "gates, with the turn-length sweep, GiGPO and the critic-quality ladder (docs/instrument.md; about "
-            "three hours on 2 cores); instrument-quick is its smoke test"
+            "gates, with the turn-length sweep, GiGPO and the critic-quality ladder (docs/instrument.md; the "
+            "committed page's run, 156 min on 2 cores); instrument-quick is its smoke test"
         ),
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda runs the larger GPU configuration")
@@ -118,7 +118,8 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--docs",
         metavar="DOCS_DIR",
-        help="also write DOCS_DIR/reproduction.md and DOCS_DIR/img/reproduction/ (the full budget, no --env)",
+        help="also write DOCS_DIR/reproduction.md, DOCS_DIR/img/reproduction/ and the README's summary (with "
+        "--config instrument only)",
     )
 
 
@@ -146,10 +147,10 @@ def run(args: argparse.Namespace, note: Callable[[str], None] = lambda _: None) 
     if named and (args.quick or args.budget or args.env):
         raise InvalidOptionError("--config names a whole configuration; it takes no --quick, --budget or --env")
     budget = "quick" if args.quick else (args.budget or "quick")
-    if args.docs and (args.env or not (named == "instrument" or (budget == "full" and not named))):
+    if args.docs and (args.env or named != "instrument"):
         raise InvalidOptionError(
-            "--docs writes the committed page; it takes --budget full or --config instrument, not --quick, another "
-            "budget or --env"
+            "--docs writes the committed page, the instrument configuration's; it takes --config instrument, not "
+            "--quick, --budget or --env"
         )
     config = build_config(
         args.env,

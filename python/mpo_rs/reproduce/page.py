@@ -142,6 +142,11 @@ class Page(Summary):
             figure=figures.get(WHEN_TITLE),
             metric=self.plan.metrics[0],
             withheld=withheld(self.gates, self.config),
+            holm={
+                (c.a, c.b): c.verdict
+                for c in self.confirmatory_comps
+                if c.metric == self.plan.metrics[0] and not c.withheld
+            },
         )
 
     def _design(self) -> list[str]:

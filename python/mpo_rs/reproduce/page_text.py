@@ -88,19 +88,26 @@ def tally(comps: list[Comparison], lead: str) -> str:
 
 
 CONTROLS_SECTION = [
-    "## Controls: the earlier run",
+    "## Earlier runs",
     "",
-    "[docs/control/reproduction.md](control/reproduction.md) is the committed run this page replaced "
-    "(configuration 796ef3ad680c, commit a59c8d2, 90 runs, kept unchanged): KeyDoor and GuessNumber only, "
+    "[docs/paper/reproduction.md](paper/reproduction.md) is the committed run this page replaced (configuration "
+    "`full`, hash ad912b7a54fc, 444 runs: 37 arms x 12 seeds, kept unchanged, its tables under docs/paper/full/; "
+    "`mpo-rs reproduce --budget full` runs it again): the paper's five tasks at their first settings. None of its "
+    "tasks passes the gates above, so none of its 62 comparisons gets a verdict: on Search every arm ended below "
+    "its base policy, FrozenLake did not move, and the outcomes were mostly luck, so no critic could predict them "
+    "(docs/instrument.md, iteration 0).",
+    "",
+    "[docs/control/reproduction.md](control/reproduction.md) is the run before it (configuration 796ef3ad680c, "
+    "commit a59c8d2, 90 runs, kept unchanged): KeyDoor and GuessNumber only, "
     "policies and critics from a random initialisation (no base policy, no critic warm-up), 5 seeds, each claim "
     "decided by Welch's unpaired interval without a multiplicity correction, 64 evaluation episodes. Every "
     "Table-1 claim was inconclusive there, and claim 1 was not reproduced (the trained critics' median "
     "between-turn share was 0.09-0.13, the paper's 0.895), which KeyDoor dictates: its decisive tokens are the "
-    "policy's own and its observations are noise, so the premise fails by construction (docs/envs.md). It "
-    "stays as the negative control of the premise; its runs are not pooled with this page's.",
+    "policy's own and its observations are noise, so the premise fails by construction (docs/envs.md). Neither "
+    "run's runs are pooled with this page's.",
     "",
 ]
-"""The committed page's pointer to the run it replaced (docs/control/), which no command rewrites."""
+"""The committed page's pointers to the runs it replaced (docs/paper/, docs/control/), which no command rewrites."""
 
 
 # The docs test (tests/test_docs.py) skips a block marked so, showing the reason.

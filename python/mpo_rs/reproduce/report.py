@@ -199,15 +199,24 @@ def write_report(
     return results
 
 
+DOCS_TABLES = ("results.json", "runs.parquet", "evals.parquet")
+"""The committed run's tables under ``DOCS/full/``: the page re-renders from the first."""
+
+
 def _write_docs(docs: Path, out: Path, figures: Mapping[str, Path], page: Page, note: Callable[[str], None]) -> None:
-    """The committed page, its figures and the README's summary (between its markers)."""
+    """The committed page, its figures, its tables (:data:`DOCS_TABLES`, so that the page
+    re-renders from them) and the README's summary (between its markers)."""
     dest = output_subdir(docs, Path("img") / "reproduction")
     rel: dict[str, str] = {}
     for title, path in figures.items():
         rel[title] = docs_figure(str(path.relative_to(out)))
         write_file(dest / Path(rel[title]).name, path.read_bytes())
+    tables = output_subdir(docs, Path("full"))
+    for name in DOCS_TABLES:
+        if (out / name).is_file():  # the Parquet tables need pyarrow
+            write_file(tables / name, (out / name).read_bytes())
     write_file(docs / "reproduction.md", page.markdown(rel))
-    note(f"wrote {docs / 'reproduction.md'} and {len(rel)} figures under {dest}")
+    note(f"wrote {docs / 'reproduction.md'}, {len(rel)} figures under {dest} and the tables under {tables}")
     if is_committed(page.config) and write_readme_summary(docs.resolve().parent / "README.md", page.readme_summary()):
         note(f"wrote the reproduction's summary into {docs.resolve().parent / 'README.md'}")
 

@@ -16,8 +16,8 @@ read off the intervals (:func:`~mpo_rs.reproduce.stats.direction_words`): a gain
 holds 0 is "no difference shown", never "equal".
 
 Every gain is paired by seed (:func:`~mpo_rs.reproduce.stats.paired_diff_ci`: mean and 95%
-interval) on one metric; nothing here is a verdict of the analysis plan's confirmatory
-comparisons.
+interval) on one metric, uncorrected; where a gain is also one of the analysis plan's
+confirmatory comparisons, :func:`when_section` writes its Holm verdict beside it.
 """
 
 from __future__ import annotations
@@ -174,28 +174,41 @@ def when_section(
     figure: str | None = None,
     metric: str = "final_success",
     withheld: Mapping[str, str] | None = None,
+    holm: Mapping[tuple[str, str], str] | None = None,
 ) -> list[str]:
     """The page's first screen, "When does MPO help?": MPO's paired gains over PPO and GRPO
     per task against its turn length and between-turn share (:func:`task_gains`), then along
     the critic-quality ladder on ``main_task`` where it ran (:func:`ladder_gains`), each in
     words read off its interval; ``figure``: the figure's path on the page, drawn by
-    :func:`~mpo_rs.reproduce.figures.plot_when`. Gains are paired by seed, per comparison, and
-    none is one of the analysis plan's confirmatory comparisons (no Holm adjustment: a map, not
-    a verdict). A task in ``withheld`` (task -> why, :func:`~mpo_rs.reproduce.gating.withheld`) fails its gates: its
+    :func:`~mpo_rs.reproduce.figures.plot_when`. Gains are paired by seed, per comparison, with
+    no Holm adjustment (a map, not a verdict); ``holm`` ((arm, arm) -> verdict on ``metric``):
+    the plan's confirmatory comparisons among them, whose Holm verdict is written beside the
+    uncorrected reading. A task in ``withheld`` (task -> why, :func:`~mpo_rs.reproduce.gating.withheld`) fails its gates: its
     gains are shown as numbers, never read in words."""
     per_task = task_gains(rows, tasks, shares, metric)
     ladder = ladder_gains(rows, main_task, metric)
     if all(e["k"] is None for e in ladder):  # the learned critics alone: no ladder ran
         ladder = []
-    withheld = withheld or {}
+    withheld, holm = withheld or {}, holm or {}
+    confirmatory = any(
+        (f"{task_prefix(t['task'])}mpo", f"{task_prefix(t['task'])}{b}") in holm
+        for t in per_task
+        for b in ("ppo", "grpo")
+    )
+    reading = (
+        "Each cell reads its own interval, uncorrected (a map, not a verdict); where it is also one of the plan's "
+        "confirmatory comparisons, its Holm-corrected verdict follows it (the Summary's table)."
+        if confirmatory
+        else "Each row is one comparison, exploratory (none of the plan's confirmatory comparisons): where the "
+        "interval holds 0 the words say so."
+    )
     lines = [
         f"## {WHEN_TITLE}",
         "",
         f"MPO's paired gain ({METRIC_NAMES.get(metric, metric)}, mean and 95% interval over seeds) over PPO, "
-        "which reads the same critic token by token, and over GRPO, which has none. Each row is "
-        "one comparison, exploratory (none of the plan's confirmatory comparisons): where the interval holds 0 "
-        "the words say so. A log of your own sits on this map through `mpo-rs diagnose`: its between-turn share "
-        "and its critic's explained variance are the two columns to compare.",
+        f"which reads the same critic token by token, and over GRPO, which has none. {reading} A log of your own "
+        "sits on this map through `mpo-rs diagnose`: its between-turn share and its critic's explained variance "
+        "are the two columns to compare.",
         "",
     ]
     if figure:
@@ -213,13 +226,18 @@ def when_section(
             gains = f"{_ci(t['mpo_minus_ppo'])} | {_ci(t['mpo_minus_grpo'])}"
             name = f"{task_title(t['task'])} (no reading: {withheld[t['task']]})"
         else:
-            gains = f"{_words('MPO', 'PPO', t['mpo_minus_ppo'])} | {_words('MPO', 'GRPO', t['mpo_minus_grpo'])}"
+            p = task_prefix(t["task"])
+            gains = " | ".join(
+                _words("MPO", label, t[f"mpo_minus_{b}"])
+                + (f" (uncorrected; Holm: {holm[(f'{p}mpo', f'{p}{b}')]})" if (f"{p}mpo", f"{p}{b}") in holm else "")
+                for b, label in (("ppo", "PPO"), ("grpo", "GRPO"))
+            )
             name = task_title(t["task"])
         lines.append(f"| {name} | {think} | {share} | {ev} | {gains} |")
     if ladder:
         lines += [
             "",
-            f"Along the critic-quality ladder on {main_task} (the reference critic kept at a fraction of "
+            f"Along the critic-quality ladder on {task_title(main_task)} (the reference critic kept at a fraction of "
             "its explained variance; GRPO is the same seeds' critic-free arm):",
             "",
             ladder_table(ladder),
