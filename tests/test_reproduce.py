@@ -792,7 +792,7 @@ def test_the_committed_page_points_to_the_runs_it_replaced():
         assert (Path(__file__).resolve().parents[1] / "docs" / link).is_file()
     sub = _page(_synthetic_rows({}), FULL.with_arms(["mpo", "ppo"]))
     sub.meta = meta
-    assert "## Controls" not in sub.markdown({})  # only the committed run replaced it
+    assert "## Earlier runs" not in sub.markdown({})  # only the committed run replaced them
 
 
 def test_the_page_states_where_the_arms_started():
