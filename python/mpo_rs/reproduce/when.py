@@ -190,15 +190,17 @@ def when_section(
     if all(e["k"] is None for e in ladder):  # the learned critics alone: no ladder ran
         ladder = []
     withheld, holm = withheld or {}, holm or {}
-    confirmatory = any(
-        (f"{task_prefix(t['task'])}mpo", f"{task_prefix(t['task'])}{b}") in holm
+    # Per task, the Holm verdict of MPO against each baseline where that gain is confirmatory.
+    verdicts = {
+        t["task"]: {
+            b: holm.get((f"{task_prefix(t['task'])}mpo", f"{task_prefix(t['task'])}{b}")) for b in ("ppo", "grpo")
+        }
         for t in per_task
-        for b in ("ppo", "grpo")
-    )
+    }
     reading = (
         "Each cell reads its own interval, uncorrected (a map, not a verdict); where it is also one of the plan's "
         "confirmatory comparisons, its Holm-corrected verdict follows it (the Summary's table)."
-        if confirmatory
+        if any(v is not None for task in verdicts.values() for v in task.values())
         else "Each row is one comparison, exploratory (none of the plan's confirmatory comparisons): where the "
         "interval holds 0 the words say so."
     )
@@ -226,10 +228,10 @@ def when_section(
             gains = f"{_ci(t['mpo_minus_ppo'])} | {_ci(t['mpo_minus_grpo'])}"
             name = f"{task_title(t['task'])} (no reading: {withheld[t['task']]})"
         else:
-            p = task_prefix(t["task"])
+            verdict = verdicts[t["task"]]
             gains = " | ".join(
                 _words("MPO", label, t[f"mpo_minus_{b}"])
-                + (f" (uncorrected; Holm: {holm[(f'{p}mpo', f'{p}{b}')]})" if (f"{p}mpo", f"{p}{b}") in holm else "")
+                + (f" (uncorrected; Holm: {verdict[b]})" if verdict[b] is not None else "")
                 for b, label in (("ppo", "PPO"), ("grpo", "GRPO"))
             )
             name = task_title(t["task"])
