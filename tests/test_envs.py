@@ -14,6 +14,7 @@ import pytest
 from mpo_rs import InvalidConfigError, InvalidRolloutError
 from mpo_rs.envs import (
     ENVIRONMENTS,
+    CoinCollector,
     FrozenLake,
     GuessNumber,
     KeyDoor,
@@ -417,7 +418,7 @@ def test_step_after_done_is_refused():
 def test_bad_parameters():
     with pytest.raises(
         InvalidConfigError,
-        match=r"unknown environment 'maze'; known: frozen_lake, guess_number, key_door, multi_hop, search, sokoban",
+        match=r"unknown environment 'maze'; known: coin_collector, frozen_lake, guess_number, key_door, multi_hop, search, sokoban",
     ):
         make("maze")
     with pytest.raises(InvalidConfigError, match=r"key_door: unknown parameter\(s\) horizon; accepted: max_turns"):
@@ -445,6 +446,7 @@ def test_registry_and_protocol():
         "multi_hop": MultiHop,
         "frozen_lake": FrozenLake,
         "sokoban": Sokoban,
+        "coin_collector": CoinCollector,
     }
     for name, cls in ENVIRONMENTS.items():
         env = make(name)

@@ -1,4 +1,4 @@
-"""The tasks where MPO's premise should hold (search, multi_hop, frozen_lake, sokoban) and the premise
+"""The tasks where MPO's premise should hold (search, multi_hop, frozen_lake, sokoban, coin_collector) and the premise
 measurement (mpo_rs.envs.premise): hand-checked episodes, malformed turns, the oracles, chance
 against Monte Carlo, the exact values against Monte Carlo, and the between-turn share on a
 small run (>= 0.8 on search, < 0.5 on key_door)."""
@@ -12,7 +12,19 @@ import numpy as np
 import pytest
 
 from mpo_rs import InvalidConfigError, InvalidRolloutError
-from mpo_rs.envs import ENVIRONMENTS, FrozenLake, KeyDoor, MultiHop, MultiTurnEnv, Search, Sokoban, make, run_episode
+from mpo_rs.envs import (
+    ENVIRONMENTS,
+    CoinCollector,
+    FrozenLake,
+    KeyDoor,
+    MultiHop,
+    MultiTurnEnv,
+    Search,
+    Sokoban,
+    make,
+    run_episode,
+)
+from mpo_rs.envs import coin_collector as cc
 from mpo_rs.envs import frozen_lake as fl
 from mpo_rs.envs import multi_hop as mh
 from mpo_rs.envs import search as se
@@ -28,7 +40,7 @@ from mpo_rs.envs.premise import (
     share_statistics,
 )
 
-NEW = ("search", "multi_hop", "frozen_lake", "sokoban")
+NEW = ("search", "multi_hop", "frozen_lake", "sokoban", "coin_collector")
 
 
 def _oracle(env):
@@ -95,6 +107,67 @@ def test_multi_hop_oracle_backtracks_after_a_dead_end():
     # With the default budget of 9 turns the same seed fails: four dead ends do not fit.
     assert run_episode(MultiHop(), _oracle(MultiHop()), 0).score == 0.0
     assert env.oracle_turns() == 12
+
+
+def test_coin_collector_hand_checked():
+    """Seed 3: the oracle's first pick in room11 (north) is a dead end; it walks back (the way it
+    came in is listed first) and takes the other exit; a wall, a take without the coin and a
+    malformed turn each spend a turn."""
+    env = CoinCollector()
+    episode = run_episode(env, _oracle(env), 3)
+    rooms = [o[1] for o in episode.observations[:-1]]
+    assert rooms == [22, 23, 24, 15, 24, 18, 20] and env.chain == [22, 23, 24, 18, 20]
+    assert episode.observations[3] == [cc.ROOM, 15, cc.EXITS, cc.SOUTH]  # the dead end: only the way back
+    assert episode.observations[4] == [cc.ROOM, 24, cc.EXITS, cc.NORTH, cc.EAST, cc.SOUTH]
+    assert episode.observations[6][-1] == cc.COIN and episode.actions[-1] == [cc.TAKE, cc.COIN, cc.END]
+    assert episode.score == 1.0 and episode.turns == 7
+    first = env.reset(3)
+    assert first == [cc.ROOM, 22, cc.EXITS, cc.NORTH, cc.SOUTH]
+    assert env.step([cc.GO, cc.EAST, cc.END]) == ([cc.BLOCKED], 0.0, False)
+    assert env.step([cc.TAKE, cc.COIN, cc.END]) == ([cc.NOTHING], 0.0, False)
+    assert env.step([cc.GO, cc.GO, cc.GO]) == ([cc.ERROR], 0.0, False)
+    # Every map is TextWorld's simple mode: a chain with one dead end beside each of its rooms.
+    for seed in range(50):
+        env.reset(seed)
+        dead = [room for room in env.exits if room not in env.chain]
+        assert len(dead) == len(env.chain) and all(len(env.exits[room]) == 1 for room in dead)
+        assert all(cc.reverse(d) in env.exits[env.exits[r][d]] for r in env.exits for d in env.exits[r])
+    assert env.oracle_turns() == 13 and exact_success(env, 0.0, range(64)) == pytest.approx(11 / 16)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        CoinCollector(),
+        CoinCollector(quest_length=1, distractors=0, num_names=1, max_turns=40),
+        CoinCollector(quest_length=3, distractors=2, max_turns=20),
+        CoinCollector(length_choices=[1, 3], distractors=0, num_names=3, max_turns=30),
+    ],
+    ids=repr,
+)
+def test_coin_collector_chance_is_the_belief_models_random_walk(env):
+    """chance_success()'s walk over (chain room, in a dead end) is the dynamic programme of the
+    belief model under uniformly random tokens; on a one-room chain, against Monte Carlo too."""
+    seeds = range(40)
+    lengths = []
+    for seed in seeds:
+        env.reset(seed)
+        lengths.append(env.task_length)
+    # Over these seeds' own mix of levels (chance_success() weighs the levels alike).
+    walk = float(np.mean([env._chance_walk(float(env.vocab_size) ** -3, n) for n in lengths]))
+    assert exact_success(env, 1.0, seeds, well_formed=0.0) == pytest.approx(walk, rel=1e-9)
+    if env.length_choices is None:
+        assert walk == pytest.approx(env.chance_success(), rel=1e-12)
+    if env.quest_length == 1:
+        rng = np.random.default_rng(2)
+        wins = 0.0
+        for seed in range(20000):
+            env.reset(seed)
+            done = False
+            while not done:
+                _, reward, done = env.step(rng.integers(env.vocab_size, size=3))
+            wins += reward
+        assert _close(wins, 20000, env.chance_success())
 
 
 def test_frozen_lake_hand_checked():
@@ -180,6 +253,26 @@ def test_new_envs_conform_to_the_protocol():
             lambda: FrozenLake().oracle_action([[fl.ERROR]]),
         ),
         (InvalidConfigError, r"Sokoban: size must be an int >= 4, got 3", lambda: Sokoban(size=3)),
+        (
+            InvalidConfigError,
+            r"CoinCollector: distractors must be <= 2 \(TextWorld's simple mode\), got 3",
+            lambda: CoinCollector(distractors=3),
+        ),
+        (
+            InvalidConfigError,
+            r"CoinCollector: num_names must be >= \(1 \+ distractors\) \* quest_length = 12, got 11",
+            lambda: CoinCollector(quest_length=6, num_names=11),
+        ),
+        (
+            InvalidConfigError,
+            r"CoinCollector: length_choices must be a list of at least two chain lengths, got \[3\]",
+            lambda: CoinCollector(length_choices=[3]),
+        ),
+        (
+            InvalidRolloutError,
+            r"CoinCollector.oracle_action: unexpected first observation \[9\]",
+            lambda: CoinCollector().oracle_action([[cc.NORTH]]),
+        ),
         (InvalidConfigError, r"Sokoban: num_boxes must be an int >= 1, got 0", lambda: Sokoban(num_boxes=0)),
         (InvalidConfigError, r"Sokoban: max_turns must be an int >= 1, got 1.5", lambda: Sokoban(max_turns=1.5)),  # type: ignore[arg-type]
         (
@@ -306,6 +399,9 @@ def test_default_chance_formulas_match_the_dynamic_programme():
         ("frozen_lake", 0.4, {"success_rate": 0.8}),
         ("sokoban", 0.3, {}),
         ("sokoban", 0.5, {"num_boxes": 2, "size": 5}),
+        ("coin_collector", 0.3, {}),
+        ("coin_collector", 0.5, {"distractors": 2, "quest_length": 4, "max_turns": 12}),
+        ("coin_collector", 0.3, {"length_choices": [2, 6], "max_turns": 10}),
         ("key_door", 0.5, {"key_rule": "sum", "max_turns": 2, "num_keys": 8, "vocab_size": 24}),
         ("key_door", 0.3, {"key_rule": "sum", "num_keys": 4, "vocab_size": 10, "demonstrator": "saturate"}),
     ],

@@ -5,7 +5,9 @@ demonstration noise eps, the oracle's success, the noisy oracle's success, the e
 variance of its exact values (the best any critic of the policy could do), the median
 between-turn share, the share of GRPO groups of 4 whose outcomes differ, and the turns.
 ``... sokoban`` prints the same per Sokoban setting (sokoban_screen.log is its output), ``...
-sokoban_shallow`` for shallow rooms (sokoban_shallow_screen.log).
+sokoban_shallow`` for shallow rooms (sokoban_shallow_screen.log), ``... coin_collector`` per Coin
+Collector setting (coin_collector_screen.log), ``... coin_collector_spreads`` per spread of chain
+length (coin_collector_spreads_screen.log).
 ``... key_door`` prints, per KeyDoor design and eps, the median between-turn share of the exact
 values and of the reference critic's cross-fitted table (64 tasks x 16 rollouts).
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from mpo_rs.diagnose import summarize_value_structure, value_structure
 from mpo_rs.envs import make
-from mpo_rs.envs.premise import NoisyOracle, belief_model, rollout, share_statistics
+from mpo_rs.envs.premise import NoisyOracle, belief_model, exact_success, rollout, share_statistics
 from mpo_rs.reproduce.reference import belief_keys, cross_fitted_values
 
 SOKOBAN_SETTINGS: list[dict[str, Any]] = [
@@ -45,6 +47,31 @@ SOKOBAN_SHALLOW: list[dict[str, Any]] = [
 ]
 """Rooms a clone might learn more easily: the reverse play 3-5 moves deep (boxes near their targets)."""
 
+COIN_COLLECTOR_SETTINGS: list[dict[str, Any]] = [
+    {},
+    {"max_turns": 11},
+    {"distractors": 2, "quest_length": 4, "max_turns": 10},
+    {"length_choices": [2, 6], "max_turns": 10},
+    {"length_choices": [2, 6], "max_turns": 12},
+    {"length_choices": [3, 7], "max_turns": 12, "num_names": 14},
+    {"length_choices": [2, 5, 8], "max_turns": 13, "num_names": 16},
+    {"length_choices": [2, 4], "distractors": 2, "max_turns": 10},
+]
+"""TextWorld's chain of 5 rooms with one dead end each (levels 101-200), budgets 9 and 11; two dead
+ends per room; and a spread of chain lengths shown in the prompt, as TextWorld's levels are."""
+
+COIN_COLLECTOR_SPREADS: list[dict[str, Any]] = [
+    {"length_choices": [2, 5], "max_turns": 9},
+    {"length_choices": [3, 5], "max_turns": 9},
+    {"length_choices": [3, 6], "max_turns": 10},
+    {"length_choices": [2, 5], "distractors": 2, "max_turns": 11, "num_names": 15},
+    {"length_choices": [3, 5], "distractors": 2, "max_turns": 11, "num_names": 15},
+    {"length_choices": [2, 4], "distractors": 2, "max_turns": 9},
+    {"length_choices": [2, 4], "distractors": 2, "max_turns": 10},
+]
+"""Spreads of chain length between the default's one difficulty (its clone's ceiling 0.24 in
+iteration 24) and the wide spreads above (few GRPO groups whose outcomes differ)."""
+
 
 def _rollouts(task: str, params: dict[str, Any], eps: float, n: int, group: int) -> list[Any]:
     env = make(task, **params)
@@ -59,7 +86,9 @@ def _ev(values: np.ndarray, returns: np.ndarray) -> float:
 
 def noisy_oracle(task: str, settings: list[dict[str, Any]], eps_list: list[float]) -> None:
     for params in settings:
-        print("oracle", params, round(make(task, **params).oracle_success(), 3), flush=True)
+        env = make(task, **params)
+        oracle = env.oracle_success() if hasattr(env, "oracle_success") else exact_success(env, 0.0, range(512))
+        print("oracle", params, round(oracle, 3), flush=True)
         for eps in eps_list:
             rs = _rollouts(task, params, eps, 1024, 4)
             scores = np.array([r.score for r in rs])
@@ -143,5 +172,9 @@ if __name__ == "__main__":
         noisy_oracle("sokoban", SOKOBAN_SETTINGS, [0.1, 0.2, 0.3, 0.5])
     elif sys.argv[1:] == ["sokoban_shallow"]:
         noisy_oracle("sokoban", SOKOBAN_SHALLOW, [0.2, 0.3, 0.4, 0.5])
+    elif sys.argv[1:] == ["coin_collector"]:
+        noisy_oracle("coin_collector", COIN_COLLECTOR_SETTINGS, [0.2, 0.3, 0.4])
+    elif sys.argv[1:] == ["coin_collector_spreads"]:
+        noisy_oracle("coin_collector", COIN_COLLECTOR_SPREADS, [0.3, 0.4, 0.5])
     else:
-        sys.exit("usage: screens.py frozen_lake|key_door|sokoban|sokoban_shallow")
+        sys.exit("usage: screens.py frozen_lake|key_door|sokoban|sokoban_shallow|coin_collector|coin_collector_spreads")

@@ -16,6 +16,8 @@ Built-in environments, by registry name:
   end and must be backtracked.
 - ``frozen_lake`` (:class:`FrozenLake`): RAGEN's FrozenLake 4x4 slippery, as tokens.
 - ``sokoban`` (:class:`Sokoban`): RAGEN's Sokoban, 6x6 rooms with one box, as tokens.
+- ``coin_collector`` (:class:`CoinCollector`): TextWorld's Coin Collector, a chain of rooms with
+  dead ends off it, as tokens.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import inspect
 from typing import Any
 
 from ..exceptions import InvalidConfigError
+from .coin_collector import CoinCollector
 from .frozen_lake import FrozenLake
 from .guess_number import GuessNumber
 from .key_door import KeyDoor
@@ -36,6 +39,7 @@ from .vector import VectorEnv
 
 __all__ = [
     "ENVIRONMENTS",
+    "CoinCollector",
     "Episode",
     "FrozenLake",
     "GuessNumber",
@@ -61,6 +65,7 @@ ENVIRONMENTS: dict[str, type] = {
     MultiHop.name: MultiHop,
     FrozenLake.name: FrozenLake,
     Sokoban.name: Sokoban,
+    CoinCollector.name: CoinCollector,
 }
 """Registry name -> environment class; ``make(name, **params)`` builds one."""
 

@@ -226,7 +226,11 @@ PLAN = AnalysisPlan(
         "it predicts (reproduced) when both intervals lie above 0, not when either lies below 0"
     ),
     gates=GATES,
-    task_roles=tuple((task, task_role(task)) for task in TASK_PREFIX),
+    # The built-in tasks when the plan was committed; a task added since (coin_collector) is not in it.
+    task_roles=tuple(
+        (task, task_role(task))
+        for task in ("search", "multi_hop", "frozen_lake", "sokoban", "key_door", "guess_number")
+    ),
     equivalence_margins=EQUIVALENCE_MARGINS,
 )
 """The committed plan."""

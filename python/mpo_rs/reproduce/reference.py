@@ -2,7 +2,7 @@
 
 The value of a policy token is the expected return given the history before it. For the
 built-in tasks that history has a small sufficient summary, the task's *belief state*
-(:func:`mpo_rs.envs.premise.belief_model`: what the observations say about what is hidden),
+(:func:`mpo_rs.envs.beliefs.belief_model`: what the observations say about what is hidden),
 and inside a turn what of the turn's tokens so far decides it (:func:`prefix_summary`). The
 reference critic is a table keyed on both, fitted to the Monte-Carlo returns of the policy's
 own rollouts: the exact on-policy value for a policy that acts on the belief state, the best
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..envs.premise import belief_model
+from ..envs.beliefs import belief_model
 from ..estimators import segment_turns
 from ..exceptions import InvalidBatchError
 

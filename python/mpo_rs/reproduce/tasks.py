@@ -25,11 +25,12 @@ TASK_PREFIX = {
     "multi_hop": "hop_",
     "frozen_lake": "lake_",
     "sokoban": "sok_",
+    "coin_collector": "coin_",
     "key_door": "door_",
     "guess_number": "guess_",
 }
 """Arm keys are ``<prefix><method>``: ``mpo`` (search), ``hop_mpo``, ``lake_mpo``, ``sok_mpo``,
-``door_mpo``, ``guess_mpo``."""
+``coin_mpo``, ``door_mpo``, ``guess_mpo``."""
 VARIANT = "@"
 """Separates a registry name from a variant's label in a task's name: ``search@think16`` is
 Search with the parameters its :class:`TaskSpec` gives, beside ``search`` in one configuration."""
@@ -47,16 +48,16 @@ def task_prefix(task: str) -> str:
     return TASK_PREFIX.get(base, "") + (f"{variant}_" if variant else "")
 
 
-PREMISE_TASKS = ("search", "multi_hop", "frozen_lake", "sokoban")
+PREMISE_TASKS = ("search", "multi_hop", "frozen_lake", "sokoban", "coin_collector")
 """The tasks that meet MPO's premise (measured before training, docs/envs.md)."""
 CONTROL_TASKS = ("key_door", "guess_number")
 """The controls: KeyDoor fails the premise; GuessNumber's chance is above the base band."""
 
 
-STATE_ANCHOR = {"frozen_lake": "observation", "sokoban": "observation"}
+STATE_ANCHOR = {"frozen_lake": "observation", "sokoban": "observation", "coin_collector": "observation"}
 """GiGPO's anchor per environment: the turns of a group that start from one environment state
 share a step baseline. FrozenLake's and Sokoban's observation is their state (the grid with the
-player, and the boxes);
+player, and the boxes), Coin Collector's the room the player is in (with the way it came in);
 Search's, MultiHop's and a user env's state is the history so far, which ``"prefix"`` hashes
 (identical histories of one task's rollouts are one state)."""
 
