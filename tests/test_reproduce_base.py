@@ -287,6 +287,35 @@ def test_the_instruments_plan_is_its_configurations_and_is_committed():
     )
 
 
+def test_coin_collectors_plan_is_its_configurations_and_is_committed():
+    """The third premise task's configuration carries out its own plan (the instrument's
+    comparisons on Coin Collector, seeds apart from its pilot's), and docs/instrument-coin-plan.md
+    records it; the instrument's plan and configuration are unchanged by it."""
+    from pathlib import Path
+
+    from mpo_rs.reproduce.plan import COIN_PLAN, INSTRUMENT_PLAN, plan_for, render_markdown
+    from mpo_rs.reproduce.presets import INSTRUMENT, INSTRUMENT_COIN
+
+    assert plan_for(INSTRUMENT_COIN) is COIN_PLAN
+    COIN_PLAN.check(INSTRUMENT_COIN)
+    assert [c.what for c in COIN_PLAN.comparisons] == [
+        "coin_collector: MPO - GRPO",
+        "coin_collector: MPO - PPO",
+        "coin_collector: MPO - MPO w/ token IS",
+        "coin_collector: MPO - GiGPO",
+        "coin_collector: GiGPO - GRPO",
+    ]
+    assert dict(COIN_PLAN.task_roles) == {"coin_collector": "premise"}
+    assert not set(INSTRUMENT_COIN.seed_list) & set(COIN_PLAN.pilot_seeds)
+    assert COIN_PLAN.min_seeds <= INSTRUMENT_COIN.seeds <= COIN_PLAN.max_seeds
+    assert INSTRUMENT_COIN.budget == INSTRUMENT.budget and INSTRUMENT_COIN.model == INSTRUMENT.model
+    assert (INSTRUMENT.config_hash(), INSTRUMENT_PLAN.plan_hash()) == ("6ea60269eb82", "c2e3d233630c")
+    record = Path(__file__).resolve().parents[1] / "docs" / "instrument-coin-plan.md"
+    assert record.read_text() == render_markdown(COIN_PLAN), (
+        "run: python -m mpo_rs.reproduce.plan instrument-coin > docs/instrument-coin-plan.md"
+    )
+
+
 def test_a_task_can_clone_from_more_demonstrations_than_the_others():
     """``BasePolicy.cloning``: per task (a variant takes its environment's) its own demonstrations
     and steps; unset, the configuration's hash is the one it always had."""

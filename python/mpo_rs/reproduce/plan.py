@@ -49,7 +49,7 @@ import numpy as np
 from ..exceptions import InvalidConfigError
 from .config import BETA_SWEEP, LAMBDA_GRID, MAIN_TASK, TABLE1_TASKS, TASK_PREFIX, ReproduceConfig
 from .gate_rules import GATES, Gates
-from .presets import INSTRUMENT, PILOT
+from .presets import INSTRUMENT, INSTRUMENT_COIN, PILOT
 from .stats import t_quantile
 from .tasks import task_prefix, task_role
 
@@ -239,13 +239,13 @@ PLAN = AnalysisPlan(
 # --------------------------------------------------------------------------- the instrument's plan
 
 
-def _instrument_comparisons() -> tuple[Contrast, ...]:
-    """MPO against GRPO, PPO and MPO w/ token IS on each premise task of INSTRUMENT (the
-    turn-length sweep's two points included), against GRPO and PPO on the control, and
+def _instrument_comparisons(config: ReproduceConfig = INSTRUMENT) -> tuple[Contrast, ...]:
+    """MPO against GRPO, PPO and MPO w/ token IS on each premise task of ``config`` (INSTRUMENT's:
+    the turn-length sweep's two points included), against GRPO and PPO on the control, and
     GiGPO against MPO and GRPO where it runs."""
     out: list[Contrast] = []
-    tasks = [spec.name for spec in INSTRUMENT.tasks]
-    keys = {arm.key for arm in INSTRUMENT.arms}
+    tasks = [spec.name for spec in config.tasks]
+    keys = {arm.key for arm in config.arms}
     for task in tasks:
         p = task_prefix(task)
         for b, name in (("grpo", "GRPO"), ("ppo", "PPO"), ("mpo_token_is", "MPO w/ token IS")):
@@ -284,12 +284,33 @@ INSTRUMENT_PLAN = dataclasses.replace(
 )
 """The instrument's plan, fixed before its final run (docs/instrument-plan.md)."""
 
-PLANS = {"paper": PLAN, "instrument": INSTRUMENT_PLAN}
+# Coin Collector's pilot (docs/instrument.md, iteration 25: seeds 1001-1004, the configuration's
+# protocol; MPO w/ token IS not in it) gave paired sds on the primary metric of 0.013 for MPO - GRPO
+# and 0.019 for MPO - PPO; the rule's target of 0.02 asks for 6 seeds. A seed costs about 3.5 min
+# of two-worker wall time (its base policy and five runs of ~50 s), so the cap of 10 stays within 40.
+COIN_PLAN = dataclasses.replace(
+    INSTRUMENT_PLAN,
+    pilot="pilot-gates",
+    pilot_seeds=(1001, 1002, 1003, 1004),
+    min_seeds=4,
+    max_seeds=10,
+    comparisons=_instrument_comparisons(INSTRUMENT_COIN),
+    prediction_rule=(
+        "MPO's paired gain over PPO and over GRPO on a third premise task, beside its between-turn share "
+        "(descriptive, each with its paired 95% interval)"
+    ),
+    task_roles=tuple((spec.name, task_role(spec.name)) for spec in INSTRUMENT_COIN.tasks),
+)
+"""Coin Collector's plan, fixed before its run (docs/instrument-coin-plan.md): the instrument's
+comparisons, gates and margins on the third premise task, Holm over its own ten tests."""
+
+PLANS = {"paper": PLAN, "instrument": INSTRUMENT_PLAN, "instrument-coin": COIN_PLAN}
 """Each plan by the name a configuration's ``plan`` gives. They share the metrics, alpha and the
 equivalence margins (a test checks), which the analysis reads from :data:`PLAN`."""
 PLAN_RECORDS = {
     "paper": ("docs/analysis-plan.md", "docs/pilot/reproduction.md"),
     "instrument": ("docs/instrument-plan.md", "docs/instrument.md"),
+    "instrument-coin": ("docs/instrument-coin-plan.md", "docs/instrument.md"),
 }
 """Per plan, its committed record and where its pilot is reported."""
 

@@ -4,7 +4,9 @@
   FULL's seeds), :data:`FULL` (the paper's Table 1 design, the committed CPU run) and :data:`GPU`;
 - :data:`INSTRUMENT`: the tasks that passed their gates in the instrument's pilots
   (docs/instrument.md), each with the settings it passed them with, the turn-length sweep,
-  GiGPO and the critic-quality ladder; :data:`INSTRUMENT_QUICK` is its smoke test.
+  GiGPO and the critic-quality ladder; :data:`INSTRUMENT_QUICK` is its smoke test;
+  :data:`INSTRUMENT_COIN` its third premise task, the port of TextWorld's Coin Collector, with
+  a plan of its own (run by docs/instrument/coin-collector/run.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "FULL",
     "GPU",
     "INSTRUMENT",
+    "INSTRUMENT_COIN",
     "INSTRUMENT_QUICK",
     "PILOT",
     "QUICK",
@@ -231,6 +234,22 @@ INSTRUMENT_QUICK = dataclasses.replace(
     warmup=QUICK.warmup,
 )
 """INSTRUMENT's tasks and arms on QUICK's budget: everything runs; nothing is learnt."""
+
+INSTRUMENT_COIN = dataclasses.replace(
+    INSTRUMENT,
+    name="instrument-coin",
+    # From its pilot (docs/instrument.md, iteration 25: seeds 1001-1004) by the plan's rule
+    # (plan.sizing): MPO - PPO's paired sd 0.019 on the primary metric asks for 6.
+    seeds=6,
+    # Chains of 3 or 5 rooms (shown in the prompt) with one dead end beside each room, 9 turns:
+    # every gate passed (iteration 25; TextWorld's level 105 alone failed predictability, iteration 24).
+    tasks=(TaskSpec("coin_collector", (("length_choices", (3, 5)),)),),
+    arms=(*(a for a in table1_arms("coin_collector") if a.ratio != "sequence"), gigpo_arm("coin_collector")),
+    base=dataclasses.replace(INSTRUMENT.base, noise=(("coin_collector", 0.3),), cloning=()),  # type: ignore[arg-type]
+    plan="instrument-coin",
+)
+"""The instrument's third premise task after its final run: INSTRUMENT's budget, model, cloning
+and warm-up on Coin Collector, with Table 1's arms but GSPO and GiGPO (anchored on the room)."""
 
 CONFIGS = {c.name: c for c in (QUICK, PILOT, FULL, GPU, INSTRUMENT, INSTRUMENT_QUICK)}
 
