@@ -245,7 +245,8 @@ INSTRUMENT_COIN = dataclasses.replace(
     # every gate passed (iteration 25; TextWorld's level 105 alone failed predictability, iteration 24).
     tasks=(TaskSpec("coin_collector", (("length_choices", (3, 5)),)),),
     arms=(*(a for a in table1_arms("coin_collector") if a.ratio != "sequence"), gigpo_arm("coin_collector")),
-    base=dataclasses.replace(INSTRUMENT.base, noise=(("coin_collector", 0.3),), cloning=()),  # type: ignore[arg-type]
+    # INSTRUMENT's cloning (4,096 demonstrations in 1,500 steps) at iteration 25's noise.
+    base=BasePolicy(noise=(("coin_collector", 0.3),), episodes=4096, steps=1500, batch_size=32, lr=3e-3),
     plan="instrument-coin",
 )
 """The instrument's third premise task after its final run: INSTRUMENT's budget, model, cloning
