@@ -273,6 +273,11 @@ def test_new_envs_conform_to_the_protocol():
             r"CoinCollector.oracle_action: unexpected first observation \[9\]",
             lambda: CoinCollector().oracle_action([[cc.NORTH]]),
         ),
+        (
+            InvalidRolloutError,
+            r"CoinCollector.oracle_action: no way on from room id 13: not a history of this task",
+            lambda: CoinCollector().oracle_action([[cc.ROOM, 13, cc.EXITS]]),
+        ),
         (InvalidConfigError, r"Sokoban: num_boxes must be an int >= 1, got 0", lambda: Sokoban(num_boxes=0)),
         (InvalidConfigError, r"Sokoban: max_turns must be an int >= 1, got 1.5", lambda: Sokoban(max_turns=1.5)),  # type: ignore[arg-type]
         (

@@ -246,7 +246,11 @@ class CoinCollector:
             return [GO, here[3], END]
         deepest = max(depth, key=depth.__getitem__)
         if room != deepest:
-            on = next(d for d, dest in ways[room].items() if depth.get(dest, -1) == depth[room] + 1)
-            return [GO, on, END]
-        untried = [d for d in DIRECTIONS if d in here[3:] and d not in ways[room]]
-        return [GO, untried[0], END]
+            on = [d for d, dest in ways[room].items() if depth.get(dest, -1) == depth[room] + 1]
+        else:
+            on = [d for d in DIRECTIONS if d in here[3:] and d not in ways[room]]
+        if not on:
+            raise InvalidRolloutError(
+                f"CoinCollector.oracle_action: no way on from room id {room}: not a history of this task"
+            )
+        return [GO, on[0], END]
