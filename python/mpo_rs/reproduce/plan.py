@@ -287,7 +287,7 @@ INSTRUMENT_PLAN = dataclasses.replace(
 # Coin Collector's pilot (docs/instrument.md, iteration 25: seeds 1001-1004, the configuration's
 # protocol; MPO w/ token IS not in it) gave paired sds on the primary metric of 0.013 for MPO - GRPO
 # and 0.019 for MPO - PPO; the rule's target of 0.02 asks for 6 seeds. A seed costs about 3.5 min
-# of two-worker wall time (its base policy and five runs of ~50 s), so the cap of 10 stays within 40.
+# of two-worker wall time (its base policy and five runs of ~50 s), so the cap of 10 stays within 40 min.
 COIN_PLAN = dataclasses.replace(
     INSTRUMENT_PLAN,
     pilot="pilot-gates",

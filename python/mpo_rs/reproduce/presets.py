@@ -250,7 +250,7 @@ INSTRUMENT_COIN = dataclasses.replace(
     plan="instrument-coin",
 )
 """The instrument's third premise task after its final run: INSTRUMENT's budget, model, cloning
-and warm-up on Coin Collector, with Table 1's arms but GSPO and GiGPO (anchored on the room)."""
+and warm-up on Coin Collector, with Table 1's arms except GSPO, and GiGPO (anchored on the room)."""
 
 CONFIGS = {c.name: c for c in (QUICK, PILOT, FULL, GPU, INSTRUMENT, INSTRUMENT_QUICK)}
 
