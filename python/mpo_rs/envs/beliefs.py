@@ -79,9 +79,15 @@ class BeliefModel:
     def decisive(self, b: Belief) -> int | None:
         return None
 
+    def _to(self, b: Belief, branches: Sequence[tuple[float, Belief]]) -> list[Outcome]:
+        """The turn ends without reward in each of ``branches`` ((probability, next belief)),
+        or, at the budget, so does the episode."""
+        last = b[0] + 1 == self.T
+        return [(p, 0.0, last, None if last else nxt) for p, nxt in branches]
+
     def _spent(self, b: Belief, nxt: Belief) -> list[Outcome]:
         """The turn is spent: next belief ``nxt``, or the end at the budget."""
-        return [(1.0, 0.0, True, None)] if b[0] + 1 == self.T else [(1.0, 0.0, False, nxt)]
+        return self._to(b, [(1.0, nxt)])
 
 
 class _KeyDoorModel(BeliefModel):
@@ -150,13 +156,10 @@ class _GuessNumberModel(BeliefModel):
         n = hi - lo + 1
         if not lo <= a <= hi:
             return self._spent(b, (t + 1, lo, hi))
-        out: list[Outcome] = [(1.0 / n, 1.0, True, None)]
-        last = t + 1 == self.T
-        if a > lo:
-            out.append(((a - lo) / n, 0.0, last, None if last else (t + 1, lo, a - 1)))
-        if a < hi:
-            out.append(((hi - a) / n, 0.0, last, None if last else (t + 1, a + 1, hi)))
-        return out
+        misses = ([((a - lo) / n, (t + 1, lo, a - 1))] if a > lo else []) + (
+            [((hi - a) / n, (t + 1, a + 1, hi))] if a < hi else []
+        )
+        return [(1.0 / n, 1.0, True, None), *self._to(b, misses)]
 
 
 class _SearchModel(BeliefModel):
@@ -249,14 +252,12 @@ class _MultiHopModel(BeliefModel):
 
     def _advance(self, b: Belief, entity: int) -> list[Outcome]:
         t, depth, seen, hops = b[0], b[1], b[5], b[7]
-        last = t + 1 == self.T
         if depth + 1 == hops:
             n = self.env.num_answers
             fact = [(t + 1, depth + 1, entity, (), -1, seen, self.env.first_answer + j, hops) for j in range(n)]
-            return [(1.0 / n, 0.0, last, None if last else f) for f in fact]
+            return self._to(b, [(1.0 / n, f) for f in fact])
         fresh = [e for e in range(mh.FIRST_ENTITY, self.env.first_answer) if e not in seen][:2]
-        nxt = (t + 1, depth + 1, entity, tuple(fresh), -1, seen | set(fresh), -1, hops)
-        return [(1.0, 0.0, last, None if last else nxt)]
+        return self._to(b, [(1.0, (t + 1, depth + 1, entity, tuple(fresh), -1, seen | set(fresh), -1, hops))])
 
     def outcomes(self, b: Belief, a: Any) -> list[Outcome]:
         t, depth, node, frontier, dead, seen, answer, hops = b
@@ -481,10 +482,6 @@ class _CoinCollectorModel(BeliefModel):
             return self.key(b), prefix
         return self.key(b), (2, self._role(b, prefix[1]))
 
-    def _moved(self, b: Belief, outcomes: list[tuple[float, Belief]]) -> list[Outcome]:
-        last = b[0] + 1 == self.T
-        return [(p, 0.0, last, None if last else nxt) for p, nxt in outcomes]
-
     def _advance(self, b: Belief, d: int) -> list[Outcome]:
         """Through the way on from the deepest room: the next chain room, its exits drawn as the
         map's generator draws them (a uniform set of the three besides the way back)."""
@@ -495,7 +492,7 @@ class _CoinCollectorModel(BeliefModel):
         others = [x for x in cc.DIRECTIONS if x != back]
         count = self.env.distractors + (0 if coin else 1)
         layouts = list(itertools.combinations(others, count))
-        return self._moved(
+        return self._to(
             b,
             [
                 (
@@ -518,19 +515,19 @@ class _CoinCollectorModel(BeliefModel):
         if role == _WALL:
             return self._spent(b, spent)
         if dead != -1:
-            return self._moved(b, [(1.0, (t + 1, i, -1, deepest, length, roles))])
+            return self._to(b, [(1.0, (t + 1, i, -1, deepest, length, roles))])
         if role == _BACK:
-            return self._moved(b, [(1.0, (t + 1, i - 1, -1, deepest, length, roles))])
+            return self._to(b, [(1.0, (t + 1, i - 1, -1, deepest, length, roles))])
         if role == _DEAD:
-            return self._moved(b, [(1.0, (t + 1, i, d, deepest, length, roles))])
+            return self._to(b, [(1.0, (t + 1, i, d, deepest, length, roles))])
         if role == _ON and i < deepest:
-            return self._moved(b, [(1.0, (t + 1, i + 1, -1, deepest, length, roles))])
+            return self._to(b, [(1.0, (t + 1, i + 1, -1, deepest, length, roles))])
         if role == _ON:
             return self._advance(b, d)
         unknown = roles[i].count(_UNKNOWN)  # the way on is any of them alike
         found = (t + 1, i, d, deepest, length, _with(roles, i, d, _DEAD))
         return [(p / unknown, r, done, nxt) for p, r, done, nxt in self._advance(b, d)] + [
-            (p * (unknown - 1) / unknown, r, done, nxt) for p, r, done, nxt in self._moved(b, [(1.0, found)])
+            (p * (unknown - 1) / unknown, r, done, nxt) for p, r, done, nxt in self._to(b, [(1.0, found)])
         ]
 
 
