@@ -1,7 +1,8 @@
 """Turns the suites' JSON results into markdown sections and PNG plots.
 
 `render_suite(result)` is one suite's section (what a suite prints when run alone);
-`write_report(results, ...)` writes the whole page and its plots (`run_all.py` calls it).
+`write_report(results, ...)` writes the whole page and its plots (`run_all.py` calls it;
+the plots are drawn by `plots.py`, the shared formatting is `formatting.py`).
 Every number shown comes from the results; ratios are taken between medians of one suite
 run, never across runs.
 """
@@ -12,80 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_UNIT, MPO_GAE_WHITENED, MPO_MAE
-
-# ---------------------------------------------------------------------------------------
-# Formatting
-
-
-def fmt_s(seconds: float) -> str:
-    ms = seconds * 1e3
-    return f"{ms:.3g}" if ms < 100 else f"{ms:,.0f}"
-
-
-def fmt_ratio(x: float) -> str:
-    return f"{x:.2g}" if x < 0.1 else f"{x:.2f}"
-
-
-def fmt_speedup(x: float) -> str:
-    return f"{x:,.0f}×" if x >= 100 else f"{x:.1f}×" if x >= 10 else f"{x:.2f}×"
-
-
-def fmt_bytes(n: float) -> str:
-    return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB"
-
-
-def short(name: str) -> str:
-    """Short labels for plot legends and wide tables."""
-    for prefix, label in (
-        ("memory floor: copy 2 inputs to 2 new", "floor (new arrays)"),
-        ("memory floor: copy 2 inputs into", "floor (preallocated)"),
-        ("mpo_rs.gae_advantages + whitening", "mpo_rs GAE + whitening"),
-        (MPO_GAE_UNIT, "mpo_rs GAE (γ=λ=1)"),
-        ("mpo_rs.gae_advantages", "mpo_rs GAE"),
-        ("mpo_rs.mae_advantages", "mpo_rs MAE"),
-        ("verl 0.9.1 compute_gae", "verl GAE"),
-        ("torchrl", "torchrl GAE"),
-        ("stateset-rl-core batch_compute_gae", "stateset GAE"),
-        ("numpy reverse loop", "numpy loop"),
-        ("numpy reverse cumsum", "numpy cumsum (γ=λ=1)"),
-        ("NeMo-RL-style", "NeMo-RL-style (γ=λ=1)"),
-        ("slime-style", "slime-style (γ=λ=1)"),
-        ("scipy.signal.lfilter", "scipy lfilter"),
-    ):
-        if name.startswith(prefix):
-            return label
-    return name
-
-
-def table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
-    align = align or "l" + "r" * (len(header) - 1)
-    sep = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def medians(result: dict[str, Any]) -> dict[str, float]:
-    return {r["name"]: r["median_s"] for r in result.get("rows", [])}
-
-
-def row_groups(result: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """The suite's timed runs: its main rows, and the γ = λ = 1 rows of the GAE suite (timed
-    in a run of their own; a peer's baseline is always in its own run)."""
-    return [result.get("rows", [])] + ([result["unit"]["rows"]] if "unit" in result else [])
-
-
-def best_speedup(rows: list[dict[str, Any]]) -> tuple[str, float] | None:
-    """The peer that mpo_rs beats by most in one run: (name, peer time / mpo_rs time)."""
-    by_name = {r["name"]: r for r in rows}
-    found = [
-        (r["name"], r["median_s"] / by_name[r["baseline"]]["median_s"])
-        for r in rows
-        if r["baseline"] in by_name and not r["name"].startswith("mpo_rs")
-    ]
-    return max(found, key=lambda x: x[1]) if found else None
-
+from formatting import best_speedup, fmt_bytes, fmt_ratio, fmt_s, fmt_speedup, medians, row_groups, short, table
+from labels import BANDWIDTH_FLOOR, FLOOR, MPO_GAE, MPO_GAE_WHITENED, MPO_MAE
+from plots import write_plots
 
 # Where each γ = λ = 1 baseline's idea comes from (the rows are written here, not copied).
 UNIT_BASELINES = (
@@ -359,123 +289,6 @@ def render_suite(result: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Plots
-
-
-def line_style(name: str) -> dict[str, Any]:
-    """Floors grey and dashed (dotted: preallocated), mpo_rs bold, peers thin."""
-    if name.startswith("memory floor"):
-        return {"color": "gray", "ls": ":" if "preallocated" in name else "--", "marker": "o", "ms": 3, "lw": 1.3}
-    return {"marker": "o", "ms": 4, "lw": 2.4 if name.startswith("mpo_rs") else 1.3}
-
-
-def plot_speedups(results: dict[str, dict[str, Any]], path: str) -> bool:
-    import matplotlib.pyplot as plt
-
-    bars = []  # (label, peer time / mpo_rs time)
-    for key in ("gae", "group", "losses"):
-        res = results.get(key)
-        if not res or "rows" not in res:
-            continue
-        for run_rows in row_groups(res):
-            med = {r["name"]: r["median_s"] for r in run_rows}
-            for r in run_rows:
-                if r["baseline"] and r["baseline"] in med and not r["name"].startswith("mpo_rs"):
-                    bars.append((f"{r['name']}\nvs {short(r['baseline'])}", r["median_s"] / med[r["baseline"]]))
-    if not bars:
-        return False
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(bars) + 1.5))
-    labels, values = zip(*reversed(bars), strict=True)
-    colors = ["tab:green" if v >= 1 else "tab:red" for v in values]
-    ax.barh(range(len(bars)), values, color=colors)
-    ax.set_yticks(range(len(bars)), labels, fontsize=8)
-    ax.set_xscale("log")
-    ax.axvline(1, color="black", lw=0.8)
-    for i, v in enumerate(values):
-        ax.text(v, i, f" {fmt_speedup(v)}", va="center", fontsize=8)
-    ax.set_xlabel("peer time / mpo_rs time (log scale; > 1: mpo_rs is faster)")
-    ax.set_title("Speed-up of mpo_rs over each peer (same batch, same run)")
-    ax.set_xlim(min(values) / 2, max(values) * 8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def plot_throughput(scaling: dict[str, Any], path: str) -> bool:
-    import matplotlib.pyplot as plt
-
-    if not scaling.get("tokens"):
-        return False
-    fig, ax = plt.subplots(figsize=(10.5, 5.5))
-    names = list(dict.fromkeys(p["name"] for p in scaling["tokens"]))
-    for name in names:
-        pts = sorted((p["tokens"], p["tokens"] / p["median_s"]) for p in scaling["tokens"] if p["name"] == name)
-        xs, ys = zip(*pts, strict=True)
-        ax.plot(xs, ys, label=short(name), **line_style(name))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("tokens per batch (observations included)")
-    ax.set_ylabel("tokens per second")
-    ax.set_title("Throughput vs batch size (token GAE / MAE)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def plot_shapes(scaling: dict[str, Any], path: str) -> bool:
-    import matplotlib.pyplot as plt
-
-    if not scaling.get("turns") or not scaling.get("turn_len"):
-        return False
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-    for ax, key, label in (
-        (axes[0], "turns", "turns per trajectory (mean)"),
-        (axes[1], "turn_len", "turn length, tokens (mean)"),
-    ):
-        for name in dict.fromkeys(p["name"] for p in scaling[key]):
-            pts = sorted((p[key], p["median_s"] / p["tokens"] * 1e9) for p in scaling[key] if p["name"] == name)
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, label=short(name), **line_style(name))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("nanoseconds per token")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"Cost per token vs batch shape (about {int(scaling['config']['shape_tokens']):,} tokens per batch)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def plot_memory(scaling: dict[str, Any], path: str) -> bool:
-    import matplotlib.pyplot as plt
-
-    mem = [m for m in scaling.get("memory", []) if "tokens" in m]
-    if not mem:
-        return False
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(mem) + 1.5))
-    labels = [short(m["name"]) for m in mem][::-1]
-    layout = [m["layout_bytes"] / m["tokens"] for m in mem][::-1]
-    call = [m["call_bytes"] / m["tokens"] for m in mem][::-1]
-    ax.barh(range(len(mem)), layout, color="tab:orange", label="building the peer's input layout")
-    ax.barh(range(len(mem)), call, left=layout, color="tab:blue", label="one call (peak, outputs included)")
-    ax.set_yticks(range(len(mem)), labels, fontsize=9)
-    ax.set_xlabel("bytes per token of the batch")
-    ax.set_title(f"Peak memory added on top of the flat batch ({mem[0]['tokens']:,} tokens)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-# ---------------------------------------------------------------------------------------
 # The page
 
 
@@ -540,15 +353,8 @@ def write_report(
     quick: bool,
     failures: dict[str, str],
 ) -> None:
-    os.makedirs(img_dir, exist_ok=True)
+    plots = write_plots(results, img_dir)
     rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(md_path)))
-    scaling = results.get("scaling", {})
-    plots = {
-        "speedup": plot_speedups(results, os.path.join(img_dir, "speedup.png")),
-        "throughput": plot_throughput(scaling, os.path.join(img_dir, "throughput.png")),
-        "shapes": plot_shapes(scaling, os.path.join(img_dir, "shapes.png")),
-        "memory": plot_memory(scaling, os.path.join(img_dir, "memory.png")),
-    }
     first = next(iter(results.values()), {})
     m = first.get("machine", {})
     versions: dict[str, str] = {}
