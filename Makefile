@@ -140,7 +140,7 @@ fuzz-build:
 fuzz: build fuzz-build
 	target/release/fuzz-drive --seed $(FUZZ_SEED) --estimator $(FUZZ_ESTIMATOR) --gigpo $(FUZZ_GIGPO) --parquet $(FUZZ_PARQUET)
 	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MPO_FUZZ_STOPS=$(FUZZ_STOPS) FUZZ_SEED=$(FUZZ_SEED) \
-		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_options.py tests/test_fuzz_reproduce.py \
+		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_objects.py tests/test_fuzz_options.py tests/test_fuzz_reproduce.py \
 		tests/test_fuzz_rollout_log.py
 
 bench: build
