@@ -1,8 +1,8 @@
 """Sokoban (mpo_rs.envs.sokoban) and its belief model: rooms by seed, every room solvable in
 the budget, the solver on hand rooms and against a forward search, malformed turns, chance
 by room, and the noisy oracle's exact values against Monte-Carlo rollouts of one
-room (the shared checks of every premise task, bad parameters and chance against Monte Carlo
-among them, are in test_envs_premise.py)."""
+room (the shared checks of every premise task are in test_envs_premise.py, bad parameters
+among them; chance against Monte Carlo is in test_envs_beliefs.py)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_parse_grid_refuses_what_is_not_a_room():
 
 def test_chance_success_is_the_dynamic_programme_of_each_room():
     """On one-move rooms with a long budget, where random tokens succeed often enough to count
-    (test_envs_premise.py checks it against Monte Carlo)."""
+    (test_envs_beliefs.py checks it against Monte Carlo)."""
     env = Sokoban(size=5, max_turns=40, search_depth=1)
     assert 0.005 < env.chance_success() < 0.05
     u = 1.0 / env.vocab_size**3
