@@ -103,6 +103,33 @@ def make_learner(estimator: str | Estimator = "mae", seed: int = 0, **config) ->
     )
 
 
+def ragged_batch(seed: int = 0) -> RolloutBatch:
+    """Trajectories of different lengths and turn structures, token-level rewards."""
+    rng = np.random.default_rng(seed)
+    masks = []
+    for _ in range(7):
+        mask = [False] * int(rng.integers(1, 4))
+        for _ in range(int(rng.integers(1, 4))):
+            mask += [True] * int(rng.integers(1, 5)) + [False] * int(rng.integers(0, 3))
+        masks.append(mask)
+    mask = np.concatenate(masks)
+    offsets = np.concatenate([[0], np.cumsum([len(m) for m in masks])])
+    rewards = np.where(mask, rng.standard_normal(mask.size), 0.0).astype(np.float32)
+    return RolloutBatch(
+        token_ids=rng.integers(0, VOCAB, mask.size),
+        mask=mask,
+        offsets=offsets,
+        old_log_probs=np.where(mask, -rng.random(mask.size) * 2, 0.0),
+        rewards=rewards,
+        group_ids=np.array([0, 0, 0, 1, 1, 2, 2]),
+    )
+
+
+def _host_learner(config: LearnerConfig) -> Learner:
+    module = nn.Linear(1, 1)
+    return Learner(module, torch.optim.SGD(module.parameters(), lr=0.1), config)
+
+
 # --------------------------------------------------------------------------- learning
 
 
@@ -414,36 +441,6 @@ def test_timing_splits_the_step(one_thread):
     phases = [metrics[f"timing/{p}_s"] for p in ("estimation", "forward", "backward", "optimizer")]
     assert all(t > 0 for t in phases), metrics
     assert sum(phases) <= metrics["timing/step_s"]
-
-
-def _host_learner(config: LearnerConfig) -> Learner:
-    module = nn.Linear(1, 1)
-    return Learner(module, torch.optim.SGD(module.parameters(), lr=0.1), config)
-
-
-# --------------------------------------------------------------------------- batches
-
-
-def ragged_batch(seed: int = 0) -> RolloutBatch:
-    """Trajectories of different lengths and turn structures, token-level rewards."""
-    rng = np.random.default_rng(seed)
-    masks = []
-    for _ in range(7):
-        mask = [False] * int(rng.integers(1, 4))
-        for _ in range(int(rng.integers(1, 4))):
-            mask += [True] * int(rng.integers(1, 5)) + [False] * int(rng.integers(0, 3))
-        masks.append(mask)
-    mask = np.concatenate(masks)
-    offsets = np.concatenate([[0], np.cumsum([len(m) for m in masks])])
-    rewards = np.where(mask, rng.standard_normal(mask.size), 0.0).astype(np.float32)
-    return RolloutBatch(
-        token_ids=rng.integers(0, VOCAB, mask.size),
-        mask=mask,
-        offsets=offsets,
-        old_log_probs=np.where(mask, -rng.random(mask.size) * 2, 0.0),
-        rewards=rewards,
-        group_ids=np.array([0, 0, 0, 1, 1, 2, 2]),
-    )
 
 
 # --------------------------------------------------------------------------- GPU
