@@ -1,16 +1,19 @@
 # One entry point for every task. `make demo` runs the main job on a built-in synthetic
 # rollout log (numpy, pyarrow and matplotlib only); `make test` builds everything from
-# scratch in .venv, installs the test extras and runs all tests, the wheel's included.
+# scratch in .venv, installs the test extras and the lab (lab/, the mpo-lab package) and
+# runs all tests of both packages, the wheel's included.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.deps-stamp
+# The lab (lab/, pure Python), installed editable beside the library for its tests and runs.
+LAB_STAMP := $(VENV)/.lab-stamp
 # What the main job needs: the build tool, pyarrow (the `arrow` reader) and the `plot` extra.
 DEMO_STAMP := $(VENV)/.demo-deps-stamp
 DEMO_DEPS  := "maturin>=1.8,<2" numpy pyarrow matplotlib
 
-.PHONY: check-format demo build-demo wheel sdist test-wheel test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build reproduce clean \
+.PHONY: check-format demo build-demo wheel sdist test-wheel test test-rust test-fuzz test-python stubtest build bench bench-quick fuzz fuzz-build reproduce page build-lab clean \
 	format lint lint-rust lint-python
 
 $(PY):
@@ -23,7 +26,7 @@ $(PY):
 # listed on the line before; TRL's GRPOTrainer needs accelerate besides them; OpenRLHF's
 # ppo_utils need pylatexenc (its models need flash-attn and DeepSpeed: not installed).
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q $(DEMO_DEPS) polars scipy \
+	$(PIP) install -q $(DEMO_DEPS) polars scipy setuptools \
 		"pytest>=8" "hypothesis>=6.100" "mypy>=1.10" "ruff~=0.17.0" torch
 	$(PIP) install -q "ray[data]" tensordict omegaconf transformers codetiming orjson \
 		torchdata datasets peft cachetools uvicorn fastapi accelerate pylatexenc
@@ -40,6 +43,13 @@ DEVELOP := VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release 
 build: $(STAMP)
 	$(DEVELOP)
 
+# The lab on top of the library: its own dependencies are the library's extras, installed above.
+$(LAB_STAMP): lab/pyproject.toml $(STAMP)
+	$(PIP) install -q --no-deps --no-build-isolation -e ./lab
+	touch $(LAB_STAMP)
+
+build-lab: build $(LAB_STAMP)
+
 build-demo: $(DEMO_STAMP)
 	$(DEVELOP)
 
@@ -54,8 +64,10 @@ demo: build-demo
 test-rust:
 	cargo test -p mpo-core -p mpo-logs --release -q
 
-test-python: build
+# The library's tests, then the lab's (its own pytest configuration, in lab/).
+test-python: build-lab
 	$(PY) -m pytest -q --durations=15
+	cd lab && ../$(PY) -m pytest -q --durations=10
 
 stubtest: build
 	$(PY) -m mypy.stubtest mpo_rs._native
@@ -131,17 +143,18 @@ FUZZ_ESTIMATOR ?= 2000000
 FUZZ_GIGPO     ?= 200000
 FUZZ_PARQUET   ?= 20000
 FUZZ_EXAMPLES  ?= 400
-# Stops of `mpo-rs reproduce --workers 2` across its phases (tests/test_fuzz_reproduce.py).
+# Stops of `mpo-rs reproduce --workers 2` across its phases (lab/tests/test_fuzz_reproduce.py).
 FUZZ_STOPS     ?= 60
 
 fuzz-build:
 	$(FUZZ_CARGO) build $(FUZZ_FLAGS) --bin fuzz-drive
 
-fuzz: build fuzz-build
+fuzz: build-lab fuzz-build
 	target/release/fuzz-drive --seed $(FUZZ_SEED) --estimator $(FUZZ_ESTIMATOR) --gigpo $(FUZZ_GIGPO) --parquet $(FUZZ_PARQUET)
 	MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MPO_FUZZ_STOPS=$(FUZZ_STOPS) FUZZ_SEED=$(FUZZ_SEED) \
-		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_objects.py tests/test_fuzz_options.py tests/test_fuzz_reproduce.py \
-		tests/test_fuzz_rollout_log.py
+		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_objects.py tests/test_fuzz_options.py tests/test_fuzz_rollout_log.py
+	cd lab && MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MPO_FUZZ_STOPS=$(FUZZ_STOPS) FUZZ_SEED=$(FUZZ_SEED) \
+		../$(PY) -m pytest -q tests/test_fuzz_reproduce.py tests/test_fuzz_envs.py
 
 bench: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench
@@ -151,14 +164,18 @@ bench-quick: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench
 	.venv-bench/bin/python benches/run_all.py --quick
 
-# The committed run (docs/reproduction.md): the instrument configuration, 27 arms x 5 seeds on
-# the tasks that passed their gates, on the CPU in 2 worker processes (156 min on 2 cores),
-# read by the pilots' gates; rewrites docs/reproduction.md, its figures under
-# docs/img/reproduction/, its tables under docs/full/ and the README's summary.
-# Its smoke test: mpo-rs reproduce --config instrument-quick (minutes).
-reproduce: build
-	$(VENV)/bin/mpo-rs reproduce --config instrument --gates docs/instrument/gates.json --workers 2 \
-		--out reproduce-out --docs docs
+# The lab's committed run (lab/docs/reproduction.md): the instrument configuration, 27 arms x
+# 5 seeds on the tasks that passed their gates, on the CPU in 2 worker processes (156 min on
+# 2 cores), read by the pilots' gates; rewrites lab/docs/reproduction.md, its figures under
+# lab/docs/img/reproduction/, its tables under lab/docs/full/ and lab/README.md's summary.
+# Its smoke test: mpo-lab reproduce --config instrument-quick (minutes). `make page` renders
+# the committed page again from its records (seconds).
+reproduce: build-lab
+	$(VENV)/bin/mpo-lab reproduce --config instrument --gates lab/docs/instrument/gates.json --workers 2 \
+		--out reproduce-out --docs lab/docs
+
+page: build-lab
+	$(VENV)/bin/mpo-lab page lab/docs
 
 clean:
 	cargo clean

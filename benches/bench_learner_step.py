@@ -21,11 +21,11 @@ import sys
 import common
 import torch
 
-from mpo_rs.envs import make
+from mpo_lab.envs import make
+from mpo_lab.train.models import TinyCausalLM
+from mpo_lab.train.sampler import sample
 from mpo_rs.torch.critic import value_head_critic
 from mpo_rs.torch.learner import Learner, LearnerConfig
-from mpo_rs.torch.models import TinyCausalLM
-from mpo_rs.torch.sampler import sample
 
 PHASES = ("estimation", "forward", "backward", "optimizer")
 LIMIT = 0.05

@@ -29,14 +29,14 @@ from typing import Any
 
 import torch
 
-from mpo_rs.envs import make
-from mpo_rs.reproduce.presets import GPU
-from mpo_rs.reproduce.run import run_one
+from mpo_lab.envs import make
+from mpo_lab.reproduce.presets import GPU
+from mpo_lab.reproduce.run import run_one
+from mpo_lab.train.models import TinyCausalLM
+from mpo_lab.train.sampler import sample
 from mpo_rs.torch.critic import value_head_critic
 from mpo_rs.torch.learner import Learner, LearnerConfig, token_log_probs
 from mpo_rs.torch.losses import policy_loss, value_loss
-from mpo_rs.torch.models import TinyCausalLM
-from mpo_rs.torch.sampler import sample
 
 CUDA = torch.device("cuda")  # `--cpu` points it at the CPU: a dry run of this script without a GPU
 TASKS = 64  # sampler tasks (x 4 episodes); the dry run uses 4

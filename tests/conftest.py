@@ -2,6 +2,10 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, settings
+from stops import default_stop_signals
+
+# The same tests whether the suite was started from a terminal or in the background.
+default_stop_signals()
 
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None)

@@ -1,14 +1,30 @@
-"""Reading a child's stderr with a deadline, for the tests that signal a running command:
-a child that hangs fails the test after the deadline instead of hanging the test run."""
+"""For the tests that signal a running command: the stop signals as an interactive shell
+leaves them (:func:`default_stop_signals`), and a child's stderr read with a deadline (a
+child that hangs fails the test after the deadline instead of hanging the test run)."""
 
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from typing import IO
+
+
+def default_stop_signals() -> None:
+    """Undoes what a background start did to the suite: a job started with ``&`` (or under
+    ``nohup``) inherits SIGINT (SIGHUP) as ignored, and so would every command the tests
+    start, since an ignored signal stays ignored across ``exec`` and mpo_rs rightly leaves an
+    ignored signal alone. The tests signal their children and check the handlers, so they set
+    the signals as an interactive shell has them: Python's Ctrl-C handler, SIGTERM and
+    SIGHUP at their default. Called by the conftests before any test runs."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 class Lines:

@@ -288,7 +288,7 @@ def test_padded_and_learner():
     assert np.array_equal(adv.flatten().numpy(), flat.advantages)
     assert np.array_equal(ret.flatten().numpy(), flat.returns)
 
-    from mpo_rs.torch.advantages import natural_ratio
+    from mpo_rs.torch.estimation import natural_ratio
     from mpo_rs.torch.learner_config import LearnerConfig
 
     cfg = LearnerConfig(estimator="bilevel")

@@ -322,7 +322,7 @@ def test_console_script_is_declared():
     scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
     if "mpo-rs" not in scripts:
         pytest.skip("package metadata not installed (source tree)")
-    assert scripts["mpo-rs"] == "_mpo_rs_cli:main"
+    assert scripts["mpo-rs"] == "mpo_rs_cli:main"
 
 
 def test_progress_lines_in_a_log_file_when_stderr_is_not_a_terminal(log_file, tmp_path, monkeypatch, capsys):

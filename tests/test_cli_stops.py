@@ -156,7 +156,7 @@ def test_ctrl_c_stops_cleanly(big_log_file, tmp_path):
 
 # What the installed `mpo-rs` script runs (pip writes the same three lines), so the tests
 # need no script on PATH.
-CONSOLE_SCRIPT = [sys.executable, "-c", "import re\nimport sys\nfrom _mpo_rs_cli import main\nsys.exit(main())"]
+CONSOLE_SCRIPT = [sys.executable, "-c", "import re\nimport sys\nfrom mpo_rs_cli import main\nsys.exit(main())"]
 
 
 def _console_script(*args: object, **kw) -> subprocess.Popen[str]:
@@ -220,15 +220,15 @@ def test_a_signal_right_after_start_gives_no_traceback(big_log_file, tmp_path, s
             # `init_sys_streams`: before any line of mpo-rs ran); that is CPython's own
             # message, a few ms on an idle machine, longer on a loaded one.
             continue
-        if err.endswith("KeyboardInterrupt\n") and '_mpo_rs_cli.py"' not in err and "mpo_rs/" not in err:
+        if err.endswith("KeyboardInterrupt\n") and 'mpo_rs_cli.py"' not in err and "mpo_rs/" not in err:
             # Ctrl-C while the interpreter was still loading the entry module itself
-            # (finding or compiling `_mpo_rs_cli`; no frame of its file or of the package
+            # (finding or compiling `mpo_rs_cli`; no frame of its file or of the package
             # in the traceback): no line of mpo-rs had run yet. Seen at 30 ms on a loaded
             # machine; the held-import case below covers ours.
             continue
         if err.startswith("Exception ignored") and err.endswith("KeyboardInterrupt: \n") and "mpo_rs" not in err:
             # Python's own Ctrl-C handler, before the console script installed its own (pip's
-            # `import re`, the import of `_mpo_rs_cli`), raised inside a module lock's weakref
+            # `import re`, the import of `mpo_rs_cli`), raised inside a module lock's weakref
             # callback, and Python dropped it; the command then runs to the end. A stop that
             # reaches our handler there is sent again and prints nothing (the test above).
             out.write_bytes(before)
@@ -268,7 +268,7 @@ def test_a_stop_that_python_drops_in_a_callback_is_sent_again(sig):
     # must still stop, quietly.
     code = (
         "import signal, sys, weakref\n"
-        "import _mpo_rs_cli as cli\n"
+        "import mpo_rs_cli as cli\n"
         "cli._install()\n"
         "class A: pass\n"
         "def cb(_):\n"

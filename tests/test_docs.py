@@ -4,7 +4,7 @@ the line before its fence, as ``<!-- not run: needs a GPU -->`` (the skip shows 
 
 The blocks of a page run in order, in one fresh directory per page holding a small rollout
 log (``rollouts.parquet``, and the same file as ``rollouts/part-0.parquet``), as a reader
-following the page would; the venv's ``bin`` is first on PATH and the checkout on PYTHONPATH (so ``examples.my_env`` imports, as from
+following the page would; the venv's ``bin`` is first on PATH and the checkout on PYTHONPATH (so ``examples.*`` imports, as from
 the checkout's root). Python blocks run in a new interpreter; bash blocks with ``bash -e``;
 in a ``console`` block the lines after ``$ `` are the commands (the rest is their output).
 Every fence names its language, so nothing runnable hides as an unmarked block. Every
@@ -93,10 +93,10 @@ def template(tmp_path_factory):
     return root
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
     env["MPLBACKEND"] = "Agg"
     return env
 
@@ -132,21 +132,32 @@ def page_dirs(template, tmp_path_factory):
     return work
 
 
-@pytest.mark.parametrize("block", TO_RUN, ids=[b.id for b in TO_RUN])
-def test_block_runs(block, page_dirs):
+def run_block(block: Block, work: Path, root: Path = ROOT) -> None:
+    """Runs ``block`` in ``work`` with ``root`` on PYTHONPATH (skips one marked not runnable)."""
     if block.not_run is not None:
         pytest.skip(f"not run: {block.not_run}")
-    work = page_dirs(block.page)
-    r = subprocess.run(_command(block), cwd=work, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(_command(block), cwd=work, env=_env(root), capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, (
         f"{block.id} failed ({r.returncode}):\n{block.code}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     )
 
 
+def run_example(script: Path, args: list[str], work: Path, root: Path = ROOT) -> None:
+    """Runs the example ``script`` with ``args`` in ``work``; it must say what it did."""
+    cmd = [sys.executable, str(script), *args]
+    r = subprocess.run(cmd, cwd=work, env=_env(root), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, f"{script.name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert r.stdout.strip(), f"{script.name} printed nothing"
+
+
+@pytest.mark.parametrize("block", TO_RUN, ids=[b.id for b in TO_RUN])
+def test_block_runs(block, page_dirs):
+    run_block(block, page_dirs(block.page))
+
+
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 # Arguments that keep an example short; each prints what it did.
 EXAMPLE_ARGS: dict[str, list[str]] = {
-    "rollout_log_diagnose.py": ["--updates", "2", "--tasks", "2", "--group-size", "2"],
     "ray_advantages.py": ["rollouts", "annotated", "--num-cpus", "1"],
 }
 
@@ -155,7 +166,4 @@ EXAMPLE_ARGS: dict[str, list[str]] = {
 def test_example_runs_as_a_script_and_says_what_it_did(script, template, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(template, work)
-    cmd = [sys.executable, str(script), *EXAMPLE_ARGS.get(script.name, [])]
-    r = subprocess.run(cmd, cwd=work, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
-    assert r.returncode == 0, f"{script.name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    assert r.stdout.strip(), f"{script.name} printed nothing"
+    run_example(script, EXAMPLE_ARGS.get(script.name, []), work)

@@ -98,7 +98,6 @@ def test_group_ids_one_and_string_one_are_two_groups():
 
 
 def test_pad_rows_is_the_one_flat_to_padded_gather():
-    from mpo_rs.reproduce import run
     from mpo_rs.torch.batching import pad_rows
 
     flat = ragged_batch(3)
@@ -112,14 +111,12 @@ def test_pad_rows_is_the_one_flat_to_padded_gather():
     np.testing.assert_array_equal(padded.arrays["token_ids"][padded.valid], flat.token_ids[expected])
     assert not padded.arrays["token_ids"][~padded.valid].any()
     assert padded.n_policy_tokens == int(flat.mask[expected].sum())
-    assert run.pad_rows is pad_rows  # mpo-rs reproduce's critic passes use it too
 
 
 def test_explained_variance_is_one_function_with_one_nan_rule():
-    from mpo_rs.reproduce import run
     from mpo_rs.torch import metrics
 
-    assert run.explained_variance is learner_module.explained_variance is metrics.explained_variance
+    assert learner_module.explained_variance is metrics.explained_variance
     tiny = np.array([0.0, 1e-5, 0.0, 1e-5])  # Var(G) = 2.5e-11 <= 1e-8: NaN everywhere
     assert np.isnan(explained_variance(np.zeros(4), tiny))
     g = torch.tensor([0.0, 1e-5, 0.0, 1e-5])
@@ -129,7 +126,7 @@ def test_explained_variance_is_one_function_with_one_nan_rule():
 
 def test_the_learner_names_stay_importable_from_their_old_places():
     import mpo_rs.torch as mt
-    from mpo_rs.torch import advantages, batching, learner_config, metrics, model_io
+    from mpo_rs.torch import batching, estimation, learner_config, metrics, model_io
 
     assert learner_module.LearnerConfig is learner_config.LearnerConfig is mt.LearnerConfig
     assert learner_module.Learner is mt.Learner
@@ -137,7 +134,7 @@ def test_the_learner_names_stay_importable_from_their_old_places():
         assert getattr(learner_module, name) is getattr(model_io, name)
     assert learner_module.explained_variance is metrics.explained_variance
     assert learner_module.RolloutBatch is mt.RolloutBatch
-    assert advantages.estimate and batching.pad_rows
+    assert estimation.estimate and batching.pad_rows
 
 
 def test_token_log_probs_and_values_use_the_previous_position():
@@ -156,14 +153,7 @@ def test_token_log_probs_and_values_use_the_previous_position():
 
 def test_model_errors_are_typed():
     from mpo_rs.torch.critic import value_head_critic
-    from mpo_rs.torch.models import TinyCausalLM as ProjectLM
 
-    with pytest.raises(InvalidOptionError, match="`width` must be a positive integer"):
-        ProjectLM(8, width=True)
-    with pytest.raises(InvalidOptionError, match="multiple of `heads`"):
-        ProjectLM(8, width=10, heads=3)
-    with pytest.raises(InvalidRolloutError, match=r"`input_ids` must be \(B, L\)"):
-        ProjectLM(8, width=8)(torch.zeros(4, dtype=torch.long))
     with pytest.raises(InvalidOptionError, match="no linear LM head"):
         value_head_critic(nn.Sequential())
 

@@ -197,7 +197,7 @@ def test_bilevel_trains_with_its_critic(one_thread):
 
 
 def test_critic_targets_take_the_estimators_gamma_or_one():
-    from mpo_rs.torch.advantages import critic_targets_estimator
+    from mpo_rs.torch.estimation import critic_targets_estimator
 
     for name in ("grpo", "drgrpo", "rloo"):
         assert critic_targets_estimator(Estimator(name)) == Estimator("gae", gamma=1.0, lam=1.0, lam_critic=1.0)

@@ -70,17 +70,6 @@ def test_a_misspelt_column_suggests_the_likely_one(tmp_path, capsys) -> None:
     assert code == 1 and "missing column `value` (did you mean `values`? columns are:" in err, err
 
 
-def test_a_comparison_says_which_way_it_goes() -> None:
-    from mpo_rs.reproduce.stats import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, direction_words
-
-    assert direction_words("MPO", "PPO", 0.04, 0.02, REPRODUCED) == "MPO ahead of PPO by 0.040 ± 0.020"
-    assert direction_words("MPO", "GRPO", -0.03, 0.01, NOT_REPRODUCED) == "MPO behind GRPO by 0.030 ± 0.010"
-    assert direction_words("MPO", "PPO", -0.01, 0.03, INCONCLUSIVE) == (
-        "no difference shown between MPO and PPO (-0.010 ± 0.030)"
-    )
-    assert direction_words("MPO", "PPO", float("nan"), 0.1, INCONCLUSIVE) == "MPO - PPO: not measured"
-
-
 def test_a_misspelt_column_gets_the_input_s_likely_one_from_arrow_and_diagnose(tmp_path, capsys) -> None:
     from mpo_rs.arrow import with_advantages
 

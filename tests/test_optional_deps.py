@@ -104,19 +104,6 @@ def test_the_cli_without_pyarrow_says_so_in_one_line_before_reading(log, tmp_pat
     assert not (tmp_path / "report").exists()
 
 
-def test_reproduce_names_every_missing_dependency_in_one_line(tmp_path):
-    """All of a command's missing dependencies at once, one command installing them all
-    (not torch, then pyarrow, then matplotlib on three tries)."""
-    out = tmp_path / "out"
-    r = _cli(("torch", "pyarrow", "matplotlib"), "reproduce", "--quick", "--out", str(out))
-    assert r.returncode == 1, r
-    want = f"mpo-rs: error: `mpo-rs reproduce` needs torch, pyarrow, matplotlib: {install_hint('torch,arrow,plot')}\n"
-    assert r.stderr == want, r.stderr
-    r = _cli(("matplotlib",), "reproduce", "--quick", "--out", str(out))
-    assert r.stderr == f"mpo-rs: error: `mpo-rs reproduce` needs matplotlib: {install_hint('plot')}\n", r.stderr
-    assert not out.exists()
-
-
 def test_advantages_needs_neither_pyarrow_nor_polars(log, tmp_path):
     r = _cli(
         ("pyarrow", "polars", "torch", "matplotlib"), "advantages", str(log), "-o", str(tmp_path / "o.parquet"), "-q"
@@ -162,3 +149,12 @@ def test_the_hint_installs_the_extra_from_where_the_package_came_from(record, ex
         record = record.replace("WHEEL", str(wheel)).replace("DIR", str(tmp_path))
     monkeypatch.setattr(_deps.metadata, "distribution", lambda name: _Dist(record))
     assert _deps.install_hint("torch") == expected.replace("WHEEL", str(wheel)).replace("DIR", str(tmp_path))
+
+
+def test_a_command_of_a_package_not_installed_is_one_line_naming_it(monkeypatch, capsys):
+    from mpo_rs import cli
+
+    monkeypatch.setattr(cli, "added_commands", dict)  # as without the lab
+    assert cli.main(["reproduce", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"mpo-rs: error: `mpo-rs reproduce` is not installed: it comes with {cli.PROVIDERS['reproduce']}\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_reproduce_layers import _cycle
+from test_layers import _cycle
 
 CRATE = Path(__file__).resolve().parents[1] / "rust" / "logs" / "src"
 

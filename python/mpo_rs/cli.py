@@ -5,6 +5,12 @@ boundaries (``mpo_rs.diagnose``). ``mpo-rs advantages INPUT -o OUTPUT`` streams 
 directory of files) through the Rust pipeline and writes it with the advantage columns
 appended; see ``docs/parquet.md``. Exit codes: 0 done, 1 bad data or I/O failure,
 2 usage error. Expected errors print one line and no traceback.
+
+Other installed packages add commands through the entry-point group :data:`COMMANDS`
+(``name = "module:function"``; the lab adds ``reproduce``): ``--help`` lists them by name,
+and a command's module is imported only when that command runs. Its function takes the
+arguments after the command's name and the program name to show (``mpo-rs NAME``) and
+returns the exit code.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
 from . import columns, diagnose, observation_rewards
@@ -24,9 +31,15 @@ from .columns import Columns
 from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
-from .reproduce import command as reproduce
 
 PROG = "mpo-rs"
+
+COMMANDS = "mpo_rs.commands"
+"""The entry-point group of the commands other packages add to ``mpo-rs``."""
+
+# Where a command that is not installed comes from, for its one-line error.
+PROVIDERS = {"reproduce": "the lab package, mpo-lab (pip install ./lab from a checkout)"}
+BUILT_IN = ("advantages", "diagnose")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -34,7 +47,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit code 2) that suggest the flag or choice a
     misspelling most likely meant and name the help of the subcommand they belong to."""
 
@@ -50,11 +63,11 @@ class _Parser(argparse.ArgumentParser):
             self._subcommand(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed
 
-    def _subcommand(self, parsed: argparse.Namespace) -> _Parser:
+    def _subcommand(self, parsed: argparse.Namespace) -> Parser:
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
                 chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
-                if isinstance(chosen, _Parser):
+                if isinstance(chosen, Parser):
                     return chosen
         return self
 
@@ -78,7 +91,7 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = _Parser(
+    parser = Parser(
         prog=PROG,
         description="Advantage estimation for offline LLM-agent rollout logs (MPO).",
     )
@@ -151,8 +164,31 @@ def _parser() -> argparse.ArgumentParser:
         help="no progress (a status line on a terminal, a line every 10 s in a log) and no summary",
     )
     diagnose.add_parser(commands)
-    reproduce.add_parser(commands)
+    for name, entry in sorted(added_commands().items()):
+        commands.add_parser(name, help=f"from {_distribution(entry)} (`{PROG} {name} --help`)", add_help=False)
     return parser
+
+
+def added_commands() -> dict[str, metadata.EntryPoint]:
+    """The commands installed packages add (:data:`COMMANDS`), by name; none is imported."""
+    return {e.name: e for e in metadata.entry_points(group=COMMANDS) if e.name not in BUILT_IN}
+
+
+def _distribution(entry: metadata.EntryPoint) -> str:
+    return entry.dist.name if entry.dist is not None else entry.value.partition(":")[0]
+
+
+def _run_added(name: str, argv: list[str]) -> int:
+    """Runs the added command ``name`` on ``argv`` (the arguments after its name); one that
+    is not installed is one line naming the package that provides it (exit 1)."""
+    entry = added_commands().get(name)
+    if entry is None:
+        return _fail(f"`{PROG} {name}` is not installed: it comes with {PROVIDERS[name]}", EXIT_FAILED)
+    try:
+        command: Callable[[list[str], str], int] = entry.load()
+    except ImportError as e:  # installed, but its package does not import here
+        return _fail(f"`{PROG} {name}` ({entry.value}) does not load: {e}", EXIT_FAILED)
+    return command(argv, f"{PROG} {name}")
 
 
 def _flag(option: str) -> str:
@@ -339,36 +375,22 @@ def _diagnose(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _reproduce(args: argparse.Namespace) -> int:
-    try:
-        out = reproduce.run(args, note=_note)
-    except MpoError as e:  # a bad flag, or a bad --env (InvalidConfigError)
-        return _fail(str(e), EXIT_USAGE)
-    except (MissingDependencyError, OSError) as e:
-        return _fail(str(e), EXIT_FAILED)
-    except KeyboardInterrupt as e:
-        _leave_signal_stops(e)  # one that came before the runs started
-        # A stop of the runs (reproduce.run.RunsStopped) says what was kept, and its signal.
-        return _fail(str(e) or "interrupted", getattr(e, "exit_code", EXIT_INTERRUPTED))
-    print(f"wrote {out / 'reproduction.md'}")
-    return EXIT_OK
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit code. The ``mpo-rs`` console script calls it
-    through ``_mpo_rs_cli.main``, which first makes SIGTERM and SIGHUP stop a run the way
+    through ``mpo_rs_cli.main``, which first makes SIGTERM and SIGHUP stop a run the way
     Ctrl-C does."""
-    args = _parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and words[0] not in BUILT_IN and (words[0] in PROVIDERS or words[0] in added_commands()):
+        return _run_added(words[0], words[1:])
+    args = _parser().parse_args(words)
     if args.command == "advantages":
         return _advantages(args)
     if args.command == "diagnose":
         return _diagnose(args)
-    if args.command == "reproduce":
-        return _reproduce(args)
-    return _fail(f"unknown command {args.command!r}", EXIT_USAGE)  # argparse prevents this
+    return _run_added(args.command, [])  # an added command named with nothing after it
 
 
 if __name__ == "__main__":
-    from _mpo_rs_cli import main as console_script
+    from mpo_rs_cli import main as console_script
 
     sys.exit(console_script())

@@ -7,7 +7,7 @@
         ├── InvalidOptionError       an estimator or option name, an option that does not
         │                            apply, a value outside its domain, an unusable path or flag
         ├── InvalidRolloutError      rollouts the torch learner and losses cannot use, an
-        │                            action or call an environment (mpo_rs.envs) refuses
+        │                            action or call an environment (mpo_lab.envs) refuses
         ├── InvalidConfigError       an integration's configuration (verl's ``algorithm.mpo``),
         │                            an environment's parameter or seed
         └── MissingCriticValuesError a critic estimator called without critic values

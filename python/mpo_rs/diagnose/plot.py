@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _native
 from .._deps import require
-from .._outputs import figure_bytes, write_file
+from ..outputs import figure_bytes, write_file
 from .read import Diagnosis, TrajectoryTrace
 from .summary import PAPER_MEDIAN_BETWEEN_SHARE, value_structure, write_summary_json
 

@@ -23,8 +23,8 @@ import numpy.typing as npt
 
 from .. import _native
 from .._arrays import float32, int64, mask_u8
-from .._outputs import write_file
 from ..estimators import Turns
+from ..outputs import write_file
 
 __all__ = [
     "JUMP_QUANTILES",
@@ -218,5 +218,5 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def write_summary_json(summary: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
     """Writes ``summary.json`` into ``out_dir`` whole or not at all, never through a link
-    (``mpo_rs._outputs.write_file``)."""
+    (``mpo_rs.outputs.write_file``)."""
     return write_file(Path(out_dir) / "summary.json", json.dumps(summary, indent=2) + "\n")

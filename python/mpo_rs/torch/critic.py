@@ -21,7 +21,7 @@ __all__ = ["value_head_critic"]
 def value_head_critic(policy: nn.Module) -> nn.Module:
     """A deep copy of ``policy`` whose LM head (``get_output_embeddings()``, or the
     ``lm_head`` attribute) is replaced by ``nn.Linear(width, 1)``, initialised to zero so
-    every value starts at 0. Works for :class:`~mpo_rs.torch.models.TinyCausalLM` and
+    every value starts at 0. Works for :class:`~mpo_lab.train.models.TinyCausalLM` and
     Hugging Face causal LMs (tied input/output embeddings are untied in the copy). The
     policy itself is left untouched; the copy shares no parameter with it."""
     critic = copy.deepcopy(policy)

@@ -6,7 +6,7 @@ One :meth:`Learner.step` takes a rollout batch of N trajectories, flat token by 
 1. fills in what the rollout did not record: critic values and old log-probs, from a
    no-grad pass of the current critic and policy;
 2. computes advantages and critic targets with the Rust core on the host (any
-   estimator of the options table, :mod:`mpo_rs.torch.advantages`), scaled as
+   estimator of the options table, :mod:`mpo_rs.torch.estimation`), scaled as
    ``advantage_scale`` says (:class:`LearnerConfig`);
 3. runs ``ppo_epochs`` passes over shuffled minibatches of trajectories: each minibatch
    is right-padded to ``(B, L)``, copied to the device (pinned memory, non-blocking),
@@ -24,7 +24,7 @@ mode the caller left them.
 
 Rooms. This module holds the training loop; the settings are
 :mod:`~mpo_rs.torch.learner_config`, the estimator adapter
-:mod:`~mpo_rs.torch.advantages`, the model I/O (``token_log_probs``, ``token_values``)
+:mod:`~mpo_rs.torch.estimation`, the model I/O (``token_log_probs``, ``token_values``)
 :mod:`~mpo_rs.torch.model_io`, the flat -> padded gather :mod:`~mpo_rs.torch.batching`
 and ``explained_variance`` :mod:`~mpo_rs.torch.metrics`; their public names are
 importable from here too.
@@ -46,9 +46,9 @@ from torch import Tensor, nn
 from .. import estimators
 from ..exceptions import InvalidOptionError, InvalidRolloutError
 from ..options import Estimator
-from .advantages import CRITIC_FREE_FAMILIES, as_estimator, estimate
 from .batch import RolloutBatch
 from .batching import PaddedRows, chunks, pad_rows
+from .estimation import CRITIC_FREE_FAMILIES, as_estimator, estimate
 from .learner_config import ADVANTAGE_SCALES, ESTIMATORS, LearnerConfig
 from .losses import aggregate, policy_loss, value_loss
 from .metrics import explained_variance
@@ -218,7 +218,7 @@ class Learner:
         self, batch: RolloutBatch, values: np.ndarray | None, estimator: Estimator | None = None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Per-token advantages (scaled as ``advantage_scale`` says) and critic targets
-        from the Rust core (:func:`mpo_rs.torch.advantages.estimate`). Targets are None
+        from the Rust core (:func:`mpo_rs.torch.estimation.estimate`). Targets are None
         only for a group estimator without values; with values (a critic) it gets the
         Monte-Carlo returns, its advantages stay critic-free. ``estimator``: the config's,
         when the caller has it resolved already (:meth:`step` resolves it once)."""

@@ -23,7 +23,7 @@ import torch
 from .._native import closest_name
 from ..exceptions import InvalidOptionError
 from ..options import ESTIMATORS, Estimator
-from .advantages import as_estimator, natural_ratio
+from .estimation import as_estimator, natural_ratio
 from .losses import AGGREGATIONS, RATIO_MODES, TURN_RATIOS, check_clip_range
 
 __all__ = ["ADVANTAGE_SCALES", "ESTIMATORS", "MAX_EPOCHS", "LearnerConfig"]

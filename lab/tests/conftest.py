@@ -1,0 +1,34 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# The library's test helpers (stops.py: signalling a command line) serve the lab's tests too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
+from stops import default_stop_signals
+
+# The same tests whether the suite was started from a terminal or in the background.
+default_stop_signals()
+
+settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one intra-op thread for the test (tiny ops: a second thread only adds
+    contention; one thread also makes the run reproducible)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# The docs' working directories (a small rollout log in each), the library's fixtures.
+from test_docs import page_dirs, template  # noqa: E402, F401
