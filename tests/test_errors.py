@@ -245,3 +245,52 @@ def test_no_plain_value_or_type_error_on_a_public_path():
     modules = sorted(PACKAGE.rglob("*.py"))
     assert len(modules) > 20
     assert [hit for path in modules for hit in plain_raises(path)] == []
+
+
+# ------------------------------------------------------------------ where an error points
+
+
+def test_a_batch_error_carries_its_column_trajectory_and_token():
+    values = np.zeros(7, np.float32)
+    values[5] = np.nan  # trajectory 1 (tokens 3-6), position 2
+    mask = np.ones(7, np.uint8)
+    with pytest.raises(mpo_rs.InvalidBatchError) as info:
+        mpo_rs.mae_advantages(values, mask, np.array([0, 3, 7]), scores=np.zeros(2, np.float32))
+    e = info.value
+    assert (e.column, e.trajectory, e.token, e.missing) == ("values", 1, 2, None), str(e)
+
+
+def test_an_option_error_names_its_option():
+    with pytest.raises(mpo_rs.InvalidOptionError) as info:
+        mpo_rs.Estimator("mae", lam=2.0)
+    assert info.value.option == "lam"
+    with pytest.raises(mpo_rs.InvalidOptionError) as info:
+        mpo_rs.Estimator("mea")
+    assert info.value.option == "estimator"
+    with pytest.raises(mpo_rs.InvalidOptionError) as info:
+        mpo_rs.Estimator("grpo", lam=0.5)
+    assert info.value.option == "lam"
+
+
+def test_a_missing_column_names_every_alternative():
+    pa = pytest.importorskip("pyarrow")
+    from mpo_rs.arrow import with_advantages
+
+    table = pa.table({"loss_mask": [[1, 1]], "values": [[0.0, 0.0]]})
+    with pytest.raises(mpo_rs.InvalidBatchError) as info:
+        with_advantages(table)
+    assert info.value.missing == ("rewards", "score", "turn_rewards"), str(info.value)
+    assert info.value.trajectory is None and info.value.token is None
+
+
+def test_an_error_raised_in_python_has_the_attributes_as_none():
+    e = mpo_rs.InvalidBatchError("made here")
+    assert (e.column, e.missing, e.trajectory, e.token) == (None, None, None, None)
+    assert mpo_rs.InvalidOptionError("made here").option is None
+
+
+def test_no_module_parses_an_error_message_back():
+    # The hints are built from the attributes: no regular expression reads an error's text.
+    root = Path(__file__).resolve().parents[1] / "python" / "mpo_rs"
+    for name in ("columns.py", "arrow.py"):
+        assert "re.compile" not in (root / name).read_text(), name

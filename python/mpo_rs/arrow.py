@@ -20,7 +20,6 @@ copied. The lists of the outputs have the mask column's offset width.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -38,6 +37,7 @@ from .columns import (
     Columns,
     missing_column,
     missing_column_hint,
+    with_hint,
 )
 from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError
@@ -181,22 +181,17 @@ def _input_column_names(table: Any) -> list[str] | None:
     return None
 
 
-_MISSING_ONE = re.compile(r"missing column `([^`]+)` \((?:did you mean `[^`]*`\? )?columns are: [^)]*\)")
-
-
 def _with_missing_column_hint(e: InvalidBatchError, table: Any, columns: Columns) -> InvalidBatchError:
-    """A "missing column" error from Rust lists the columns it was passed (only those the
+    """A missing-column error from Rust lists the columns it was passed (only those the
     estimator reads); name the input's own columns and the keyword that maps one."""
-    hint = missing_column_hint(str(e), columns.chosen())
+    hint = missing_column_hint(e, columns.chosen())
     if hint is None:
         return e
-    message = str(e)
     names = _input_column_names(table)
-    wanted = _MISSING_ONE.search(message)
-    if names is not None and wanted is not None:
+    if names is not None and e.missing is not None and len(e.missing) == 1:
         # Rust listed (and matched against) only the columns handed over: use the input's.
-        message = _MISSING_ONE.sub(missing_column(wanted.group(1), names, "the input's "), message, count=1)
-    return InvalidBatchError(f"{message}; {hint}")
+        e.args = (missing_column(e.missing[0], names, "the input's "),)
+    return with_hint(e, hint)
 
 
 def advantages_parquet(

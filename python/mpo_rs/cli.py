@@ -331,8 +331,8 @@ def _with_column_hint(e: BaseException, args: argparse.Namespace) -> BaseExcepti
         for r in columns.COLUMN_SPEC
         if hasattr(args, columns.keyword(r["name"]))
     }
-    hint = columns.missing_column_hint(str(e), chosen, columns.flag)
-    return e if hint is None else InvalidBatchError(f"{e}; {hint}")
+    hint = columns.missing_column_hint(e, chosen, columns.flag)
+    return e if hint is None else columns.with_hint(e, hint)
 
 
 def _advantages(args: argparse.Namespace) -> int:

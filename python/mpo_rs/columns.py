@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._native import InvalidOptionError, closest_name, column_spec
+from ._native import InvalidBatchError, InvalidOptionError, MpoError, closest_name, column_spec
 
 __all__ = [
     "COLUMN_SPEC",
@@ -40,6 +39,7 @@ __all__ = [
     "missing_column",
     "missing_column_hint",
     "row",
+    "with_hint",
 ]
 
 COLUMN_SPEC: tuple[dict[str, Any], ...] = column_spec()
@@ -79,29 +79,31 @@ def missing_column(name: str, have: Sequence[str], whose: str = "") -> str:
     )
 
 
-_MISSING = re.compile(r"missing column ((?:`[^`]+`(?: or )?)+)")
-
-
 def missing_column_hint(
-    message: str, chosen: Mapping[str, str | None], spell: Callable[[str], str] = keyword
+    error: InvalidBatchError, chosen: Mapping[str, str | None], spell: Callable[[str], str] = keyword
 ) -> str | None:
-    """The hint for a "missing column `X`" message: which option names the column to use
-    instead (``spell`` turns the spec's name into :func:`keyword` or :func:`flag`).
-    ``chosen`` maps the spec's names (``"mask"``) to the column names the run looked for,
-    None for an optional column left to its default. None when ``message`` is not one."""
-    m = _MISSING.search(message)
-    if m is None:
-        return None
-    wanted = re.findall(r"`([^`]+)`", m.group(1))
+    """The hint for a missing-column error (``error.missing``, the names none of which the
+    input has): which option names the column to use instead (``spell`` turns the spec's
+    name into :func:`keyword` or :func:`flag`). ``chosen`` maps the spec's names (``"mask"``)
+    to the column names the run looked for, None for an optional column left to its default.
+    None for any other error, or when the message names the options already."""
+    wanted = error.missing or ()
     options = []
     for column in wanted:
         for name, chosen_name in chosen.items():
             if column == (chosen_name if chosen_name is not None else default(name)):
                 options.append(f"{spell(name)}{'=' if spell is keyword else ' '}NAME")
                 break
+    message = str(error)
     if not options or all(o.split("=")[0].split(" ")[0] in message for o in options):
         return None  # none to name, or the message names them already
     return f"name the column to use with {' or '.join(options)}"
+
+
+def with_hint(error: MpoError, hint: str) -> MpoError:
+    """``error`` itself, its message followed by ``; hint`` (its attributes kept)."""
+    error.args = (f"{error}; {hint}",)
+    return error
 
 
 MASK = default("mask")

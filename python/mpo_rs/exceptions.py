@@ -18,6 +18,16 @@ Every class is created by the Rust extension (``rust/python/src/errors.rs``, the
 they are defined), which also maps every Rust error to one of them (operating-system
 failures become ``OSError`` with their errno); this module re-exports them, so tracebacks
 read ``mpo_rs.exceptions.InvalidBatchError``.
+
+An error raised in Rust also says where it points, as attributes (None where not applicable,
+and on an error raised in Python), so code reads them instead of parsing the message:
+
+- ``InvalidBatchError.column``: the argument (``"values"``) or log column at fault;
+- ``InvalidBatchError.missing``: for a missing column, the names none of which the input
+  has (one, or the alternatives a role is read from, as ``("rewards", "score", "turn_rewards")``);
+- ``InvalidBatchError.trajectory``: the trajectory (a log's row) it is in;
+- ``InvalidBatchError.token``: the token's position in that trajectory;
+- ``InvalidOptionError.option``: the option at fault (``"estimator"`` for an estimator's name).
 """
 
 from __future__ import annotations

@@ -65,10 +65,11 @@ pub enum MpoError {
     /// A hyper-parameter outside its domain.
     #[error("`{name}` = {value} is out of range: it must be in {domain}")]
     Parameter { name: &'static str, value: f64, domain: &'static str },
-    /// An estimator name, or an option name, that cannot be used (unknown, or an option
-    /// the estimator does not take).
-    #[error("{0}")]
-    Option(String),
+    /// An estimator name, or an option name or value, that cannot be used (unknown, or an
+    /// option the estimator does not take); `option` names the option (`estimator` for the
+    /// estimator's name), None where no one option is at fault.
+    #[error("{message}")]
+    Option { option: Option<String>, message: String },
     /// A critic estimator called without the critic's values.
     #[error("the {estimator} estimator needs the critic's `values` (one per token)")]
     MissingValues { estimator: &'static str },
@@ -81,3 +82,63 @@ pub enum MpoError {
 }
 
 pub type Result<T> = std::result::Result<T, MpoError>;
+
+impl MpoError {
+    /// The argument (the column, for a log) the error is about, if one is.
+    pub fn column(&self) -> Option<&str> {
+        match self {
+            MpoError::Length { arg, .. }
+            | MpoError::NonFiniteToken { arg, .. }
+            | MpoError::NonFiniteTrajectory { arg, .. }
+            | MpoError::NonFiniteTurn { arg, .. }
+            | MpoError::TurnCount { arg, .. } => Some(arg),
+            MpoError::NonFiniteOutput { output, .. } | MpoError::NonFiniteTrajectoryOutput { output, .. } => {
+                Some(output)
+            }
+            MpoError::Offsets(_) => Some("offsets"),
+            MpoError::MaskValue { .. } => Some("mask"),
+            MpoError::TurnRewardCount { .. } | MpoError::TurnRewardSum { .. } => Some("turn_rewards"),
+            MpoError::ObservationReward { .. } => Some("rewards"),
+            MpoError::GroupIndex { .. } => Some("group_index"),
+            _ => None,
+        }
+    }
+
+    /// The trajectory (row) the error is in, if one is.
+    pub fn trajectory(&self) -> Option<usize> {
+        match self {
+            MpoError::MaskValue { at, .. }
+            | MpoError::NonFiniteToken { at, .. }
+            | MpoError::NonFiniteOutput { at, .. }
+            | MpoError::ObservationReward { at, .. } => Some(at.trajectory),
+            MpoError::NonFiniteTrajectory { trajectory, .. }
+            | MpoError::NonFiniteTrajectoryOutput { trajectory, .. }
+            | MpoError::NonFiniteTurn { trajectory, .. }
+            | MpoError::TurnRewardCount { trajectory, .. }
+            | MpoError::TurnCount { trajectory, .. }
+            | MpoError::TurnRewardSum { trajectory, .. }
+            | MpoError::GroupIndex { trajectory, .. } => Some(*trajectory),
+            _ => None,
+        }
+    }
+
+    /// The token the error is at, as its position in its trajectory, if one is.
+    pub fn token(&self) -> Option<usize> {
+        match self {
+            MpoError::MaskValue { at, .. }
+            | MpoError::NonFiniteToken { at, .. }
+            | MpoError::NonFiniteOutput { at, .. }
+            | MpoError::ObservationReward { at, .. } => Some(at.position),
+            _ => None,
+        }
+    }
+
+    /// The option the error is about (`estimator` for an estimator's name), if one is.
+    pub fn option(&self) -> Option<&str> {
+        match self {
+            MpoError::Option { option, .. } => option.as_deref(),
+            MpoError::Parameter { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}

@@ -172,8 +172,9 @@ pub const OPTIONS: [OptionSpec; 12] = [
     },
 ];
 
-fn option_error(message: String) -> MpoError {
-    MpoError::Option(message)
+/// An error about `option` (None: no one option is at fault).
+fn option_error(option: Option<&str>, message: String) -> MpoError {
+    MpoError::Option { option: option.map(str::to_string), message }
 }
 
 impl OptionSpec {
@@ -192,12 +193,15 @@ impl OptionSpec {
         let names = self.kind.choices();
         match names.iter().find(|&&n| n == value) {
             Some(&name) => Ok(OptionValue::Choice(name)),
-            None => Err(option_error(format!(
-                "`{}` takes one of {}, got {value:?}{}",
-                self.name,
-                self.domain,
-                did_you_mean(value, names.iter().copied())
-            ))),
+            None => Err(option_error(
+                Some(self.name),
+                format!(
+                    "`{}` takes one of {}, got {value:?}{}",
+                    self.name,
+                    self.domain,
+                    did_you_mean(value, names.iter().copied())
+                ),
+            )),
         }
     }
 }
@@ -214,11 +218,14 @@ impl Estimator {
             "bilevel" => Estimator::BiLevel(BiLevelParams::default()),
             "gigpo" => Estimator::Gigpo(GigpoParams::default()),
             _ => {
-                return Err(option_error(format!(
-                    "unknown estimator `{name}`{}; choose one of {}",
-                    did_you_mean(name, ESTIMATORS),
-                    ESTIMATORS.join(", ")
-                )))
+                return Err(option_error(
+                    Some("estimator"),
+                    format!(
+                        "unknown estimator `{name}`{}; choose one of {}",
+                        did_you_mean(name, ESTIMATORS),
+                        ESTIMATORS.join(", ")
+                    ),
+                ))
             }
         })
     }
@@ -246,7 +253,10 @@ impl Estimator {
                 } else {
                     ("is not an option of", did_you_mean(option, Self::options_of(name).map(|s| s.name)))
                 };
-                return Err(option_error(format!("`{option}` {what} the {name} estimator{hint}; {takes}")));
+                return Err(option_error(
+                    Some(option),
+                    format!("`{option}` {what} the {name} estimator{hint}; {takes}"),
+                ));
             };
             estimator.set(spec, value)?;
         }
@@ -268,12 +278,19 @@ impl Estimator {
         } else {
             return Ok(());
         };
-        Err(option_error(format!("`eps` does not apply to the {name} estimator with {without}; leave it out")))
+        Err(option_error(
+            Some("eps"),
+            format!("`eps` does not apply to the {name} estimator with {without}; leave it out"),
+        ))
     }
 
     fn set(&mut self, spec: &OptionSpec, value: OptionValue) -> Result<()> {
-        let wrong_kind =
-            || option_error(format!("`{}` takes a {} ({}), got {value:?}", spec.name, spec.kind.name(), spec.domain));
+        let wrong_kind = || {
+            option_error(
+                Some(spec.name),
+                format!("`{}` takes a {} ({}), got {value:?}", spec.name, spec.kind.name(), spec.domain),
+            )
+        };
         let float = match value {
             OptionValue::Float(x) => Some(x),
             _ => None,
@@ -312,7 +329,9 @@ impl Estimator {
             (Estimator::Gigpo(p), "norm_std") => p.norm_std = flag.ok_or_else(wrong_kind)?,
             (Estimator::Gigpo(p), "eps") => p.eps = float.ok_or_else(wrong_kind)?,
             (Estimator::Gigpo(p), "anchor") => p.anchor = choice.and_then(Anchor::named).ok_or_else(wrong_kind)?,
-            (_, option) => return Err(option_error(format!("`{option}` has no place in this estimator"))),
+            (_, option) => {
+                return Err(option_error(Some(option), format!("`{option}` has no place in this estimator")))
+            }
         }
         Ok(())
     }

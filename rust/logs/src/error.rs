@@ -13,8 +13,9 @@ use thiserror::Error;
 /// inside that row's lists.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum DataError {
-    #[error("missing column `{column}` ({available})")]
-    MissingColumn { column: String, available: String },
+    /// None of `columns` (one, or the alternatives a role may be read from) is in the input.
+    #[error("missing column `{}` ({available})", columns.join("` or `"))]
+    MissingColumn { columns: Vec<String>, available: String },
 
     #[error("column `{column}` has type {found}, expected {expected}")]
     ColumnType { column: String, found: String, expected: &'static str },
@@ -151,6 +152,60 @@ impl DataError {
     pub fn row(&self) -> Option<u64> {
         match self {
             row_variants!(row) => Some(*row),
+            DataError::Estimator(e) => e.trajectory().map(|t| t as u64),
+            _ => None,
+        }
+    }
+
+    /// The column the error is about (the first of a missing column's alternatives).
+    pub fn column(&self) -> Option<&str> {
+        match self {
+            DataError::MissingColumn { columns, .. } => columns.first().map(String::as_str),
+            DataError::ColumnType { column, .. }
+            | DataError::NullList { column, .. }
+            | DataError::NullElement { column, .. }
+            | DataError::NullValue { column, .. }
+            | DataError::LengthMismatch { column, .. }
+            | DataError::MaskValue { column, .. }
+            | DataError::NonFiniteToken { column, .. }
+            | DataError::NonFiniteRow { column, .. }
+            | DataError::OutOfRangeToken { column, .. }
+            | DataError::OutOfRangeTurn { column, .. }
+            | DataError::OutOfRangeRow { column, .. }
+            | DataError::RewardSumOutOfRange { column, .. }
+            | DataError::ObservationReward { column, .. }
+            | DataError::NonFiniteTurn { column, .. }
+            | DataError::TurnRewardCount { column, .. }
+            | DataError::TurnIdCount { column, .. }
+            | DataError::TurnRewardSum { column, .. }
+            | DataError::UnknownGroup { column, .. }
+            | DataError::OutputColumnExists { column }
+            | DataError::GroupIds { column, .. } => Some(column),
+            DataError::NonFiniteOutput { output, .. } | DataError::NonFiniteOutputRow { output, .. } => Some(output),
+            DataError::Estimator(e) => e.column(),
+            DataError::Capacity(_) => None,
+        }
+    }
+
+    /// A missing column's alternatives (one name, or the names a role may be read from);
+    /// empty for any other error.
+    pub fn missing_columns(&self) -> &[String] {
+        match self {
+            DataError::MissingColumn { columns, .. } => columns,
+            _ => &[],
+        }
+    }
+
+    /// The token the error is at, as its position in its row, if one is.
+    pub fn token(&self) -> Option<u64> {
+        match self {
+            DataError::NullElement { token, .. }
+            | DataError::MaskValue { token, .. }
+            | DataError::NonFiniteToken { token, .. }
+            | DataError::NonFiniteOutput { token, .. }
+            | DataError::OutOfRangeToken { token, .. }
+            | DataError::ObservationReward { token, .. } => Some(*token),
+            DataError::Estimator(e) => e.token().map(|t| t as u64),
             _ => None,
         }
     }
@@ -206,6 +261,11 @@ pub enum LogError {
     #[error("{0}")]
     Usage(String),
 
+    /// An estimator option or parameter the core refuses (a usage error, exit code 2); it
+    /// keeps the core's error, which names the option.
+    #[error("{0}")]
+    Option(MpoError),
+
     /// The progress callback asked to stop (e.g. Ctrl-C); nothing was written.
     #[error("interrupted")]
     Interrupted,
@@ -218,7 +278,15 @@ impl LogError {
 
     /// True for errors that are the caller's choice of options rather than the data.
     pub fn is_usage(&self) -> bool {
-        matches!(self, LogError::Usage(_))
+        matches!(self, LogError::Usage(_) | LogError::Option(_))
+    }
+
+    /// The batch error inside, for a file's data or an in-memory batch.
+    pub fn data(&self) -> Option<&DataError> {
+        match self {
+            LogError::Data { error, .. } | LogError::Batch(error) => Some(error),
+            _ => None,
+        }
     }
 }
 
@@ -227,9 +295,7 @@ impl From<MpoError> for LogError {
     /// [`DataError`] so they can name rows and columns.
     fn from(e: MpoError) -> Self {
         match e {
-            MpoError::Parameter { .. } | MpoError::Option(_) | MpoError::Inapplicable(_) => {
-                LogError::Usage(e.to_string())
-            }
+            MpoError::Parameter { .. } | MpoError::Option { .. } | MpoError::Inapplicable(_) => LogError::Option(e),
             other => LogError::Batch(DataError::Estimator(other)),
         }
     }

@@ -279,7 +279,7 @@ impl ColumnSpec {
             }
             (None, None, None) => {
                 return Err(LogError::Batch(DataError::MissingColumn {
-                    column: format!("{DEFAULT_REWARDS}` or `{DEFAULT_SCORE}` or `{DEFAULT_TURN_REWARDS}"),
+                    columns: vec![DEFAULT_REWARDS.into(), DEFAULT_SCORE.into(), DEFAULT_TURN_REWARDS.into()],
                     available: available(schema, ""),
                 }))
             }
@@ -356,7 +356,7 @@ impl ColumnSpec {
             (None, None) if present(DEFAULT_TOKEN_IDS) => Some(AnchorColumn::Tokens(DEFAULT_TOKEN_IDS.into())),
             (None, None) => {
                 return Err(LogError::Batch(DataError::MissingColumn {
-                    column: format!("{DEFAULT_TURN_STATE_IDS}` or `{DEFAULT_TOKEN_IDS}"),
+                    columns: vec![DEFAULT_TURN_STATE_IDS.into(), DEFAULT_TOKEN_IDS.into()],
                     available: format!(
                         "gigpo reads anchor states: one id per turn, or token ids to hash; {}",
                         available(schema, "")
@@ -371,10 +371,10 @@ impl Columns {
     /// Checks names and types against `schema` (before any row is read).
     pub fn check_schema(&self, schema: &Schema) -> Result<(), DataError> {
         let ty = |name: &str| -> Result<&DataType, DataError> {
-            schema
-                .field_with_name(name)
-                .map(|f| f.data_type())
-                .map_err(|_| DataError::MissingColumn { column: name.to_string(), available: available(schema, name) })
+            schema.field_with_name(name).map(|f| f.data_type()).map_err(|_| DataError::MissingColumn {
+                columns: vec![name.to_string()],
+                available: available(schema, name),
+            })
         };
         check_list(&self.mask, ty(&self.mask)?, ElementKind::Mask)?;
         if let Some(values) = &self.values {
@@ -514,9 +514,10 @@ pub enum ListKind {
 
 /// The column `name` of `batch`, or an error that lists the columns there are.
 pub(crate) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DataError> {
-    batch
-        .column_by_name(name)
-        .ok_or_else(|| DataError::MissingColumn { column: name.into(), available: available(batch.schema_ref(), name) })
+    batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
+        columns: vec![name.into()],
+        available: available(batch.schema_ref(), name),
+    })
 }
 
 #[cfg(test)]

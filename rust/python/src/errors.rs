@@ -15,12 +15,20 @@
 //! ```
 //! Bad or corrupt Parquet / Arrow data is an `InvalidBatchError` (it names file, row group,
 //! row and column); the operating system's failures are `OSError` with their errno.
+//!
+//! Where an error points is also on the exception, as attributes set here from the Rust
+//! error's fields (None where not applicable, and on an error raised in Python):
+//! `InvalidBatchError.column` (the argument or column), `.missing` (for a missing column, the
+//! names none of which the input has: one, or a role's alternatives), `.trajectory` (the
+//! trajectory or row), `.token` (the token's position in it); `InvalidOptionError.option`. Python reads them instead of
+//! parsing the message.
 
 use mpo_core::MpoError as CoreError;
 use mpo_logs::LogError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyModuleNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 create_exception!(
     mpo_rs.exceptions,
@@ -68,8 +76,15 @@ create_exception!(
      A ModuleNotFoundError, so ``except ImportError`` still catches it."
 );
 
+/// The attributes of each class, None on the class (an error raised in Python has them too).
+const BATCH_ATTRIBUTES: [&str; 4] = ["column", "missing", "trajectory", "token"];
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    for name in BATCH_ATTRIBUTES {
+        py.get_type::<InvalidBatchError>().setattr(name, py.None())?;
+    }
+    py.get_type::<InvalidOptionError>().setattr("option", py.None())?;
     m.add("MpoError", py.get_type::<MpoError>())?;
     m.add("InvalidBatchError", py.get_type::<InvalidBatchError>())?;
     m.add("InvalidOptionError", py.get_type::<InvalidOptionError>())?;
@@ -79,15 +94,56 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MissingDependencyError", py.get_type::<MissingDependencyError>())
 }
 
+/// Where a batch error points, for its exception's attributes.
+#[derive(Default)]
+struct At<'a> {
+    column: Option<&'a str>,
+    missing: &'a [String],
+    trajectory: Option<u64>,
+    token: Option<u64>,
+}
+
+/// An `InvalidBatchError` carrying `at` as attributes.
+fn batch_error(message: String, at: At<'_>) -> PyErr {
+    let err = InvalidBatchError::new_err(message);
+    Python::attach(|py| {
+        let missing = (!at.missing.is_empty()).then(|| PyTuple::new(py, at.missing).ok()).flatten();
+        let value = err.value(py);
+        // A fresh exception instance takes any attribute; a failure would only lose the hint.
+        let _ = value.setattr("column", at.column);
+        let _ = value.setattr("missing", missing);
+        let _ = value.setattr("trajectory", at.trajectory);
+        let _ = value.setattr("token", at.token);
+    });
+    err
+}
+
+/// An `InvalidOptionError` naming `option` as its attribute.
+fn option_error(message: String, option: Option<&str>) -> PyErr {
+    let err = InvalidOptionError::new_err(message);
+    Python::attach(|py| {
+        let _ = err.value(py).setattr("option", option);
+    });
+    err
+}
+
 /// An error of the core: a parameter or option → `InvalidOptionError`, anything about the
 /// data → `InvalidBatchError`.
 pub fn core_error(e: CoreError) -> PyErr {
     match e {
-        CoreError::Parameter { .. } | CoreError::Option(_) | CoreError::Inapplicable(_) => {
-            InvalidOptionError::new_err(e.to_string())
+        CoreError::Parameter { .. } | CoreError::Option { .. } | CoreError::Inapplicable(_) => {
+            option_error(e.to_string(), e.option())
         }
         CoreError::MissingValues { .. } => MissingCriticValuesError::new_err(e.to_string()),
-        _ => InvalidBatchError::new_err(e.to_string()),
+        _ => batch_error(
+            e.to_string(),
+            At {
+                column: e.column(),
+                trajectory: e.trajectory().map(|t| t as u64),
+                token: e.token().map(|t| t as u64),
+                ..At::default()
+            },
+        ),
     }
 }
 
@@ -97,8 +153,18 @@ pub fn core_error(e: CoreError) -> PyErr {
 pub fn log_error(e: LogError) -> PyErr {
     let message = e.to_string();
     match e {
-        LogError::Usage(_) => InvalidOptionError::new_err(message),
-        LogError::Data { .. } | LogError::Batch(_) | LogError::Corrupt { .. } => InvalidBatchError::new_err(message),
+        LogError::Usage(_) => option_error(message, None),
+        LogError::Option(e) => option_error(message, e.option()),
+        LogError::Data { ref error, .. } | LogError::Batch(ref error) => batch_error(
+            message,
+            At {
+                column: error.column(),
+                missing: error.missing_columns(),
+                trajectory: error.row(),
+                token: error.token(),
+            },
+        ),
+        LogError::Corrupt { ref column, .. } => batch_error(message, At { column: column.as_deref(), ..At::default() }),
         LogError::Io { source, .. } => match source.raw_os_error() {
             Some(errno) => PyOSError::new_err((errno, message)),
             None => PyOSError::new_err(message),

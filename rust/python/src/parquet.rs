@@ -279,7 +279,7 @@ fn diagnose(batch: &RecordBatch, columns: &Columns, step_col: Option<&str>) -> R
 )]
 fn read_steps(batch: &RecordBatch, name: &str) -> Result<Vec<i64>, DataError> {
     let array = batch.column_by_name(name).ok_or_else(|| DataError::MissingColumn {
-        column: name.into(),
+        columns: vec![name.into()],
         available: format!(
             "columns are: {}",
             batch.schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
