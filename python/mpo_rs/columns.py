@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ._native import InvalidBatchError, InvalidOptionError, MpoError, closest_name, column_spec
 
@@ -100,7 +100,10 @@ def missing_column_hint(
     return f"name the column to use with {' or '.join(options)}"
 
 
-def with_hint(error: MpoError, hint: str) -> MpoError:
+_Error = TypeVar("_Error", bound=MpoError)
+
+
+def with_hint(error: _Error, hint: str) -> _Error:
     """``error`` itself, its message followed by ``; hint`` (its attributes kept)."""
     error.args = (f"{error}; {hint}",)
     return error
