@@ -3,7 +3,8 @@
 ``mpo-rs diagnose INPUT [-o REPORT_DIR]`` reports whether the critic's values move at turn
 boundaries (``mpo_rs.diagnose``). ``mpo-rs advantages INPUT -o OUTPUT`` streams a Parquet rollout log (a file, or a
 directory of files) through the Rust pipeline and writes it with the advantage columns
-appended; see ``docs/parquet.md``. Exit codes: 0 done, 1 bad data or I/O failure,
+appended; see ``docs/parquet.md``. ``mpo-rs check module:function`` property-tests an
+advantage function (``mpo_rs.testing``, docs/testing.md). Exit codes: 0 done, 1 bad data or I/O failure,
 2 usage error. Expected errors print one line and no traceback.
 """
 
@@ -25,6 +26,7 @@ from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
 from .reproduce import command as reproduce
+from .testing import command as check
 
 PROG = "mpo-rs"
 
@@ -152,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagnose.add_parser(commands)
     reproduce.add_parser(commands)
+    check.add_parser(commands)
     return parser
 
 
@@ -365,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _diagnose(args)
     if args.command == "reproduce":
         return _reproduce(args)
+    if args.command == "check":
+        return check.run(args, note=_note)
     return _fail(f"unknown command {args.command!r}", EXIT_USAGE)  # argparse prevents this
 
 
