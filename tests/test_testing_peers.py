@@ -5,7 +5,6 @@ with the reason."""
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,18 +13,17 @@ import pytest
 
 from mpo_rs.testing import check_advantages
 from mpo_rs.testing.invariants import ESTIMATORS
-from mpo_rs.testing.strategies import Batch
+from mpo_rs.testing.strategies import batches, group_batches
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
 
 # verl's masked_whiten refuses a batch of one policy token, and its GAE loop stacks nothing
 # on a batch of width 0: real batches are larger, so the kit draws them larger.
-TWO_TOKENS = {"where": lambda b: int(b.mask.sum()) >= 2}
+TWO_TOKENS = {"batches": batches(4, edges=True, max_runs=5, max_run=4, turn_rewards=True, min_policy=2)}
 
 
-def _no_singleton_groups(b: Batch) -> bool:
-    assert b.group_ids is not None
-    return all(n >= 2 for n in collections.Counter(b.group_ids.tolist()).values())
+# Every prompt sampled twice or more, as GRPO is run.
+GROUPS_OF_2 = {"batches": group_batches(min_group=2)}
 
 
 def _verl() -> Any:
@@ -41,6 +39,16 @@ def _unwhitened(fn: Callable[..., Any]) -> Callable[..., Any]:
         return returns - values, returns
 
     return gae
+
+
+def _returns(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's REINFORCE++ read before its whitening: its returns as the advantages."""
+
+    def reinforce(token_level_rewards: Any, response_mask: Any, **options: Any) -> Any:
+        _, returns = fn(token_level_rewards, response_mask, **options)
+        return returns, returns
+
+    return reinforce
 
 
 # (row name, estimator, convention, the function given verl's core_algos, check_advantages' keywords)
@@ -71,14 +79,28 @@ PEERS: list[tuple[str, str, str, Callable[[Any], Any], dict[str, Any]]] = [
         "grpo",
         "verl-group",
         lambda ca: ca.compute_grpo_outcome_advantage,
-        {"where": _no_singleton_groups},
+        GROUPS_OF_2,
     ),
     (
         "verl 0.9.1 compute_grpo_outcome_advantage (Dr. GRPO), groups of 2+",
         "drgrpo",
         "verl-group",
         lambda ca: ca.compute_grpo_outcome_advantage,
-        {"where": _no_singleton_groups, "call_options": {"norm_adv_by_std_in_grpo": False}},
+        {**GROUPS_OF_2, "call_options": {"norm_adv_by_std_in_grpo": False}},
+    ),
+    (
+        "verl 0.9.1 compute_reinforce_plus_plus_outcome_advantage",
+        "reinforce",
+        "verl-reinforce",
+        lambda ca: ca.compute_reinforce_plus_plus_outcome_advantage,
+        TWO_TOKENS,
+    ),
+    (
+        "verl 0.9.1 compute_reinforce_plus_plus_outcome_advantage, returns",
+        "reinforce",
+        "verl-reinforce",
+        lambda ca: _returns(ca.compute_reinforce_plus_plus_outcome_advantage),
+        TWO_TOKENS,
     ),
     (
         "verl 0.9.1 compute_rloo_outcome_advantage",
@@ -92,7 +114,7 @@ PEERS: list[tuple[str, str, str, Callable[[Any], Any], dict[str, Any]]] = [
         "rloo",
         "verl-group",
         lambda ca: ca.compute_rloo_outcome_advantage,
-        {"where": _no_singleton_groups},
+        GROUPS_OF_2,
     ),
 ]
 

@@ -119,13 +119,14 @@ def _run_one(
     s: settings,
     tolerance: Tolerance,
     where: Callable[[Batch], bool] | None,
+    drawn: st.SearchStrategy[Batch] | None = None,
 ) -> InvariantResult:
     spec, inv = ESTIMATORS[estimator], INVARIANTS[name]
     passed = 0
     start = time.monotonic()
 
     @s
-    @given(spec.batches, spec.options, st.data())
+    @given(spec.batches if drawn is None else drawn, spec.options, st.data())
     def run(b: Batch, opts: dict[str, Any], data: st.DataObject) -> None:
         nonlocal passed
         assume(where is None or where(b))
@@ -163,22 +164,25 @@ def check_advantages(
     tolerance: Tolerance | None = None,
     call_options: Mapping[str, Any] | None = None,
     where: Callable[[Batch], bool] | None = None,
+    batches: st.SearchStrategy[Batch] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Checks ``fn`` against the invariants ``estimator`` implies and returns a :class:`Report`.
 
     ``convention``: a name of :data:`~mpo_rs.testing.conventions.CONVENTIONS` (``flat``,
-    ``flat-group``, ``padded``, ``verl-gae``, ``verl-group``) or an adapter of one's own.
-    ``estimator``: what ``fn`` computes, a key of
-    :data:`~mpo_rs.testing.invariants.ESTIMATORS` (``gae``, ``mae``, ``grpo``, ``drgrpo``,
-    ``rloo``); its options (γ and λ, below 1 included) are drawn and passed to ``fn`` as
+    ``flat-group``, ``padded``, ``verl-gae``, ``verl-group``, ``verl-reinforce``) or an
+    adapter of one's own. ``estimator``: what ``fn`` computes, a key of
+    :data:`~mpo_rs.testing.invariants.ESTIMATORS` (``gae``, ``mae``, ``reinforce``,
+    ``grpo``, ``drgrpo``, ``rloo``); its options (γ and λ, below 1 included) are drawn and passed to ``fn`` as
     keywords. ``invariants``: a subset of the estimator's (default: all of them).
     ``profile``: ``"ci"`` (deterministic, the default) or ``"fuzz"``; ``max_examples``
     overrides the profile's number of examples per invariant. ``tolerance``: how close
     ``fn``'s numbers must be to the reference's (default 1e-4 relative, 1e-3 absolute).
     ``call_options``: fixed keywords added to every call of ``fn``. ``where``: only
     batches for which it is true are drawn (say ``lambda b: b.mask.sum() >= 2`` for a
-    function that refuses smaller ones). ``progress``: called with a line before each
+    function that refuses smaller ones). ``batches``: the strategy that draws them instead
+    of the estimator's (:mod:`mpo_rs.testing.strategies`: say ``group_batches(min_group=2)``
+    for no group of one, or ``batches(12, max_run=20)`` for larger ones). ``progress``: called with a line before each
     invariant.
     """
     if estimator not in ESTIMATORS:
@@ -196,5 +200,5 @@ def check_advantages(
     for i, name in enumerate(names):
         if progress is not None:
             progress(f"checking {name} ({i + 1}/{len(names)})")
-        report.results.append(_run_one(subject, name, estimator, s, tolerance or Tolerance(), where))
+        report.results.append(_run_one(subject, name, estimator, s, tolerance or Tolerance(), where, batches))
     return report

@@ -23,6 +23,7 @@ CONVENTION_ESTIMATORS = {
     "padded": "gae",
     "verl-gae": "gae",
     "verl-group": "grpo",
+    "verl-reinforce": "reinforce",
 }
 """The estimator a convention is checked as when ``--estimator`` is not given."""
 
@@ -47,9 +48,9 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument(
         "--estimator",
-        choices=["gae", "mae", "grpo", "drgrpo", "rloo"],
+        choices=["gae", "mae", "reinforce", "grpo", "drgrpo", "rloo"],
         default=None,
-        help="what the function computes (default: gae, or grpo for the group conventions)",
+        help="what the function computes (default: the convention's: gae, grpo for the group ones, reinforce for verl-reinforce)",
     )
     p.add_argument(
         "--profile",

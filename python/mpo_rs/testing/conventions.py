@@ -21,6 +21,10 @@ token (:class:`Outcome`). It is any callable ``(fn, batch, options, layout) -> O
 ``verl-group``
     verl's group estimators ``fn(token_level_rewards, response_mask, index) -> (advantages,
     returns)`` (GRPO, RLOO, ...): ``index`` a numpy array of string ids, one per row.
+``verl-reinforce``
+    verl's ``compute_reinforce_plus_plus_outcome_advantage(token_level_rewards,
+    response_mask, config) -> (advantages, returns)``: γ goes in as ``config=AlgoConfig(gamma=...)``
+    (needs verl).
 ``padded``
     ``fn(rewards, values, mask, **options)`` on ``(B, L)`` numpy arrays (float32, bool
     mask), returning the advantages or ``(advantages, returns)``.
@@ -167,16 +171,31 @@ def verl_group(fn: Callable[..., Any], b: Batch, options: Mapping[str, Any], lay
     return _padded_outcome(result, p)
 
 
+def verl_reinforce(fn: Callable[..., Any], b: Batch, options: Mapping[str, Any], layout: Layout) -> Outcome:
+    """The ``verl-reinforce`` convention: verl's REINFORCE++, γ in an ``AlgoConfig``."""
+    torch = _torch()
+    with needs("mpo_rs.testing's verl-reinforce convention", "verl"):
+        from verl.trainer.config import AlgoConfig
+    p = _padded(b, layout)
+    config = AlgoConfig(gamma=float(options.get("gamma", 1.0)))
+    rest = {k: v for k, v in options.items() if k not in ("gamma", "lam")}
+    result = fn(
+        torch.from_numpy(p.token_level_rewards), torch.from_numpy(p.mask.astype(np.int64)), config=config, **rest
+    )
+    return _padded_outcome(result, p)
+
+
 CONVENTIONS: dict[str, Convention] = {
     "flat": flat,
     "flat-group": flat_group,
     "padded": padded,
     "verl-gae": verl_gae,
     "verl-group": verl_group,
+    "verl-reinforce": verl_reinforce,
 }
 """The built-in conventions by name (see the module's docstring)."""
 
-PADDED = frozenset({"padded", "verl-gae", "verl-group"})
+PADDED = frozenset({"padded", "verl-gae", "verl-group", "verl-reinforce"})
 """The built-in conventions that lay the batch out as padded rows."""
 
 

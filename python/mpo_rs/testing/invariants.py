@@ -69,10 +69,20 @@ class EstimatorSpec:
 
     name: str
     kind: Literal["token", "turn", "group"]
-    options: st.SearchStrategy[dict[str, Any]]
+    option_names: tuple[str, ...]
     batches: st.SearchStrategy[Batch]
     invariants: tuple[str, ...]
     section: str
+
+    @property
+    def options(self) -> st.SearchStrategy[dict[str, Any]]:
+        """The options' strategy: γ and λ (λ = 1 and 0.95 often, else anywhere in [0, 1]),
+        and MAE's λ_intra and β."""
+        return st.fixed_dictionaries({name: _OPTION_RANGES[name] for name in self.option_names})
+
+    def set(self, opts: Mapping[str, Any], **fixed: float) -> dict[str, Any]:
+        """``opts`` with those of ``fixed`` the estimator takes."""
+        return {**opts, **{k: v for k, v in fixed.items() if k in self.option_names}}
 
 
 class InvariantViolation(AssertionError):
@@ -117,6 +127,9 @@ def _ref(b: Batch, est: EstimatorSpec, opts: Mapping[str, Any]) -> tuple[F64, F6
         leave_one_out, norm_std = est.name == "rloo", est.name == "grpo"
         per = reference.group(b.scores.tolist(), b.group_ids.tolist(), norm_std=norm_std, leave_one_out=leave_one_out)
         return np.where(b.mask, np.repeat(np.array(per, dtype=np.float64), np.diff(b.offsets)), 0.0), None
+    if est.name == "reinforce":  # the discounted return: token GAE without values, λ = 1
+        adv, _ = reference.gae(np.zeros_like(values), mask, offsets, rewards=b.rewards, gamma=opts["gamma"], lam=1.0)
+        return np.array(adv), None
     if est.kind == "token":
         adv, _ = reference.gae(values, mask, offsets, rewards=b.rewards, **opts)
         return np.array(adv), None
@@ -245,7 +258,7 @@ def _check_turn_mean(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
 
 
 def _check_beta_zero(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
-    opts = {**opts, "beta": 0.0}
+    opts = ctx.estimator.set(opts, beta=0.0)
     turns = _turns(b)
     out = _call(ctx, b, opts)
     # The function's own turn advantages when it returns them (then bitwise), else the reference's.
@@ -384,7 +397,7 @@ def _expect_returns(ctx: Context, b: Batch, opts: dict[str, Any], what: str, sub
 
 
 def _check_telescoping(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
-    opts = {**opts, "lam": 1.0}
+    opts = ctx.estimator.set(opts, lam=1.0)
     what = "with λ = 1 the advantage should be the discounted return minus the value (A = G − V)"
     _expect_returns(ctx, b, opts, what, subtract_values=True)
 
@@ -396,7 +409,7 @@ def _check_terminal(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
         if pol.size:
             rewards[b.offsets[j] + pol[-1]] = b.scores[j]
     b2 = replace(_zero_values(b), rewards=rewards)
-    opts = {**opts, "lam": 1.0, **({"beta": 0.0} if ctx.estimator.kind == "turn" else {})}
+    opts = ctx.estimator.set(opts, lam=1.0, beta=0.0)
     what = "with zero values and λ = 1 the terminal reward should reach every earlier token, discounted by γ per step"
     _expect_returns(ctx, b2, opts, what, subtract_values=False)
 
@@ -404,7 +417,7 @@ def _check_terminal(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
 def _check_turn_rewards(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
     turn_rewards = b.turn_rewards or [[1.0] * k for k in b.turn_counts()]
     b2 = _zero_values(replace(b, turn_rewards=turn_rewards).with_turn_rewards_as_tokens())
-    opts = {**opts, "lam": 1.0, **({"beta": 0.0} if ctx.estimator.kind == "turn" else {})}
+    opts = ctx.estimator.set(opts, lam=1.0, beta=0.0)
     what = "a turn's reward, on its last token, should count for that turn and the ones before it, not later ones"
     _expect_returns(ctx, b2, opts, what, subtract_values=False)
 
@@ -517,14 +530,15 @@ INVARIANTS: dict[str, Invariant] = {
 """Every invariant by name."""
 
 
-def _options(**ranges: st.SearchStrategy[float]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries(ranges)
-
-
-_gamma = st.one_of(st.just(1.0), st.floats(0.5, 1.0))
-_lam = st.one_of(st.just(1.0), st.just(0.95), st.floats(0.0, 1.0))
+_OPTION_RANGES: dict[str, st.SearchStrategy[float]] = {
+    "gamma": st.one_of(st.just(1.0), st.floats(0.5, 1.0)),
+    "lam": st.one_of(st.just(1.0), st.just(0.95), st.floats(0.0, 1.0)),
+    "lam_intra": st.floats(0.0, 1.0),
+    "beta": st.floats(0.0, 2.0),
+}
 _critic = batches(4, edges=True, max_runs=5, max_run=4, turn_rewards=True)
 _CRITIC = ("observation-transparency", "masked-value-independence", "padding-invariance", "permutation-equivariance")
+_ENDS = ("terminal-reward", "turn-reward-placement", "thread-determinism")
 _GROUP = (
     "reference",
     "group-translation",
@@ -533,36 +547,35 @@ _GROUP = (
     "permutation-equivariance",
     "thread-determinism",
 )
-_group_opts: st.SearchStrategy[dict[str, Any]] = st.just({})
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "gae": EstimatorSpec(
         "gae",
         "token",
-        _options(gamma=_gamma, lam=_lam),
+        ("gamma", "lam"),
         _critic,
-        ("reference", *_CRITIC, "telescoping", "terminal-reward", "turn-reward-placement", "thread-determinism"),
+        ("reference", *_CRITIC, "telescoping", *_ENDS),
         "Token GAE (the PPO baseline, verl's multi-turn convention)",
     ),
     "mae": EstimatorSpec(
         "mae",
         "turn",
-        _options(gamma=_gamma, lam=_lam, lam_intra=st.floats(0.0, 1.0), beta=st.floats(0.0, 2.0)),
+        ("gamma", "lam", "lam_intra", "beta"),
         _critic,
-        (
-            "reference",
-            "turn-mean",
-            "beta-zero-broadcast",
-            *_CRITIC,
-            "telescoping",
-            "terminal-reward",
-            "turn-reward-placement",
-            "thread-determinism",
-        ),
+        ("reference", "turn-mean", "beta-zero-broadcast", *_CRITIC, "telescoping", *_ENDS),
         "MAE: multiscale advantage estimation (MPO)",
     ),
-    "grpo": EstimatorSpec("grpo", "group", _group_opts, group_batches(), _GROUP, "Group baselines (no critic)"),
-    "drgrpo": EstimatorSpec("drgrpo", "group", _group_opts, group_batches(), _GROUP, "Group baselines (no critic)"),
-    "rloo": EstimatorSpec("rloo", "group", _group_opts, group_batches(), _GROUP, "Group baselines (no critic)"),
+    # REINFORCE++'s return-to-go: token GAE with no values and λ = 1 (γ per policy token).
+    "reinforce": EstimatorSpec(
+        "reinforce",
+        "token",
+        ("gamma",),
+        _critic,
+        ("reference", "observation-transparency", "padding-invariance", "permutation-equivariance", *_ENDS),
+        "Token GAE (the PPO baseline, verl's multi-turn convention)",
+    ),
+    "grpo": EstimatorSpec("grpo", "group", (), group_batches(), _GROUP, "Group baselines (no critic)"),
+    "drgrpo": EstimatorSpec("drgrpo", "group", (), group_batches(), _GROUP, "Group baselines (no critic)"),
+    "rloo": EstimatorSpec("rloo", "group", (), group_batches(), _GROUP, "Group baselines (no critic)"),
 }
 """The estimators the kit checks against, by name."""

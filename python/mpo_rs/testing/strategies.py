@@ -197,6 +197,7 @@ def batches(
     truncation: bool = False,
     groups: int | None = None,
     anchors: int | None = None,
+    min_policy: int = 0,
 ) -> Batch:
     """A flat batch of ``min_traj`` to ``max_traj`` trajectories, each of up to ``max_runs``
     alternating runs of up to ``max_run`` tokens.
@@ -207,10 +208,15 @@ def batches(
     turn. ``truncation``: draw truncation flags. ``groups``: draw group ids from a range
     of ``2 * groups`` ids, so some ids name no trajectory and some groups are singletons
     (and with ``edges``, some hold only trajectories without a policy token). ``anchors``:
-    draw one anchor-state id per turn from ``range(anchors)``.
+    draw one anchor-state id per turn from ``range(anchors)``. ``min_policy``: a batch with
+    fewer policy tokens gets one more trajectory, a turn of the missing ones (for a function
+    that refuses smaller batches, such as a whitening one).
     """
     one = st.one_of(trajectory(max_runs, max_run), edge_trajectory()) if edges else trajectory(max_runs, max_run)
     masks = draw(st.lists(one, min_size=min_traj, max_size=max_traj))
+    missing = min_policy - sum(sum(m) for m in masks)
+    if missing > 0:
+        masks.append([1] * missing)
     mask = np.array([m for traj in masks for m in traj], dtype=bool)
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in masks])]).astype(np.int64)
     n_tok = len(mask)
@@ -242,11 +248,26 @@ def batches(
 
 
 @st.composite
-def group_batches(draw: Draw, max_traj: int = 8, groups: int = 3, edges: bool = True) -> Batch:
+def group_batches(draw: Draw, max_traj: int = 8, groups: int = 3, edges: bool = True, min_group: int = 1) -> Batch:
     """A batch for the group estimators: group ids, and each trajectory's score (on the grid
     of quarters) as its one token reward on its last policy token; a trajectory without a
-    policy token scores 0 (a padded trainer's row sum)."""
-    b: Batch = draw(batches(max_traj, dense_rewards=False, edges=edges, groups=groups, max_runs=4, max_run=3))
+    policy token scores 0 (a padded trainer's row sum). ``min_group``: every group has at
+    least that many trajectories (2: no group of one, as GRPO is run)."""
+    b: Batch = draw(
+        batches(
+            max(max_traj, min_group),
+            dense_rewards=False,
+            edges=edges,
+            groups=groups,
+            max_runs=4,
+            max_run=3,
+            min_traj=min_group if min_group > 1 else 0,
+        )
+    )
+    if min_group > 1 and b.n:
+        k = draw(st.integers(1, b.n // min_group))
+        order = draw(st.permutations(list(range(b.n))))
+        b.group_ids = np.array([2 * (order[j] % k) + 1 for j in range(b.n)], dtype=np.int64)
     b.rewards[:] = 0.0
     for j in range(b.n):
         pol = np.flatnonzero(b.mask[b.offsets[j] : b.offsets[j + 1]])
