@@ -269,3 +269,15 @@ def test_every_edge_layout_is_drawn():
 
     collect()
     assert seen == set(EDGE_LAYOUTS)
+
+
+def test_the_ci_profile_is_deterministic(monkeypatch):
+    def run() -> str:
+        report = check_advantages(gae_loop, invariants=["reference"], call_options={"bug": "reset-at-observations"})
+        return report["reference"].counterexample or ""
+
+    first = run()
+    assert first and run() == first
+    monkeypatch.setenv("MPO_RS_TESTING_PROFILE", "nightly")
+    with pytest.raises(mpo_rs.InvalidOptionError, match="unknown profile 'nightly'; the profiles are: ci, fuzz"):
+        run()

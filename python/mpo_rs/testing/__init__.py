@@ -5,7 +5,7 @@
 * :mod:`.strategies` -- hypothesis strategies for random multi-turn batches, flat and
   padded;
 * :mod:`.invariants` -- the invariants of docs/spec.md as named checks with readable
-  counterexamples;
+  counterexamples; :mod:`.estimators` -- which of them each estimator implies;
 * :mod:`.conventions` -- adapters that call a trainer's function (verl, flat, padded, one's own);
 * :func:`check_advantages` -- runs them all on a function and returns a report.
 

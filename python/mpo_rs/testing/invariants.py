@@ -7,7 +7,8 @@ Each :class:`Invariant` checks one property on one batch: it calls the function 
 the expected against the actual values -- when the property does not hold. Hypothesis
 (:func:`mpo_rs.testing.check_advantages`, or a test's ``@given``) draws the batches and
 shrinks a failure to a small one. :data:`INVARIANTS` lists them by name; which apply to an
-estimator is its :class:`EstimatorSpec`'s ``invariants`` (:data:`ESTIMATORS`).
+estimator is its :class:`~mpo_rs.testing.estimators.EstimatorSpec`'s ``invariants``
+(:data:`~mpo_rs.testing.estimators.ESTIMATORS`, re-exported here).
 
 Expected values come from :mod:`mpo_rs.testing.reference` (float64, from the formulas).
 """
@@ -18,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +28,8 @@ from .. import _native
 from .._deps import needs
 from . import _render, reference
 from .conventions import Layout, Outcome
-from .strategies import Batch, Draw, batches, grid, group_batches
+from .estimators import ESTIMATORS, EstimatorSpec
+from .strategies import Batch, Draw, grid
 
 with needs("mpo_rs.testing.invariants", "testing"):
     from hypothesis import assume
@@ -59,30 +61,6 @@ class Tolerance:
 
     rtol: float = 1e-4
     atol: float = 1e-3
-
-
-@dataclass(frozen=True)
-class EstimatorSpec:
-    """What the kit knows of an estimator: its kind (``token``: per-token GAE-like,
-    ``turn``: MAE-like, ``group``: a group baseline), the options it is called with, the
-    batches it is checked on, its reference and the invariants it implies."""
-
-    name: str
-    kind: Literal["token", "turn", "group"]
-    option_names: tuple[str, ...]
-    batches: st.SearchStrategy[Batch]
-    invariants: tuple[str, ...]
-    section: str
-
-    @property
-    def options(self) -> st.SearchStrategy[dict[str, Any]]:
-        """The options' strategy: γ and λ (λ = 1 and 0.95 often, else anywhere in [0, 1]),
-        and MAE's λ_intra and β."""
-        return st.fixed_dictionaries({name: _OPTION_RANGES[name] for name in self.option_names})
-
-    def set(self, opts: Mapping[str, Any], **fixed: float) -> dict[str, Any]:
-        """``opts`` with those of ``fixed`` the estimator takes."""
-        return {**opts, **{k: v for k, v in fixed.items() if k in self.option_names}}
 
 
 class InvariantViolation(AssertionError):
@@ -528,54 +506,3 @@ INVARIANTS: dict[str, Invariant] = {
     ]
 }
 """Every invariant by name."""
-
-
-_OPTION_RANGES: dict[str, st.SearchStrategy[float]] = {
-    "gamma": st.one_of(st.just(1.0), st.floats(0.5, 1.0)),
-    "lam": st.one_of(st.just(1.0), st.just(0.95), st.floats(0.0, 1.0)),
-    "lam_intra": st.floats(0.0, 1.0),
-    "beta": st.floats(0.0, 2.0),
-}
-_critic = batches(4, edges=True, max_runs=5, max_run=4, turn_rewards=True)
-_CRITIC = ("observation-transparency", "masked-value-independence", "padding-invariance", "permutation-equivariance")
-_ENDS = ("terminal-reward", "turn-reward-placement", "thread-determinism")
-_GROUP = (
-    "reference",
-    "group-translation",
-    "observation-transparency",
-    "padding-invariance",
-    "permutation-equivariance",
-    "thread-determinism",
-)
-
-ESTIMATORS: dict[str, EstimatorSpec] = {
-    "gae": EstimatorSpec(
-        "gae",
-        "token",
-        ("gamma", "lam"),
-        _critic,
-        ("reference", *_CRITIC, "telescoping", *_ENDS),
-        "Token GAE (the PPO baseline, verl's multi-turn convention)",
-    ),
-    "mae": EstimatorSpec(
-        "mae",
-        "turn",
-        ("gamma", "lam", "lam_intra", "beta"),
-        _critic,
-        ("reference", "turn-mean", "beta-zero-broadcast", *_CRITIC, "telescoping", *_ENDS),
-        "MAE: multiscale advantage estimation (MPO)",
-    ),
-    # REINFORCE++'s return-to-go: token GAE with no values and λ = 1 (γ per policy token).
-    "reinforce": EstimatorSpec(
-        "reinforce",
-        "token",
-        ("gamma",),
-        _critic,
-        ("reference", "observation-transparency", "padding-invariance", "permutation-equivariance", *_ENDS),
-        "Token GAE (the PPO baseline, verl's multi-turn convention)",
-    ),
-    "grpo": EstimatorSpec("grpo", "group", (), group_batches(), _GROUP, "Group baselines (no critic)"),
-    "drgrpo": EstimatorSpec("drgrpo", "group", (), group_batches(), _GROUP, "Group baselines (no critic)"),
-    "rloo": EstimatorSpec("rloo", "group", (), group_batches(), _GROUP, "Group baselines (no critic)"),
-}
-"""The estimators the kit checks against, by name."""
