@@ -316,14 +316,10 @@ def _check_permutation(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
 
 def _check_translation(ctx: Context, b: Batch, opts: dict[str, Any]) -> None:
     assert b.group_ids is not None
-    has_policy = [bool(b.mask[b.offsets[j] : b.offsets[j + 1]].any()) for j in range(b.n)]
-    shiftable = sorted(
-        {
-            int(g)
-            for j, g in enumerate(b.group_ids)
-            if all(h for h, g2 in zip(has_policy, b.group_ids, strict=True) if g2 == g)
-        }
-    )
+    # A group can be shifted when each member has a policy token to carry its score (a
+    # padded trainer's score is its row's reward sum).
+    has_policy = np.array([b.mask[b.offsets[j] : b.offsets[j + 1]].any() for j in range(b.n)], dtype=bool)
+    shiftable = sorted(int(g) for g in np.unique(b.group_ids) if has_policy[b.group_ids == g].all())
     assume(shiftable)
     g = ctx.draw(st.sampled_from(shiftable))
     c = ctx.draw(grid.filter(lambda x: x != 0))
