@@ -136,7 +136,8 @@ lint-python: $(STAMP)
 # The daily fuzz run: >= 10^6 estimator inputs, 2 x 10^5 GiGPO inputs and >= 10^4 corrupt Parquet files (a new
 # seed each day, printed so a failure can be replayed with FUZZ_SEED=...), then the
 # hypothesis fuzzers of the Python API and of `reproduce --env` with more examples, and
-# FUZZ_STOPS stops of `reproduce` across its phases. Failing inputs are saved under
+# FUZZ_STOPS stops of `reproduce` across its phases, and mpo_rs.testing's invariants on
+# mpo_rs itself under the kit's `fuzz` profile (1000 examples per invariant). Failing inputs are saved under
 # rust/fuzz/artifacts/.
 FUZZ_SEED      ?= $(shell date +%Y%m%d)
 FUZZ_ESTIMATOR ?= 2000000
@@ -155,6 +156,7 @@ fuzz: build-lab fuzz-build
 		$(PY) -m pytest -q tests/test_fuzz_api.py tests/test_fuzz_objects.py tests/test_fuzz_options.py tests/test_fuzz_rollout_log.py
 	cd lab && MPO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MPO_FUZZ_STOPS=$(FUZZ_STOPS) FUZZ_SEED=$(FUZZ_SEED) \
 		../$(PY) -m pytest -q tests/test_fuzz_reproduce.py tests/test_fuzz_envs.py
+	MPO_RS_TESTING_PROFILE=fuzz $(PY) -m pytest -q tests/test_testing_kit.py -k hold
 
 bench: build
 	PYTHON=$(PYTHON) benches/setup_env.sh .venv-bench

@@ -1,5 +1,5 @@
 """RAGEN's bi-level GAE (``bilevel``): the extension against the slow reference written from
-the formulas (tests/reference.py), its invariants, the refusal of bad options, and the
+the formulas (mpo_rs.testing.reference), its invariants, the refusal of bad options, and the
 estimator through every entry point (numpy, padded torch, the learner, the CLI)."""
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ import sys
 
 import numpy as np
 import pytest
-import reference as ref
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from strategies import Batch, batches
-from test_invariants import _insert_observations, assert_trajectories_are_independent
+from test_invariants import assert_trajectories_are_independent
 
 import mpo_rs
 from mpo_rs import Estimator, InvalidBatchError, InvalidOptionError
+from mpo_rs.testing import reference as ref
+from mpo_rs.testing.invariants import insert_observations
+from mpo_rs.testing.strategies import Batch, batches
 
 TOL = dict(rtol=1e-5, atol=1e-4)
 
@@ -146,7 +147,7 @@ def test_inserting_observations_changes_no_policy_result(b, p, data):
     allowed = [q for q in range(len(m)) if q in starts or not m[q] or not m[q - 1]]
     where = data.draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=3, unique=True))
     lengths = data.draw(st.lists(st.integers(1, 5), min_size=len(where), max_size=len(where)))
-    b2, pos = _insert_observations(b, where, lengths)
+    b2, pos = insert_observations(b, where, lengths)
     r1, r2 = _bilevel(b, **p), _bilevel(b2, **p)
     pol = b.mask
     assert np.array_equal(r1.advantages[pol], r2.advantages[pos[pol]])

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import reference as ref
 from hypothesis import given
-from strategies import batches
 
 from mpo_rs.diagnose import summarize_value_structure as summarize
 from mpo_rs.diagnose import value_structure
+from mpo_rs.testing import reference as ref
+from mpo_rs.testing.strategies import batches
 
 
 @given(batches())

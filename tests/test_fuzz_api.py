@@ -1,7 +1,7 @@
 """A hypothesis fuzzer of the Python API (issue 11): random and adversarial calls of every
-estimator, checked against the independent reference (tests/reference.py).
+estimator, checked against the independent reference (mpo_rs.testing.reference).
 
-Each call gets a batch from tests/strategies.py and then, maybe, one adversarial twist:
+Each call gets a batch from mpo_rs.testing.strategies and then, maybe, one adversarial twist:
 NaN/inf or huge numbers where they are read or where they are not, float64 values beyond
 float32, other dtypes (float64, float16, int, bool, object, str, complex), strided views,
 broken offsets, empty batches, 2-D arrays, out-of-domain parameters, group ids of every
@@ -28,12 +28,12 @@ import warnings
 
 import numpy as np
 import pytest
-import reference as ref
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import Batch, batches, gae_params, mae_params
 
 import mpo_rs
+from mpo_rs.testing import reference as ref
+from mpo_rs.testing.strategies import Batch, batches, gae_params, mae_params
 
 # Issue 11 item 7 made the estimators refuse to produce non-finite numbers, so a non-finite
 # result, even from extreme (but valid) input, fails the fuzzer.

@@ -1,5 +1,5 @@
 """GiGPO (docs/estimators.md, "GiGPO"): the kernel against a slow reference written from the
-formulas (tests/reference_gigpo.py), on ragged batches with both anchors, every reward
+formulas (mpo_rs.testing.reference), on ragged batches with both anchors, every reward
 source, norm_std on and off and singleton groups; the typed errors; and parity with
 verl-agent's published ``mean_norm`` / ``mean_std_norm`` where the two conventions agree."""
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_gigpo import gigpo as reference
-from reference_gigpo import turns_of, verl_agent
 
 import mpo_rs
 from mpo_rs import Estimator, InvalidBatchError, InvalidOptionError
+from mpo_rs.testing.reference import gigpo as reference
+from mpo_rs.testing.reference import turns_of, verl_agent
 
 
 @st.composite

@@ -1,5 +1,7 @@
 """The estimators' invariants (mean-preserving refinement, observation and value
-invariances, ...), checked by hypothesis against the independent reference."""
+invariances, ...): the kit's named checks (mpo_rs.testing.invariants) on mpo_rs's own
+functions, bitwise where the spec says so, and the checks against the independent
+reference that the kit does not make (returns, segmentation, scores, group ids)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import reference as ref
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from strategies import Batch, batches, gae_params, mae_params
 
 import mpo_rs
+from mpo_rs.testing import check_advantages
+from mpo_rs.testing import reference as ref
+from mpo_rs.testing.invariants import Tolerance, take
+from mpo_rs.testing.strategies import Batch, batches, gae_params, mae_params
 
 TOL = dict(rtol=1e-5, atol=1e-4)
 
@@ -62,23 +67,6 @@ def test_gae_matches_reference(b, p, alpha):
     np.testing.assert_allclose(res.returns, ret, **TOL)
 
 
-@given(batches(), mae_params)
-def test_turn_mean_is_preserved(b, p):
-    res = _mae(b, **p)
-    t = res.turns
-    for k in range(t.n_turns):
-        seg = res.advantages[t.starts[k] : t.ends[k]].astype(np.float64)
-        assert abs(seg.mean() - res.turn_advantages[k]) <= 1e-4 * (1 + abs(res.turn_advantages[k]))
-
-
-@given(batches(), mae_params)
-def test_beta_zero_broadcasts_the_turn_advantage(b, p):
-    res = _mae(b, **{**p, "beta": 0.0})
-    tt = res.turns.token_turn
-    on = tt >= 0
-    assert np.array_equal(res.advantages[on], res.turn_advantages[tt[on]])
-
-
 @given(batches(), mae_params, st.data())
 def test_turn_advantage_ignores_values_strictly_inside_a_turn(b, p, data):
     res = _mae(b, **p)
@@ -112,56 +100,32 @@ def test_observation_tokens_get_zero_and_minus_one(b, p):
     assert np.all(res.turns.token_turn[b.mask] >= 0)
 
 
-def _insert_observations(b: Batch, where: list[int], lengths: list[int]) -> tuple[Batch, np.ndarray]:
-    """Inserts observation runs before flat tokens `where` (at trajectory-internal points)
-    and returns the new batch plus the new position of every old token."""
-    new_pos = np.arange(len(b.mask))
-    for w, n in sorted(zip(where, lengths, strict=True)):
-        new_pos[w:] += n
-    total = len(b.mask) + sum(lengths)
-    mask = np.zeros(total, bool)
-    values = np.full(total, np.nan, np.float32)
-    rewards = np.zeros(total, np.float32)
-    mask[new_pos], values[new_pos], rewards[new_pos] = b.mask, b.values, b.rewards
-    offsets = b.offsets.copy()
-    for w, n in zip(where, lengths, strict=True):
-        offsets[np.searchsorted(b.offsets, w, side="right") :] += n
-    return Batch(values, mask, offsets, rewards, b.scores), new_pos
+# Exact where the spec promises bitwise equality; to the reference's tolerance elsewhere.
+EXACT = Tolerance(rtol=0.0, atol=0.0)
+KIT = [
+    ("mae", "turn-mean", Tolerance()),
+    ("mae", "beta-zero-broadcast", EXACT),
+    ("mae", "observation-transparency", EXACT),
+    ("gae", "observation-transparency", EXACT),
+    ("mae", "masked-value-independence", EXACT),
+    ("gae", "masked-value-independence", EXACT),
+    ("mae", "permutation-equivariance", EXACT),
+    ("gae", "permutation-equivariance", EXACT),
+    ("mae", "telescoping", Tolerance()),
+    ("gae", "telescoping", Tolerance()),
+    ("mae", "thread-determinism", EXACT),
+]
+FUNCTIONS = {"mae": mpo_rs.mae_advantages, "gae": mpo_rs.gae_advantages}
 
 
-@given(batches(), mae_params, st.data(), st.booleans())
-def test_inserting_observations_changes_no_policy_result(b, p, data, anywhere):
-    """Token GAE skips observations wherever they are. For MAE an observation run may grow
-    or appear anywhere that does not cut a turn in two (that would make two turns)."""
-    assume(len(b.mask) > 0)
-    starts = set(b.offsets[:-1].tolist())
-    m = b.mask
-    if anywhere:
-        allowed = list(range(len(m)))
-    else:
-        allowed = [q for q in range(len(m)) if q in starts or not m[q] or not m[q - 1]]
-    assume(allowed)
-    where = data.draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=3, unique=True))
-    lengths = data.draw(st.lists(st.integers(1, 5), min_size=len(where), max_size=len(where)))
-    b2, pos = _insert_observations(b, where, lengths)
-    pol = b.mask
-    g1 = mpo_rs.gae_advantages(b.values, b.mask, b.offsets, rewards=b.rewards)
-    g2 = mpo_rs.gae_advantages(b2.values, b2.mask, b2.offsets, rewards=b2.rewards)
-    assert np.array_equal(g1.advantages[pol], g2.advantages[pos[pol]])
-    assert np.array_equal(g1.returns[pol], g2.returns[pos[pol]])
-    if not anywhere:
-        r1, r2 = _mae(b, **p), _mae(b2, **p)
-        assert np.array_equal(r1.advantages[pol], r2.advantages[pos[pol]])
-        assert np.array_equal(r1.returns[pol], r2.returns[pos[pol]])
-        assert np.array_equal(r1.turn_advantages, r2.turn_advantages)
+@pytest.mark.parametrize("estimator, invariant, tolerance", KIT, ids=[f"{e}-{i}" for e, i, _ in KIT])
+def test_the_kits_invariants_hold(estimator, invariant, tolerance):
+    report = check_advantages(FUNCTIONS[estimator], estimator=estimator, invariants=[invariant], tolerance=tolerance)
+    report.raise_if_failed()
 
 
 def _take(b: Batch, order: list[int]) -> Batch:
-    idx = [np.arange(b.offsets[j], b.offsets[j + 1]) for j in order]
-    flat = np.concatenate([*idx, np.array([], np.int64)]).astype(np.int64)
-    lengths = [len(i) for i in idx]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return Batch(b.values[flat], b.mask[flat], offsets, b.rewards[flat], b.scores[order])
+    return take(b, order)[0]
 
 
 def _per_traj(arr: np.ndarray, offsets: np.ndarray) -> list[list[float]]:

@@ -58,6 +58,9 @@ def _child(hidden: tuple[str, ...], code: str) -> dict | None:
         (("torch",), "import mpo_rs.integrations.openrlhf", "mpo_rs.integrations.openrlhf", "openrlhf"),
         (("pyarrow", "polars"), "import mpo_rs.arrow as a; a.with_advantages({'x': [1]})", "mpo_rs.arrow", "arrow"),
         (("pyarrow",), "from mpo_rs.diagnose import diagnose_logs; diagnose_logs('x')", "mpo-rs diagnose", "arrow"),
+        (("hypothesis",), "import mpo_rs.testing.strategies", "mpo_rs.testing.strategies", "testing"),
+        (("hypothesis",), "import mpo_rs.testing.invariants", "mpo_rs.testing.strategies", "testing"),
+        (("hypothesis",), "from mpo_rs.testing import check_advantages", "mpo_rs.testing", "testing"),
     ],
 )
 def test_a_missing_dependency_is_one_typed_line_naming_the_extra(hidden, code, feature, extra):
@@ -67,6 +70,14 @@ def test_a_missing_dependency_is_one_typed_line_naming_the_extra(hidden, code, f
     message = got["message"]
     assert "\n" not in message
     assert message == f"`{feature}` needs {hidden[0]}: {install_hint(extra)}", message
+
+
+def test_the_kit_reference_needs_no_hypothesis_and_the_core_never_imports_it():
+    code = (
+        "import sys, mpo_rs, mpo_rs.cli; from mpo_rs.testing import reference; "
+        "assert reference.group([1.0, 2.0], [0, 0], norm_std=False) == [-0.5, 0.5]"
+    )
+    assert _child(("hypothesis",), code) is None
 
 
 def test_the_core_needs_none_of_them():

@@ -1,11 +1,12 @@
 """Per-turn rewards, truncation and a reward on a trailing observation token through the
-padded ``(B, L)`` API (``mpo_rs.torch``), against the slow reference (tests/reference.py)."""
+padded ``(B, L)`` API (``mpo_rs.torch``), against the slow reference (mpo_rs.testing.reference)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import reference as ref
+
+from mpo_rs.testing import reference as ref
 
 torch = pytest.importorskip("torch")
 

@@ -1,5 +1,5 @@
 """Per-turn rewards and truncation (issue 20 items 4, 5): against the independent reference
-(tests/reference.py, written from the formulas), the invariants (a flag that is not set
+(mpo_rs.testing.reference, written from the formulas), the invariants (a flag that is not set
 changes nothing bitwise; per-turn rewards are token rewards on each turn's last policy
 token, bitwise) and the typed errors."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import reference as ref
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import Batch, batches, finite, gae_params, mae_params
 
 import mpo_rs
 from mpo_rs import InvalidBatchError, InvalidOptionError
+from mpo_rs.testing import reference as ref
+from mpo_rs.testing.strategies import Batch, batches, finite, gae_params, mae_params
 
 TOL = dict(rtol=1e-5, atol=1e-4)
 ESTIMATORS = {"mae": (mpo_rs.mae_advantages, ref.mae), "gae": (mpo_rs.gae_advantages, ref.gae)}

@@ -3,7 +3,8 @@
 ``mpo-rs diagnose INPUT [-o REPORT_DIR]`` reports whether the critic's values move at turn
 boundaries (``mpo_rs.diagnose``). ``mpo-rs advantages INPUT -o OUTPUT`` streams a Parquet rollout log (a file, or a
 directory of files) through the Rust pipeline and writes it with the advantage columns
-appended; see ``docs/parquet.md``. Exit codes: 0 done, 1 bad data or I/O failure,
+appended; see ``docs/parquet.md``. ``mpo-rs check module:function`` property-tests an
+advantage function (``mpo_rs.testing``, docs/testing.md). Exit codes: 0 done, 1 bad data or I/O failure,
 2 usage error. Expected errors print one line and no traceback.
 
 Other installed packages add commands through the entry-point group :data:`COMMANDS`
@@ -31,6 +32,7 @@ from .columns import Columns
 from .estimators import CHECK_TOLERANCE
 from .exceptions import InvalidBatchError, InvalidOptionError, MissingDependencyError, MpoError
 from .options import ESTIMATORS, Estimator
+from .testing import command as check
 
 PROG = "mpo-rs"
 
@@ -39,7 +41,7 @@ COMMANDS = "mpo_rs.commands"
 
 # Where a command that is not installed comes from, for its one-line error.
 PROVIDERS = {"reproduce": "the lab package, mpo-lab (pip install ./lab from a checkout)"}
-BUILT_IN = ("advantages", "diagnose")
+BUILT_IN = ("advantages", "check", "diagnose")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -164,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
         help="no progress (a status line on a terminal, a line every 10 s in a log) and no summary",
     )
     diagnose.add_parser(commands)
+    check.add_parser(commands)
     for name, entry in sorted(added_commands().items()):
         commands.add_parser(name, help=f"from {_distribution(entry)} (`{PROG} {name} --help`)", add_help=False)
     return parser
@@ -387,6 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _advantages(args)
     if args.command == "diagnose":
         return _diagnose(args)
+    if args.command == "check":
+        return check.run(args, note=_note)
     return _run_added(args.command, [])  # an added command named with nothing after it
 
 

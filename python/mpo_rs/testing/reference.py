@@ -1,26 +1,66 @@
-"""Slow, independent reference estimators written from the formulas (turns, MAE, GAE,
-bi-level GAE, group baselines; docs/estimators.md).
+"""The executable spec: slow float64 estimators written from the formulas of docs/spec.md.
 
-Plain Python floats (f64) and explicit sums instead of the recurrences the Rust core uses,
-so that the two implementations share nothing but the formulas.
+Each function here computes one estimator of docs/spec.md ("Estimators") the way the
+page writes it: plain Python floats (float64), explicit sums instead of recurrences, one
+trajectory at a time. It shares nothing with the Rust core but the formulas, so agreement
+between the two is evidence that both follow the page. :mod:`mpo_rs.testing.invariants`
+takes its expected values from here, and so can a user's own tests::
+
+    from mpo_rs.testing import reference
+    adv, ret = reference.gae(values, mask, offsets, rewards=rewards, gamma=0.99, lam=0.95)
+
+The inputs are the flat batch of docs/spec.md ("Batch layout"): ``values`` and ``mask``
+one per token, ``offsets`` N + 1 cuts, one reward source (``rewards`` per token,
+``scores`` per trajectory or ``turn_rewards`` per turn). Outputs are lists of floats, one
+per token (0 off-policy) or per turn. Slow by design (quadratic sums): meant for batches
+of tens of tokens.
+
+* :func:`segment` -- turns (maximal runs of policy tokens);
+* :func:`mae` -- MAE, MPO's multiscale advantage ("MAE");
+* :func:`gae` -- token GAE over policy tokens ("Token GAE");
+* :func:`bilevel` -- RAGEN's bi-level GAE ("Turn-level estimators of other projects");
+* :func:`group` -- GRPO, Dr. GRPO and RLOO ("Group baselines");
+* :func:`gigpo` and :func:`verl_agent` -- GiGPO, and verl-agent's reading of it ("GiGPO").
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from ._reference_gigpo import GiGPOReference, gigpo, turns_of, verl_agent
+
+__all__ = [
+    "GiGPOReference",
+    "RefTurns",
+    "bilevel",
+    "gae",
+    "gigpo",
+    "group",
+    "is_close_list",
+    "mae",
+    "segment",
+    "token_rewards",
+    "turns_of",
+    "verl_agent",
+]
 
 
 @dataclass
 class RefTurns:
+    """The segmentation of :func:`segment`, as lists (the fields of :class:`mpo_rs.Turns`)."""
+
     starts: list[int]
     ends: list[int]
     traj_offsets: list[int]
     token_turn: list[int]
 
 
-def segment(mask: list[int], offsets: list[int]) -> RefTurns:
+def segment(mask: Sequence[Any], offsets: Sequence[Any]) -> RefTurns:
+    """Turns: each maximal run of policy tokens inside a trajectory (docs/spec.md, "Batch layout")."""
     starts: list[int] = []
     ends: list[int] = []
     traj_offsets = [0]
@@ -42,7 +82,9 @@ def segment(mask: list[int], offsets: list[int]) -> RefTurns:
     return RefTurns(starts, ends, traj_offsets, token_turn)
 
 
-def token_rewards(mask, offsets, rewards, scores, turn_rewards=None) -> list[float]:
+def token_rewards(
+    mask: Sequence[Any], offsets: Sequence[Any], rewards: Any, scores: Any, turn_rewards: Any = None
+) -> list[float]:
     """Token-level rewards; a score goes on its trajectory's last policy token, a turn
     reward (``turn_rewards[j][t]``) on the last token of turn t of trajectory j."""
     if rewards is not None:
@@ -64,20 +106,20 @@ def token_rewards(mask, offsets, rewards, scores, turn_rewards=None) -> list[flo
 
 
 def mae(
-    values,
-    mask,
-    offsets,
+    values: Any,
+    mask: Sequence[Any],
+    offsets: Sequence[Any],
     *,
-    rewards=None,
-    scores=None,
-    turn_rewards=None,
-    truncated=None,
-    lam=0.8,
-    lam_intra=0.95,
-    beta=1.0,
-    gamma=1.0,
-    lam_critic=1.0,
-):
+    rewards: Any = None,
+    scores: Any = None,
+    turn_rewards: Any = None,
+    truncated: Any = None,
+    lam: float = 0.8,
+    lam_intra: float = 0.95,
+    beta: float = 1.0,
+    gamma: float = 1.0,
+    lam_critic: float = 1.0,
+) -> tuple[list[float], list[float], list[float]]:
     """Returns (advantages, returns, turn_advantages) as lists of floats. A truncated
     trajectory's V_{T+1,1} is the value at its last policy token instead of 0."""
     r = token_rewards(mask, offsets, rewards, scores, turn_rewards)
@@ -100,7 +142,7 @@ def mae(
         # token residuals δ_{t,i}
         deltas = []
         for k in range(n):
-            d = []
+            d: list[float] = []
             for i, q in enumerate(toks[k]):
                 if i + 1 < len(toks[k]):
                     d.append(r[q] + v[toks[k][i + 1]] - v[q])
@@ -120,26 +162,26 @@ def mae(
         # critic targets: C_q = δ_q + g_q λc C_{q+1} over the trajectory's policy tokens
         flat = [(q, deltas[k][i], i + 1 == len(toks[k])) for k in range(n) for i, q in enumerate(toks[k])]
         c = 0.0
-        for q, d, last in reversed(flat):
-            c = d + (gamma if last else 1.0) * lam_critic * c
+        for q, dq, last in reversed(flat):
+            c = dq + (gamma if last else 1.0) * lam_critic * c
             ret[q] = v[q] + c
     return adv, ret, turn_adv
 
 
 def gae(
-    values,
-    mask,
-    offsets,
+    values: Any,
+    mask: Sequence[Any],
+    offsets: Sequence[Any],
     *,
-    rewards=None,
-    scores=None,
-    turn_rewards=None,
-    truncated=None,
-    gamma=1.0,
-    lam=0.95,
-    lam_critic=1.0,
-    length_adaptive_alpha=None,
-):
+    rewards: Any = None,
+    scores: Any = None,
+    turn_rewards: Any = None,
+    truncated: Any = None,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    lam_critic: float = 1.0,
+    length_adaptive_alpha: float | None = None,
+) -> tuple[list[float], list[float]]:
     """Token GAE over policy tokens as explicit sums: A_q = Σ_k (γλ)^k δ_{q+k}; a
     truncated trajectory's last token bootstraps from its own value instead of 0."""
     r = token_rewards(mask, offsets, rewards, scores, turn_rewards)
@@ -160,7 +202,17 @@ def gae(
     return adv, ret
 
 
-def bilevel(values, mask, offsets, *, rewards=None, scores=None, lam=1.0, gamma=1.0, high_level_gamma=0.95):
+def bilevel(
+    values: Any,
+    mask: Sequence[Any],
+    offsets: Sequence[Any],
+    *,
+    rewards: Any = None,
+    scores: Any = None,
+    lam: float = 1.0,
+    gamma: float = 1.0,
+    high_level_gamma: float = 0.95,
+) -> tuple[list[float], list[float], list[float]]:
     """RAGEN's bi-level GAE by its defining sums; returns (advantages, returns, turn_advantages).
 
     e_t is turn t's last token. High level: δ^hi_t = R_t + γ_hi V_{e_{t+1}} − V_{e_t},
@@ -198,7 +250,17 @@ def bilevel(values, mask, offsets, *, rewards=None, scores=None, lam=1.0, gamma=
     return adv, ret, turn_adv
 
 
-def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) -> list[float]:
+def group(
+    scores: Sequence[Any],
+    group_ids: Sequence[Hashable],
+    *,
+    norm_std: bool = True,
+    eps: float = 1e-6,
+    leave_one_out: bool = False,
+) -> list[float]:
+    """One advantage per trajectory: GRPO ((s − mean) / (unbiased std + eps)), Dr. GRPO
+    (``norm_std=False``: s − mean) or RLOO (``leave_one_out``: s − mean of the others);
+    a group of one gets 0."""
     members: dict[object, list[int]] = {}
     for j, g in enumerate(group_ids):
         members.setdefault(g, []).append(j)
@@ -219,5 +281,6 @@ def group(scores, group_ids, *, norm_std=True, eps=1e-6, leave_one_out=False) ->
     return out
 
 
-def is_close_list(a, b, rtol=1e-5, atol=1e-4) -> bool:
+def is_close_list(a: Sequence[float], b: Sequence[float], rtol: float = 1e-5, atol: float = 1e-4) -> bool:
+    """Whether two lists of floats have the same length and agree elementwise."""
     return len(a) == len(b) and all(math.isclose(x, y, rel_tol=rtol, abs_tol=atol) for x, y in zip(a, b, strict=True))

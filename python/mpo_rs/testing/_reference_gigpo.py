@@ -1,7 +1,8 @@
-"""A slow reference of GiGPO written from the formulas of docs/spec.md ("GiGPO"), not from
-the kernel: dictionaries of groups, float64, one trajectory at a time. Anchor states read
-from token ids are keyed by the token tuples themselves (no hash), so a comparison also
-checks that the kernel's hash merges exactly the equal histories."""
+"""GiGPO's part of the executable spec (:mod:`mpo_rs.testing.reference` re-exports it):
+written from the formulas of docs/spec.md ("GiGPO"), not from the kernel: dictionaries of
+groups, float64, one trajectory at a time. Anchor states read from token ids are keyed by
+the token tuples themselves (no hash), so a comparison also checks that the kernel's hash
+merges exactly the equal histories."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["GiGPOReference", "gigpo", "turns_of", "verl_agent"]
+
 
 @dataclass
-class Reference:
+class GiGPOReference:
+    """What :func:`gigpo` computes."""
+
     advantages: np.ndarray  # float64 per token
     episode: np.ndarray  # float64 per trajectory
     step: np.ndarray  # float64 per turn
@@ -21,9 +26,10 @@ class Reference:
     turn_values: np.ndarray  # float64 per turn: A_E + w * A_S
 
 
-def turns_of(mask: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
+def turns_of(mask: Any, lo: int, hi: int) -> list[tuple[int, int]]:
     """The turns (maximal runs of mask == 1) of tokens lo:hi, as flat (start, end)."""
-    out, q = [], lo
+    out: list[tuple[int, int]] = []
+    q = lo
     while q < hi:
         if mask[q]:
             start = q
@@ -74,9 +80,9 @@ def _states(
     """Anchor states s_{j,t}: the ids given, else the token tuples themselves (no hash)."""
     if turn_state_ids is not None:
         return [[int(s) for s in row] for row in turn_state_ids]
-    states = []
+    states: list[list[Any]] = []
     for j, own in enumerate(turns):
-        row = []
+        row: list[Any] = []
         for t, (a, _) in enumerate(own):
             since = offsets[j] if (anchor == "prefix" or t == 0) else own[t - 1][1]
             row.append(tuple(int(x) for x in token_ids[since:a]))
@@ -99,7 +105,8 @@ def gigpo(
     norm_std: bool = False,
     eps: float = 1e-6,
     anchor: str = "observation",
-) -> Reference:
+) -> GiGPOReference:
+    """GiGPO's advantages by its defining sums (docs/spec.md, "GiGPO")."""
     mask = np.asarray(mask, bool)
     offsets = [int(o) for o in offsets]
     n = len(offsets) - 1
@@ -138,7 +145,7 @@ def gigpo(
         for t, (a, b) in enumerate(turns[j]):
             turn_values[first_turn[j] + t] = episode[j] + step_weight * step[first_turn[j] + t]
             adv[a:b] = turn_values[first_turn[j] + t]
-    return Reference(adv, np.array(episode), step, step_ids, turn_values)
+    return GiGPOReference(adv, np.array(episode), step, step_ids, turn_values)
 
 
 def verl_agent(
@@ -165,7 +172,7 @@ def verl_agent(
         by_key: dict[Any, list[float]] = {}
         for v, k in zip(values, keys, strict=True):
             by_key.setdefault(k, []).append(v)
-        out = []
+        out: list[float] = []
         for v, k in zip(values, keys, strict=True):
             xs = by_key[k]
             if len(xs) == 1:
