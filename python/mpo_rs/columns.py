@@ -37,6 +37,7 @@ __all__ = [
     "flag_keywords",
     "keyword",
     "missing_column",
+    "missing_column_error",
     "missing_column_hint",
     "row",
     "with_hint",
@@ -98,6 +99,16 @@ def missing_column_hint(
     if not options or all(o.split("=")[0].split(" ")[0] in message for o in options):
         return None  # none to name, or the message names them already
     return f"name the column to use with {' or '.join(options)}"
+
+
+def missing_column_error(name: str, have: Sequence[str], where: str = "") -> InvalidBatchError:
+    """The error for an input without the column ``name``, raised in Python as the Rust
+    layer raises it: its message lists ``have`` (led by ``where``, a file), its ``column``
+    and ``missing`` name it."""
+    message = missing_column(name, have)
+    error = InvalidBatchError(f"{where}: {message}" if where else message)
+    error.column, error.missing = name, (name,)
+    return error
 
 
 _Error = TypeVar("_Error", bound=MpoError)

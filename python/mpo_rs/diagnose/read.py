@@ -22,7 +22,7 @@ from .. import _native
 from .. import observation_rewards as _observation
 from .._deps import require
 from .._native import InvalidBatchError, InvalidOptionError
-from ..columns import MASK, REWARDS, SCORE, STEP, TURN_REWARDS, VALUES, missing_column
+from ..columns import MASK, REWARDS, SCORE, STEP, TURN_REWARDS, VALUES, missing_column_error
 from .summary import between_share, summarize
 
 __all__ = ["Diagnosis", "TrajectoryTrace", "check_batch_rows", "diagnose_logs", "require_pyarrow"]
@@ -186,7 +186,7 @@ def _open(file: Path, cols: _Columns | None, options: dict[str, Any]) -> tuple[A
         cols = _Columns.choose(names, **options)
     absent = [c for c in cols.names if c not in names]
     if absent:
-        raise InvalidBatchError(f"{file}: {missing_column(absent[0], schema.names)}")
+        raise missing_column_error(absent[0], schema.names, str(file))
     empty = pa.RecordBatch.from_pylist([], schema=pa.schema([schema.field(c) for c in cols.names]))
     _native.diagnose_batch(empty, file, None, 0, cols.mask, cols.values, cols.reward, cols.step)
     return pf, cols
