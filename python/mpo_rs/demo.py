@@ -113,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         return code
     print(f"output: {out.stat().st_size / 1e6:.0f} MB")
     _show_rows(out, args.show)
+    print(
+        f"\n{log} is synthetic: its critic values were made to move at turn boundaries (mpo_rs.synthetic), "
+        "so `mpo-rs diagnose` on it reads them as living on turns by construction; on a log of your own the "
+        "same command says whether your critic's do."
+    )
     return 0
 
 
