@@ -149,7 +149,7 @@ def render(results: dict, meta: dict) -> str:
         "initialisation, the old harness's protocol: the new one's base policies and critic warm-ups are "
         "made once per (task, seed) and shared by every arm of it, so they are not a per-run cost (the full "
         "run states their time). What changed: "
-        'docs/sampler.md ("Speed") and lab/mpo_lab/reproduce/run.py (critic-free arms train no critic).',
+        'lab/docs/sampler.md ("Speed") and lab/mpo_lab/reproduce/run.py (critic-free arms train no critic).',
         "",
     ]
     return "\n".join(lines)
