@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..exceptions import InvalidOptionError
+
 __all__ = ["CONVENTION_ESTIMATORS", "add_parser", "load_function", "run"]
 
 CONVENTION_ESTIMATORS = {
@@ -72,14 +74,14 @@ def load_function(spec: str) -> Callable[..., Any]:
     """The function named ``module:function`` (a dotted attribute path after the colon)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"expected FUNCTION as module:function, got {spec!r}")
+        raise InvalidOptionError(f"expected FUNCTION as module:function, got {spec!r}")
     if "" not in sys.path:
         sys.path.insert(0, "")  # the current directory, as `python -m` has it
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not callable(obj):
-        raise TypeError(f"{spec} is not callable")
+        raise InvalidOptionError(f"{spec} is not callable")
     return obj  # type: ignore[no-any-return]
 
 
@@ -94,7 +96,10 @@ def run(args: argparse.Namespace, note: Callable[[str], None]) -> int:
     except MissingDependencyError as e:
         note(f"error: {e}")
         return 1
-    except (ImportError, AttributeError, ValueError, TypeError) as e:
+    except InvalidOptionError as e:  # not module:function, or not a function
+        note(f"error: {e}")
+        return 1
+    except (ImportError, AttributeError) as e:
         note(f"error: cannot load {args.function}: {type(e).__name__}: {e}")
         return 1
     estimator = args.estimator or CONVENTION_ESTIMATORS[args.convention]

@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._deps import needs
-from ..exceptions import InvalidOptionError
+from ..exceptions import InvalidBatchError, InvalidOptionError
 from .strategies import Batch, PaddedBatch, from_padded, to_padded
 
 __all__ = ["CONVENTIONS", "Convention", "Layout", "Outcome", "resolve_convention"]
@@ -96,14 +96,16 @@ def _split(result: Any) -> tuple[Any, Any, Any]:
         return result.advantages, getattr(result, "returns", None), getattr(result, "turn_advantages", None)
     if isinstance(result, tuple):
         if len(result) not in (1, 2):
-            raise TypeError(f"the function returned a tuple of {len(result)} items, expected (advantages, returns)")
+            raise InvalidBatchError(
+                f"the function returned a tuple of {len(result)} items, expected (advantages, returns)"
+            )
         return result[0], (result[1] if len(result) == 2 else None), None
     return result, None, None
 
 
 def _flat_shape(name: str, a: F64, n: int) -> F64:
     if a.shape != (n,):
-        raise ValueError(f"the function's {name} have shape {a.shape}, expected ({n},) (one per flat token)")
+        raise InvalidBatchError(f"the function's {name} have shape {a.shape}, expected ({n},) (one per flat token)")
     return a
 
 
@@ -122,10 +124,10 @@ def flat(fn: Callable[..., Any], b: Batch, options: Mapping[str, Any], layout: L
 def flat_group(fn: Callable[..., Any], b: Batch, options: Mapping[str, Any], layout: Layout) -> Outcome:
     """The ``flat-group`` convention: per-trajectory advantages on the policy tokens."""
     if b.group_ids is None:
-        raise ValueError("the flat-group convention needs a batch with group ids")
+        raise InvalidBatchError("the flat-group convention needs a batch with group ids")
     per = _f64(_split(fn(b.scores, b.group_ids, **options))[0])
     if per.shape != (b.n,):
-        raise ValueError(f"the function returned shape {per.shape}, expected ({b.n},) (one per trajectory)")
+        raise InvalidBatchError(f"the function returned shape {per.shape}, expected ({b.n},) (one per trajectory)")
     lengths = np.diff(b.offsets)
     return Outcome(np.where(b.mask, np.repeat(per, lengths), 0.0))
 
@@ -164,7 +166,7 @@ def verl_group(fn: Callable[..., Any], b: Batch, options: Mapping[str, Any], lay
     """The ``verl-group`` convention: verl's group estimators, with ``index``."""
     torch = _torch()
     if b.group_ids is None:
-        raise ValueError("the verl-group convention needs a batch with group ids")
+        raise InvalidBatchError("the verl-group convention needs a batch with group ids")
     p = _padded(b, layout)
     index = np.array([f"uid-{g}" for g in b.group_ids.tolist()], dtype=object)
     result = fn(torch.from_numpy(p.token_level_rewards), torch.from_numpy(p.mask.astype(np.int64)), index, **options)

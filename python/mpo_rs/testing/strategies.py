@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._deps import needs
-from ..exceptions import InvalidOptionError
+from ..exceptions import InvalidBatchError, InvalidOptionError
 
 with needs("mpo_rs.testing.strategies", "testing"):
     from hypothesis import HealthCheck, settings
@@ -341,7 +341,9 @@ def from_padded(array: Any, padded: PaddedBatch) -> npt.NDArray[np.float64]:
     read back as one float64 per flat token of the batch."""
     a = np.asarray(array, dtype=np.float64)
     if a.shape != padded.mask.shape:
-        raise ValueError(f"a padded result has shape {a.shape}, expected {padded.mask.shape} (the batch's (B, L))")
+        raise InvalidBatchError(
+            f"a padded result has shape {a.shape}, expected {padded.mask.shape} (the batch's (B, L))"
+        )
     return a[padded.rows, padded.cols]
 
 
