@@ -26,7 +26,7 @@ $(PY):
 # listed on the line before; TRL's GRPOTrainer needs accelerate besides them; OpenRLHF's
 # ppo_utils need pylatexenc (its models need flash-attn and DeepSpeed: not installed).
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q $(DEMO_DEPS) polars scipy setuptools \
+	$(PIP) install -q $(DEMO_DEPS) polars scipy "setuptools>=68" \
 		"pytest>=8" "hypothesis>=6.100" "mypy>=1.10" "ruff~=0.17.0" torch
 	$(PIP) install -q "ray[data]" tensordict omegaconf transformers codetiming orjson \
 		torchdata datasets peft cachetools uvicorn fastapi accelerate pylatexenc
