@@ -97,6 +97,7 @@ pub fn core_error(e: CoreError) -> PyErr {
 pub fn log_error(e: LogError) -> PyErr {
     let message = e.to_string();
     match e {
+        _ if e.is_usage() => InvalidOptionError::new_err(message),
         LogError::Usage(_) => InvalidOptionError::new_err(message),
         LogError::Data { .. } | LogError::Batch(_) | LogError::Corrupt { .. } => InvalidBatchError::new_err(message),
         LogError::Io { source, .. } => match source.raw_os_error() {
