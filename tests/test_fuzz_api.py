@@ -402,3 +402,83 @@ def test_segment_and_broadcast_survive_anything(b, twist, per):
         lo, hi = b.offsets[j], b.offsets[j + 1]
         want[lo:hi] = np.where(b.mask[lo:hi], p[j], 0.0)
     assert out.tobytes() == want.tobytes() or (ALLOW_NONFINITE_OUTPUT and np.array_equal(out, want, equal_nan=True))
+
+
+# Two token ids whose anchor hashes (FNV-1a 64) collide (tests/test_gigpo_states.py says how
+# they were found): a vocabulary holding both meets the case a hash-keyed reference never
+# could.
+COLLIDING = (4017207813578192166, -348170734932881874)
+
+
+@fuzz_settings
+@given(
+    data=st.data(),
+    n=st.integers(0, 6),
+    container=st.sampled_from(["list", "tuple", "int64", "float64", "uint64", "object"]),
+    anchor=st.sampled_from(["ids-rows", "ids-flat", "ids-uint64", "observation", "prefix"]),
+)
+def test_gigpo_states_and_groups_by_one_rule_for_every_container(data, n, container, anchor):
+    """GiGPO (issue 42 items 1-3): group ids in any container number the step groups alike;
+    token-id states over a vocabulary with a colliding pair equal the token-keyed reference;
+    uint64 anchor ids are their values, or refused beyond int64's range."""
+    import reference_gigpo
+
+    mask: list[int] = []
+    tokens: list[int] = []
+    offsets = [0]
+    vocab = st.sampled_from([COLLIDING[0], COLLIDING[1], 2])
+    for _ in range(n):
+        policy = data.draw(st.booleans())
+        for _ in range(data.draw(st.integers(0, 5))):
+            length = data.draw(st.integers(1, 2))
+            mask += [int(policy)] * length
+            tokens += data.draw(st.lists(vocab, min_size=length, max_size=length))
+            policy = not policy
+        offsets.append(len(mask))
+    m = np.array(mask, np.uint8)
+    turns = [reference_gigpo.turns_of(m, offsets[j], offsets[j + 1]) for j in range(n)]
+    raw = data.draw(st.lists(st.sampled_from([7, 3, 5]), min_size=n, max_size=n))
+    ids = {
+        "list": list(raw),
+        "tuple": tuple(raw),
+        "int64": np.array(raw, np.int64),
+        "float64": np.array(raw, np.float64),
+        "uint64": np.array(raw, np.uint64),
+        "object": np.array(raw, dtype=object),
+    }[container]
+    states = [data.draw(st.lists(st.sampled_from([0, 1, 2**63 - 1]), min_size=len(t), max_size=len(t))) for t in turns]
+    scores = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, -2.0]), min_size=n, max_size=n)), np.float32)
+    kw: dict = {}
+    if anchor == "ids-rows":
+        kw["turn_state_ids"] = states
+    elif anchor == "ids-flat":
+        kw["turn_state_ids"] = np.array([s for row in states for s in row], np.int64)
+    elif anchor == "ids-uint64":
+        flat = np.array([s for row in states for s in row], np.uint64)
+        beyond = flat.size > 0 and data.draw(st.booleans())
+        if beyond:
+            flat[-1] = 2**64 - 1  # not the id -1: refused on every path
+        kw["turn_state_ids"] = flat
+        if beyond:
+            with pytest.raises(mpo_rs.InvalidBatchError, match="beyond int64's range"):
+                mpo_rs.gigpo_advantages(m, offsets, group_ids=ids, scores=scores, **kw)
+            return
+    else:
+        kw.update(token_ids=np.array(tokens, np.int64), anchor=anchor)
+    got = mpo_rs.gigpo_advantages(m, offsets, group_ids=ids, scores=scores, **kw)
+    options = {k: v for k, v in kw.items() if k == "anchor"}
+    want = reference_gigpo.gigpo(
+        m,
+        offsets,
+        list(raw),
+        scores=scores,
+        turn_state_ids=states if anchor.startswith("ids") else None,
+        token_ids=tokens,
+        **options,
+    )
+    np.testing.assert_allclose(got.advantages.astype(np.float64), want.advantages, **TOL)
+    np.testing.assert_array_equal(got.step_groups, want.step_groups)
+    # The list container computes the same bits.
+    as_list = mpo_rs.gigpo_advantages(m, offsets, group_ids=list(raw), scores=scores, **kw)
+    assert as_list.advantages.tobytes() == got.advantages.tobytes()
+    assert as_list.step_groups.tolist() == got.step_groups.tolist()

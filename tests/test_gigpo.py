@@ -103,7 +103,7 @@ def test_matches_the_reference(b, source, anchor, norm_std, gamma, step_weight):
     assert not got.advantages[b["mask"] == 0].any()
 
 
-def test_singletons_get_zero_and_ids_win_over_tokens():
+def test_singletons_get_zero_and_one_anchor_source_is_read():
     mask = np.array([0, 1, 0, 1, 0, 1], np.uint8)
     offsets = np.array([0, 4, 6])
     # Trajectory 1 is alone in its group: its episode and step advantages are 0.
@@ -111,11 +111,13 @@ def test_singletons_get_zero_and_ids_win_over_tokens():
     assert res.episode_advantages.tolist() == [0.0, 0.0]
     # Trajectory 0's two turns share a state: G = [0.95 * 3, 3], mean 2.925.
     np.testing.assert_allclose(res.step_advantages, [-0.075, 0.075, 0.0], atol=1e-6)
-    tokens = np.arange(6)
-    by_ids = mpo_rs.gigpo_advantages(
-        mask, offsets, group_ids=[0, 0], scores=[1.0, 0.0], turn_state_ids=[5, 5, 5], token_ids=tokens
-    )
+    by_ids = mpo_rs.gigpo_advantages(mask, offsets, group_ids=[0, 0], scores=[1.0, 0.0], turn_state_ids=[5, 5, 5])
     assert by_ids.step_groups.tolist() == [0, 0, 0]
+    # Both sources: the token ids would be left unread (issue 42 item 9), so refused.
+    with pytest.raises(InvalidOptionError, match=r"give `turn_state_ids` or `token_ids` .* not both"):
+        mpo_rs.gigpo_advantages(
+            mask, offsets, group_ids=[0, 0], scores=[1.0, 0.0], turn_state_ids=[5, 5, 5], token_ids=np.arange(6)
+        )
 
 
 def test_equal_histories_are_one_state_under_prefix_only():
@@ -166,7 +168,7 @@ def test_typed_errors_name_what_and_where():
 
 
 def test_the_estimator_and_its_choice_option():
-    est = Estimator("gigpo", gamma=0.95, step_weight=1.0, norm_std=False, eps=1e-6, anchor="observation")
+    est = Estimator("gigpo", gamma=0.95, step_weight=1.0, norm_std=False, anchor="observation")
     assert est == Estimator("gigpo") and est.family == "gigpo"
     assert est.options == {"gamma": 0.95, "eps": 1e-6, "norm_std": False, "step_weight": 1.0, "anchor": "observation"}
     assert est.replace(anchor="prefix").options["anchor"] == "prefix"

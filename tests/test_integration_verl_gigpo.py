@@ -128,3 +128,56 @@ def test_missing_anchors_and_bad_config_are_refused():
         plugin.estimator_options("mpo_grpo", algo_config(anchor="prefix"))
     options = plugin.estimator_options("mpo_gigpo", OmegaConf.create({"gigpo": {"step_advantage_w": 2.0}}))
     assert options.estimator == mpo_rs.Estimator("gigpo", gamma=1.0, step_weight=2.0)
+
+
+def test_anchor_obs_ids_come_from_content():
+    # Issue 42 item 4: ids were a hash of repr() (numpy abbreviates arrays over 1,000
+    # elements, so observations differing in the middle merged) or of an object array's
+    # bytes (pointers, so equal observations split). Ids now key the content exactly.
+    mask = torch.ones(6, 2, dtype=torch.int64)  # one turn per row
+    big = np.zeros(2000)
+    middle = big.copy()
+    middle[1000] = 1.0
+
+    def obj(*xs):
+        a = np.empty(len(xs), dtype=object)
+        a[:] = xs
+        return a
+
+    obs = np.empty(6, dtype=object)
+    obs[:] = [
+        {"image": big, "text": "hall"},
+        {"text": "hall", "image": big.copy()},  # equal: another dict order, another array object
+        {"image": middle, "text": "hall"},  # differs only in the middle of a long array
+        obj("go", "north"),
+        obj("go", "nor" + "th"),  # equal content, other objects
+        obj("go", "south"),
+    ]
+    ids = plugin.estimators.observation_ids(obs, mask)
+    assert ids == [[0], [0], [1], [2], [2], [3]]
+    # Kinds stay apart (1 and "1", a list and a tuple), -0.0 is 0.0.
+    kinds = np.empty(6, dtype=object)
+    kinds[:] = [1, "1", [1, 2], (1, 2), 0.0, -0.0]
+    assert plugin.estimators.observation_ids(kinds, mask) == [[0], [1], [2], [3], [4], [4]]
+    # An object whose content cannot be read is refused, naming where.
+    odd = np.empty(6, dtype=object)
+    odd[:] = ["a"] * 5 + [object()]
+    with pytest.raises(InvalidBatchError, match=r"`anchor_obs` at row 5, turn 0 is a object"):
+        plugin.estimators.observation_ids(odd, mask)
+
+
+def test_every_config_section_refuses_unknown_keys():
+    # Issue 42 item 8: algorithm.gigpo's keys were read with defaults for anything else.
+    for section in ("gigpo", "mpo"):
+        config = OmegaConf.create({section: {"step_advantage_weight": 2.0}})
+        with pytest.raises(
+            InvalidOptionError, match=rf"unknown `algorithm.{section}` option\(s\) 'step_advantage_weight'"
+        ):
+            plugin.estimator_options("mpo_gigpo", config)
+    with pytest.raises(plugin.InvalidConfigError, match=r"`algorithm.gigpo` must be a mapping"):
+        plugin.estimator_options("mpo_gigpo", OmegaConf.create({"gigpo": 3}))
+    # Issue 42 item 9 through verl: eps in mean_norm (no std division) is refused, naming the key.
+    with pytest.raises(InvalidOptionError, match=r"`algorithm.mpo.eps`.*does not apply to the gigpo estimator"):
+        plugin.estimator_options("mpo_gigpo", algo_config(eps=1e-3))
+    std = OmegaConf.create({"gigpo": {"mode": "mean_std_norm"}, "mpo": {"eps": 1e-3}})
+    assert plugin.estimator_options("mpo_gigpo", std).estimator.options["eps"] == 1e-3

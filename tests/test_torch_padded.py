@@ -376,3 +376,38 @@ def test_readme_docs_table_lists_every_docs_page():
     table = readme.split("\nDocumentation:\n", 1)[1].split("\n## ", 1)[0]
     missing = [p.name for p in sorted((root / "docs").glob("*.md")) if f"](docs/{p.name})" not in table]
     assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    ("estimator", "extra", "refused"),
+    [
+        ("gigpo", "values", r"`values` does not apply to the gigpo estimator"),
+        *[
+            (name, anchor, rf"`{anchor}` do not apply to the {family} estimator")
+            for name, family in [("mae", "mae"), ("gae", "gae"), ("bilevel", "bilevel"), ("grpo", "group")]
+            for anchor in ("token_ids", "turn_state_ids")
+        ],
+    ],
+)
+def test_an_input_the_estimator_does_not_read_is_refused_as_numpy_refuses_it(estimator, extra, refused):
+    # Issue 42 item 7: mpo_rs.torch.padded.advantages ignored these where mpo_rs.advantages
+    # refuses them; every adapter goes through the core's one input rule.
+    values, mask, rewards, scores, groups = padded_batch(3)
+    turns = mpo_rs.segment_turns(*flat(mask)).n_turns
+    given = {
+        "values": values,
+        "token_ids": torch.zeros(mask.shape, dtype=torch.int64),
+        "turn_state_ids": np.zeros(turns, np.int64),
+    }
+    kw: dict = {"group_ids": groups} if estimator in ("gigpo", "grpo") else {"values": values}
+    if estimator == "gigpo":
+        kw["turn_state_ids" if extra != "turn_state_ids" else "token_ids"] = given["turn_state_ids"]
+    kw[extra] = given[extra]
+    with pytest.raises(mpo_rs.InvalidOptionError, match=refused):
+        mt.padded.advantages(mask, rewards, estimator=estimator, **kw)
+    # numpy's one entry refuses the same input with the same message.
+    f_mask, offsets = flat(mask)
+    flat_kw = {k: (v.reshape(-1).numpy() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    source = {"scores": scores} if estimator in ("gigpo", "grpo") else {"rewards": rewards.reshape(-1).numpy()}
+    with pytest.raises(mpo_rs.InvalidOptionError, match=refused):
+        mpo_rs.advantages(f_mask, offsets, estimator=estimator, **source, **flat_kw)

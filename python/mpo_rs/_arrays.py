@@ -104,7 +104,11 @@ def int64(x: Any, name: str) -> npt.NDArray[np.int64]:
         return x  # type: ignore[no-any-return]
     arr = _flat_of_kind(x, name, "iu", "an integer array")
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
-        raise InvalidBatchError(f"`{name}` holds values beyond int64")
+        i = int(np.argmax(arr > np.iinfo(np.int64).max))
+        # Ids are int64 values on every path (the Parquet/Arrow reader refuses the same).
+        raise InvalidBatchError(
+            f"`{name}` holds {int(arr[i])} at index {i}, beyond int64's range (ids are int64 values, compared by value)"
+        )
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 

@@ -508,8 +508,12 @@ def group_codes(group_ids: Any) -> tuple[npt.NDArray[np.int64], int]:
         _reject_missing(np.flatnonzero(~np.isfinite(ids)), ids)
     elif kind in "mM":
         _reject_missing(np.flatnonzero(np.isnat(ids)), ids)
-    uniques, codes = np.unique(ids, return_inverse=True)
-    return np.ascontiguousarray(codes.reshape(-1), dtype=np.int64), int(uniques.shape[0])
+    # np.unique numbers the ids in sorted order; renumber them by first appearance, the
+    # order of a list's codes (_object_codes), so no output depends on the container.
+    uniques, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(first.shape[0], dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.shape[0], dtype=np.int64)
+    return np.ascontiguousarray(rank[codes.reshape(-1)]), int(uniques.shape[0])
 
 
 def _reject_missing(bad: np.ndarray, ids: np.ndarray) -> None:

@@ -58,15 +58,18 @@ def gigpo_advantages(
     Exactly one reward source: ``rewards`` (per token, summed per turn), ``scores`` (per
     trajectory, on its last turn) or ``turn_rewards`` (per turn, as in
     :func:`mpo_rs.mae_advantages`). ``group_ids`` as for the group estimators. Anchor
-    states: ``turn_state_ids`` (int64, one per turn: flat, or one sequence per
-    trajectory) win; else ``token_ids`` (one per token, aligned with ``mask``) are hashed,
-    per ``anchor``: ``"observation"`` (default) the tokens since the previous turn's last
-    policy token (the prompt for the first turn), ``"prefix"`` every token before the
-    turn. Neither given raises :class:`mpo_rs.InvalidBatchError` naming both.
+    states, exactly one source: ``turn_state_ids`` (int64 values, one per turn: flat, or
+    one sequence per trajectory), or ``token_ids`` (one per token, aligned with ``mask``)
+    read per ``anchor``: ``"observation"`` (default) the tokens since the previous turn's
+    last policy token (the prompt for the first turn), ``"prefix"`` every token before the
+    turn; turns are one state when those tokens are equal (a hash finds candidates, the
+    tokens decide). Neither given raises :class:`mpo_rs.InvalidBatchError` naming both;
+    both, or ``anchor="prefix"`` beside ``turn_state_ids``, :class:`mpo_rs.InvalidOptionError`.
 
     ``estimator`` is ``"gigpo"`` (default) or an ``Estimator("gigpo", ...)``; ``options``
     override its options (defaults, verl-agent's: gamma=0.95, step_weight=1,
-    norm_std=False, eps=1e-6, anchor="observation"). :func:`mpo_rs.advantages` with
+    norm_std=False, eps=1e-6 (given only with norm_std=True), anchor="observation").
+    :func:`mpo_rs.advantages` with
     ``estimator="gigpo"``, typed.
     """
     est = of_family(estimator, options, "gigpo", "gigpo_advantages")

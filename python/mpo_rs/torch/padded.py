@@ -240,14 +240,16 @@ def advantages(
     ``scores``, the mask's and float32 for a critic-free estimator with ``scores``).
     """
     est = resolve(estimator, options, "mae")
-    if est.family == "gigpo":
-        anchors = {"turn_state_ids": turn_state_ids, "token_ids": token_ids}
-        given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance, group_ids)
-        return _gigpo(est, response_mask, token_level_rewards, given, anchors, observation_rewards, whiten), None
-    if est.family == "group":
-        return _group(est, response_mask, token_level_rewards, scores, group_ids, whiten, values, truncated), None
+    # Every input given goes to the core, which refuses one the estimator does not read
+    # (the input rule of mpo_rs.advantages; docs/reliability.md).
+    anchors = {"turn_state_ids": turn_state_ids, "token_ids": token_ids}
     given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance, group_ids)
-    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
+    if est.family == "gigpo":
+        out = _gigpo(est, response_mask, token_level_rewards, given, anchors, observation_rewards, whiten, values)
+        return out, None
+    if est.family == "group":
+        return _group(est, response_mask, token_level_rewards, given, anchors, whiten, values), None
+    return _critic(est, values, response_mask, token_level_rewards, given, anchors, observation_rewards, whiten)
 
 
 class _Given(NamedTuple):
@@ -267,6 +269,7 @@ def _critic(
     response_mask: Tensor,
     token_level_rewards: Tensor | None,
     given: _Given,
+    anchors: dict[str, Any],
     observation_rewards: str,
     whiten: bool,
 ) -> tuple[Tensor, Tensor]:
@@ -292,6 +295,7 @@ def _critic(
             batch.flat(values, "values"),
             group_ids=given.group_ids,
             check_tolerance=given.check_tolerance,
+            **_anchor_inputs(batch, anchors),
             **source,
         )
     except InvalidBatchError as e:
@@ -311,23 +315,30 @@ def _group(
     est: Estimator,
     response_mask: Tensor,
     token_level_rewards: Tensor | None,
-    scores: Any,
-    group_ids: Any,
+    given: _Given,
+    anchors: dict[str, Any],
     whiten: bool,
     values: Any,
-    truncated: Any,
 ) -> Tensor:
     """The group estimators' part of :func:`advantages`: one score per row, then the core."""
     batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
+    scores = given.scores
     estimators.one_reward_source(token_level_rewards=token_level_rewards, scores=scores)
     if token_level_rewards is not None:
         row_scores = batch.row_scores(token_level_rewards)
     else:
         row_scores = _host_scores(scores, batch.shape[0])
-    if group_ids is None:
+    if given.group_ids is None:
         raise InvalidBatchError("`group_ids` is missing: give one group id per row")
     adv = estimators._estimate(
-        est, batch.mask_u8, batch.offsets, values, scores=row_scores, group_ids=group_ids, truncated=truncated
+        est,
+        batch.mask_u8,
+        batch.offsets,
+        None if values is None else batch.flat(values, "values"),
+        scores=row_scores,
+        group_ids=given.group_ids,
+        truncated=given.truncated,
+        **_anchor_inputs(batch, anchors),
     ).advantages
     return batch.padded(batch.whitened(adv) if whiten else adv)
 
@@ -340,30 +351,43 @@ def _gigpo(
     anchors: dict[str, Any],
     observation_rewards: str,
     whiten: bool,
+    values: Tensor | None = None,
 ) -> Tensor:
     """GiGPO's part of :func:`advantages`: the rows flattened, token ids flat int64."""
     batch = PaddedBatch.of(response_mask, like=token_level_rewards, like_name="token_level_rewards")
     source = _reward_source(batch, token_level_rewards, given.scores, observation_rewards, given.turn_rewards)
     if given.group_ids is None:
         raise InvalidBatchError("`group_ids` is missing: give one group id per row")
-    token_ids = anchors["token_ids"]
-    if token_ids is not None:
-        batch._check_shape(token_ids, "token_ids")
-        token_ids = _arrays.int64(token_ids.detach().cpu().reshape(-1), "token_ids")
     adv = estimators._estimate(
         est,
         batch.mask_u8,
         batch.offsets,
-        None,
+        None if values is None else batch.flat(values, "values"),
         group_ids=given.group_ids,
         truncated=given.truncated,
         check_scores=given.check_scores,
         check_tolerance=given.check_tolerance,
-        turn_state_ids=_host(anchors["turn_state_ids"]),
-        token_ids=token_ids,
+        **_anchor_inputs(batch, anchors),
         **source,
     ).advantages
     return batch.padded(batch.whitened(adv) if whiten else adv)
+
+
+_NO_ANCHORS: dict[str, Any] = {"turn_state_ids": None, "token_ids": None}
+
+
+def _anchor_inputs(batch: PaddedBatch, anchors: dict[str, Any]) -> dict[str, Any]:
+    """The anchor inputs given, as the core reads them (token ids ``(B, L)`` flattened to
+    int64 beside the mask); passed for every estimator, so that one that reads no anchor
+    states refuses them."""
+    out: dict[str, Any] = {}
+    token_ids = anchors["token_ids"]
+    if token_ids is not None:
+        batch._check_shape(token_ids, "token_ids")
+        out["token_ids"] = _arrays.int64(token_ids.detach().cpu().reshape(-1), "token_ids")
+    if anchors["turn_state_ids"] is not None:
+        out["turn_state_ids"] = _host(anchors["turn_state_ids"])
+    return out
 
 
 def gigpo_advantages(
@@ -427,7 +451,7 @@ def mae_advantages(
     """
     est = estimators.of_family(estimator, options, "mae", "mae_advantages")
     given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance)
-    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
+    return _critic(est, values, response_mask, token_level_rewards, given, _NO_ANCHORS, observation_rewards, whiten)
 
 
 def gae_advantages(
@@ -452,7 +476,7 @@ def gae_advantages(
     ``lam_critic=lam``). :func:`advantages` for the gae family, typed."""
     est = estimators.of_family(estimator, options, "gae", "gae_advantages")
     given = _Given(scores, turn_rewards, truncated, check_scores, check_tolerance)
-    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
+    return _critic(est, values, response_mask, token_level_rewards, given, _NO_ANCHORS, observation_rewards, whiten)
 
 
 def bilevel_advantages(
@@ -477,7 +501,7 @@ def bilevel_advantages(
     :func:`advantages` for the bilevel family, typed."""
     est = estimators.of_family(estimator, options, "bilevel", "bilevel_advantages")
     given = _Given(scores, turn_rewards, None, check_scores, check_tolerance)
-    return _critic(est, values, response_mask, token_level_rewards, given, observation_rewards, whiten)
+    return _critic(est, values, response_mask, token_level_rewards, given, _NO_ANCHORS, observation_rewards, whiten)
 
 
 def group_advantages(
@@ -502,7 +526,8 @@ def group_advantages(
     :func:`advantages` for the group family, typed.
     """
     est = estimators.of_family(estimator, options, "group", "group_advantages")
-    return _group(est, response_mask, token_level_rewards, scores, group_ids, whiten, None, None)
+    given = _Given(scores, None, None, None, estimators.CHECK_TOLERANCE, group_ids)
+    return _group(est, response_mask, token_level_rewards, given, _NO_ANCHORS, whiten, None)
 
 
 def whiten(advantages: Tensor, mask: Tensor) -> Tensor:

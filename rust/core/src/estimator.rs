@@ -267,16 +267,14 @@ impl Estimator {
         Ok(estimator)
     }
 
-    /// An explicit `eps` that the group formula would not use (no std division: Dr. GRPO
-    /// or RLOO) is refused, as the `drgrpo` and `rloo` presets refuse it.
+    /// An explicit `eps` that the formula would not use (no std division: Dr. GRPO, RLOO,
+    /// or GiGPO without `norm_std`) is refused, as the `drgrpo` and `rloo` presets refuse it.
     fn refuse_unused_eps(&self, name: &str) -> Result<()> {
-        let Estimator::Group(p) = self else { return Ok(()) };
-        let without = if p.leave_one_out {
-            "leave_one_out=true (RLOO divides by no std)"
-        } else if !p.norm_std {
-            "norm_std=false (Dr. GRPO divides by no std)"
-        } else {
-            return Ok(());
+        let without = match self {
+            Estimator::Group(p) if p.leave_one_out => "leave_one_out=true (RLOO divides by no std)",
+            Estimator::Group(p) if !p.norm_std => "norm_std=false (Dr. GRPO divides by no std)",
+            Estimator::Gigpo(p) if !p.norm_std => "norm_std=false (its default, mean_norm, divides by no std)",
+            _ => return Ok(()),
         };
         Err(option_error(
             Some("eps"),
@@ -409,7 +407,13 @@ mod tests {
                 assert!(ESTIMATORS.contains(name), "{name}");
                 let value = Estimator::named(name).unwrap().option(spec.name);
                 assert!(value.is_some(), "{} of {name}", spec.name);
-                // Setting the default back gives the same estimator.
+                // Setting the default back gives the same estimator; but gigpo's eps, which
+                // its default norm_std=false leaves unused, is refused even at its default
+                // (as grpo's is beside norm_std=false).
+                if (*name, spec.name) == ("gigpo", "eps") {
+                    assert!(Estimator::from_options(name, &[(spec.name, value.unwrap())]).is_err());
+                    continue;
+                }
                 let again = Estimator::from_options(name, &[(spec.name, value.unwrap())]).unwrap();
                 assert_eq!(again, Estimator::named(name).unwrap());
             }
@@ -484,9 +488,17 @@ mod tests {
         assert!(e.to_string().contains("`anchor` takes a choice (observation, prefix)"), "{e}");
         let e = Estimator::from_options("gigpo", &[("anchor", OptionValue::Float(1.0))]).unwrap_err();
         assert!(e.to_string().contains("`anchor` takes a choice"), "{e}");
-        // gigpo's eps is accepted with norm_std=false (its documented signature lists both).
-        let given = [("norm_std", OptionValue::Bool(false)), ("eps", OptionValue::Float(1e-6))];
-        assert!(Estimator::from_options("gigpo", &given).is_ok());
+        // gigpo's eps with norm_std=false (its default) does nothing: refused as grpo's is
+        // (issue 42 item 9); with norm_std it is taken.
+        for given in [
+            &[("eps", OptionValue::Float(1e-3))][..],
+            &[("norm_std", OptionValue::Bool(false)), ("eps", OptionValue::Float(1e-3))],
+        ] {
+            let e = Estimator::from_options("gigpo", given).unwrap_err().to_string();
+            assert!(e.contains("`eps` does not apply to the gigpo estimator with norm_std=false"), "{e}");
+        }
+        let given = [("norm_std", OptionValue::Bool(true)), ("eps", OptionValue::Float(1e-3))];
+        assert_eq!(Estimator::from_options("gigpo", &given).unwrap().option("eps"), Some(OptionValue::Float(1e-3)));
         let e = Estimator::from_options("gigpo", &[("lam", OptionValue::Float(0.5))]).unwrap_err().to_string();
         assert!(e.contains("its options are gamma, eps, norm_std, step_weight, anchor"), "{e}");
     }

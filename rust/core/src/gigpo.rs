@@ -10,10 +10,9 @@
 //! over trajectories, the baselines in parallel over groups, each group summed by one
 //! thread in trajectory and turn order: results are bitwise identical for any thread count.
 
-use std::collections::HashMap;
-
 use rayon::prelude::*;
 
+use crate::anchor_states::{AnchorSpan, AnchorStates, Candidate};
 use crate::error::{MpoError, Result};
 use crate::estimate::Groups;
 use crate::layout::{check_turn_counts, expect_len, split_by, Layout, Rewards};
@@ -31,8 +30,9 @@ pub struct TurnIds<'a> {
     pub offsets: Option<&'a [i64]>,
 }
 
-/// Where GiGPO's anchor states come from: ids given per turn win; else the token ids
-/// (aligned with the mask) are hashed per the `anchor` option.
+/// Where GiGPO's anchor states come from, exactly one of: ids given per turn, or the token
+/// ids (aligned with the mask) read per the `anchor` option (states keyed by their tokens,
+/// the hash finding candidates: [`crate::AnchorStates`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Anchors<'a> {
     pub turn_state_ids: Option<TurnIds<'a>>,
@@ -91,7 +91,26 @@ pub struct GigpoInputs {
     pub turns: Turns,
     pub episode_return: Vec<f64>,
     pub step_return: Vec<f64>,
+    /// Per turn the anchor hash (ids given per turn: the id's bits), which finds the
+    /// candidate states; the tokens of `spans` decide ([`GigpoInputs::candidate`]).
     pub anchor: Vec<u64>,
+    /// Per turn, its anchor tokens in the batch's token ids, when the anchors are hashed
+    /// from them (empty for ids given per turn).
+    pub spans: Vec<AnchorSpan>,
+}
+
+impl GigpoInputs {
+    /// Turn `t`'s anchor state as [`AnchorStates`] looks it up: its tokens in `tokens` (the
+    /// batch's token ids, those the inputs were read from), `prev` the state of its
+    /// trajectory's previous turn; an id alone when the ids were given per turn.
+    pub fn candidate<'a>(&self, tokens: Option<&'a [i64]>, t: usize, prev: Option<u32>) -> Candidate<'a> {
+        match (tokens, self.spans.get(t)) {
+            (Some(tokens), Some(span)) => {
+                Candidate { tokens: &tokens[span.content.clone()], own: span.own - span.content.start, parent: prev }
+            }
+            _ => Candidate::ID,
+        }
+    }
 }
 
 /// GiGPO over a ragged batch: `rewards` per token (summed per turn) or a score per
@@ -109,8 +128,7 @@ pub fn gigpo_advantages(
     params.validate()?;
     Layout::new(offsets, mask.len())?;
     expect_len("group_ids", groups.index.len(), n, "one per trajectory, len(offsets) - 1")?;
-    let GigpoInputs { turns, episode_return, step_return, anchor } =
-        gigpo_inputs(mask, offsets, rewards, anchors, params)?;
+    let x = gigpo_inputs(mask, offsets, rewards, anchors, params)?;
     for (j, &g) in groups.index.iter().enumerate() {
         if g < 0 || g as u64 >= groups.n_groups as u64 {
             return Err(MpoError::GroupIndex { value: g, trajectory: j, n_groups: groups.n_groups });
@@ -134,13 +152,13 @@ pub fn gigpo_advantages(
     let per_group: Vec<GroupOut> = (0..groups.n_groups)
         .into_par_iter()
         .with_min_len(4)
-        .map(|g| one_group(&members[starts[g]..starts[g + 1]], &episode_return, &step_return, &anchor, &turns, params))
+        .map(|g| one_group(&members[starts[g]..starts[g + 1]], &x, anchors.token_ids, params))
         .collect();
 
     // Scatter in group order: step-group ids are dense, group by group.
     let mut episode = vec![0f64; n];
-    let mut step = vec![0f64; turns.n_turns()];
-    let mut step_groups = vec![0i64; turns.n_turns()];
+    let mut step = vec![0f64; x.turns.n_turns()];
+    let mut step_groups = vec![0i64; x.turns.n_turns()];
     let mut base = 0i64;
     for (g, out) in per_group.iter().enumerate() {
         for (&j, &a) in members[starts[g]..starts[g + 1]].iter().zip(&out.episode) {
@@ -152,7 +170,7 @@ pub fn gigpo_advantages(
         }
         base += out.n_step_groups as i64;
     }
-    let mut out = gigpo_finish(mask, offsets, turns, episode, step, params)?;
+    let mut out = gigpo_finish(mask, offsets, x.turns, episode, step, params)?;
     out.step_groups = step_groups;
     Ok(out)
 }
@@ -177,6 +195,7 @@ pub fn gigpo_inputs(
     if anchors.is_empty() {
         return Err(MpoError::Input(NO_ANCHORS.into()));
     }
+    check_anchor_sources(anchors, params)?;
     let turns = segment(&layout, mask)?;
     if let Some(ids) = anchors.turn_state_ids {
         check_turn_ids(ids, &turns)?;
@@ -191,7 +210,58 @@ pub fn gigpo_inputs(
         per_turn(&layout, rewards, anchors, &turns, params, j, ret, anc);
         Ok(())
     })?;
-    Ok(GigpoInputs { turns, episode_return, step_return, anchor })
+    let spans = match anchors.token_ids {
+        Some(_) => anchor_spans(&layout, &turns, params.anchor),
+        None => Vec::new(),
+    };
+    Ok(GigpoInputs { turns, episode_return, step_return, anchor, spans })
+}
+
+/// One anchor source, and no option it would not read: both sources given, or an `anchor`
+/// option (which says how token ids are read) beside ids given per turn, would be an input
+/// silently not read (docs/reliability.md, "One input rule").
+fn check_anchor_sources(anchors: Anchors<'_>, params: &GigpoParams) -> Result<()> {
+    if anchors.turn_state_ids.is_some() && anchors.token_ids.is_some() {
+        return Err(MpoError::Inapplicable(
+            "give `turn_state_ids` or `token_ids` for the anchor states, not both (ids given per turn would \
+             leave the token ids unread)"
+                .into(),
+        ));
+    }
+    if anchors.turn_state_ids.is_some() && params.anchor != Anchor::Observation {
+        return Err(MpoError::Inapplicable(format!(
+            "`anchor` = \"{}\" does not apply with `turn_state_ids` (it says how token ids are read as anchor \
+             states; ids given per turn are the states); leave it out",
+            params.anchor.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Per turn, its anchor tokens (docs/estimators.md, "GiGPO"): `observation`, the tokens
+/// since the previous turn's last policy token (the trajectory's first tokens for its first
+/// turn); `prefix`, every token of the trajectory before the turn, of which those since the
+/// previous turn's start extend that turn's state.
+fn anchor_spans(layout: &Layout<'_>, turns: &Turns, anchor: Anchor) -> Vec<AnchorSpan> {
+    let mut spans = Vec::with_capacity(turns.n_turns());
+    for j in 0..layout.n_trajectories() {
+        let first = layout.range(j).start;
+        for t in turns.of_trajectory(j) {
+            let start = turns.starts[t] as usize;
+            let opening = t == turns.traj_offsets[j] as usize;
+            spans.push(match anchor {
+                Anchor::Observation => {
+                    let since = if opening { first } else { turns.ends[t - 1] as usize };
+                    AnchorSpan { content: since..start, own: since }
+                }
+                Anchor::Prefix => {
+                    let own = if opening { first } else { turns.starts[t - 1] as usize };
+                    AnchorSpan { content: first..start, own }
+                }
+            });
+        }
+    }
+    spans
 }
 
 /// The per-turn ids' count: the batch's turns, per trajectory with offsets.
@@ -310,29 +380,25 @@ pub fn gigpo_centred(x: f64, count: usize, mean: f64, sq_dev: f64, params: &Gigp
     }
 }
 
-fn one_group(
-    members: &[usize],
-    episode_return: &[f64],
-    step_return: &[f64],
-    anchor: &[u64],
-    turns: &Turns,
-    params: &GigpoParams,
-) -> GroupOut {
+fn one_group(members: &[usize], x: &GigpoInputs, tokens: Option<&[i64]>, params: &GigpoParams) -> GroupOut {
+    let (episode_return, step_return, turns) = (&x.episode_return, &x.step_return, &x.turns);
     // Episode: each trajectory once, summed in trajectory order (two-pass variance).
     let n = members.len();
     let mean = members.iter().map(|&j| episode_return[j]).sum::<f64>() / n.max(1) as f64;
     let sq_dev: f64 = members.iter().map(|&j| (episode_return[j] - mean).powi(2)).sum();
     let episode = members.iter().map(|&j| gigpo_centred(episode_return[j], n, mean, sq_dev, params)).collect();
 
-    // Step groups: ids by first appearance; count, sum, then squared deviations.
-    let mut ids: HashMap<u64, u32> = HashMap::new();
+    // Step groups: ids by first appearance, one per anchor state (its tokens, not only
+    // its hash); count, sum, then squared deviations.
+    let mut ids = AnchorStates::<u64>::default();
     let mut steps: Vec<(usize, f64, u32)> = Vec::new();
     let (mut count, mut sum): (Vec<usize>, Vec<f64>) = (Vec::new(), Vec::new());
     for &j in members {
+        let mut prev = None;
         for t in turns.of_trajectory(j) {
-            let fresh = ids.len() as u32;
-            let id = *ids.entry(anchor[t]).or_insert(fresh);
-            if id == fresh {
+            let (id, fresh) = ids.resolve(x.anchor[t], &x.candidate(tokens, t, prev));
+            prev = Some(id);
+            if fresh {
                 count.push(0);
                 sum.push(0.0);
             }

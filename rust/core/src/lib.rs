@@ -8,6 +8,7 @@
 //! identical for any thread count. No function panics on bad input: it returns an
 //! [`MpoError`] that names the argument and the trajectory/token.
 
+mod anchor_states;
 mod bilevel;
 mod compact;
 mod diagnostics;
@@ -28,6 +29,7 @@ mod turn_output;
 mod turn_rewards;
 mod turns;
 
+pub use anchor_states::{AnchorSpan, AnchorStates, Candidate};
 pub use bilevel::{bilevel_advantages, BiLevelOutput};
 pub use diagnostics::{value_structure, ValueStructure};
 pub use error::{MpoError, Result, TokenAt};

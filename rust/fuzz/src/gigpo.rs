@@ -4,8 +4,12 @@
 //! Inputs are mostly well formed, with adversarial parts mixed in: mask bytes other than
 //! 0/1, wrong lengths (anchor ids, token ids, group ids), group codes out of range,
 //! non-finite or huge rewards and scores, rewards on observation tokens, parameters
-//! outside their domain, no anchors at all. An independent validator says what the core
-//! must do:
+//! outside their domain, no anchors at all, both anchor sources, `anchor = prefix` beside
+//! ids. Token ids come from a small vocabulary that holds a pair whose anchor hashes
+//! collide ([`COLLIDING`]), so hashes alone would merge distinct states; anchor ids span
+//! the whole int64 range (uint64 ids beyond it are refused before the core: the Python
+//! fuzzer, tests/test_fuzz_api.py, holds that rule). An independent validator says what
+//! the core must do:
 //!
 //! - invalid input: a typed error (never a panic, never a result);
 //! - valid input with moderate numbers: success, outputs of the right lengths, equal to a
@@ -24,6 +28,11 @@ use crate::Failure;
 
 /// Largest |number| of a "clean" input.
 const CLEAN: f32 = 1e4;
+
+/// Two token ids whose anchor hashes (FNV-1a 64 of their little-endian bytes) collide:
+/// found by a parallel collision search (Pollard's rho, distinguished points); the unit
+/// test below checks it.
+pub const COLLIDING: [i64; 2] = [4017207813578192166, -348170734932881874];
 
 /// One call of `gigpo_advantages`, every argument as it is passed.
 #[derive(Debug, Clone)]
@@ -89,13 +98,27 @@ impl Case {
         if dirty && n > 0 && u.ratio(1, 10)? {
             group_index[n - 1] = *u.choose(&[-1, n_groups as i64])?;
         }
+        // Some batches read their tokens over a vocabulary with a colliding pair.
+        if u.ratio(1, 3)? {
+            for t in &mut tokens {
+                *t = [COLLIDING[0], COLLIDING[1], 2][*t as usize];
+            }
+        }
         let mut turn_state_ids = None;
         let mut token_ids = None;
+        let mut ids_given = false;
         match u.int_in_range(0u8..=4)? {
             0 | 1 => {
                 let extra = if dirty && u.ratio(1, 8)? { 1 } else { 0 };
-                let ids = (0..n_turns + extra).map(|_| u.int_in_range(0i64..=3)).collect::<arbitrary::Result<_>>()?;
+                let id = |u: &mut Unstructured<'_>| -> arbitrary::Result<i64> {
+                    Ok(*u.choose(&[0, 1, 2, 3, -1, i64::MIN, i64::MAX])?)
+                };
+                let ids = (0..n_turns + extra).map(|_| id(u)).collect::<arbitrary::Result<_>>()?;
                 turn_state_ids = Some(ids);
+                ids_given = true;
+                if dirty && u.ratio(1, 8)? {
+                    token_ids = Some(tokens); // both sources: refused
+                }
             }
             2 | 3 => {
                 if dirty && u.ratio(1, 8)? {
@@ -120,7 +143,12 @@ impl Case {
             step_weight: pick(u, step_weight, &[-1.0, f64::INFINITY])?,
             norm_std: u.arbitrary()?,
             eps: pick(u, 1e-6, &[0.0, -1e-6, f64::NAN])?,
-            anchor: if u.arbitrary()? { Anchor::Observation } else { Anchor::Prefix },
+            // `prefix` reads token ids; beside ids it would do nothing (refused): dirty only.
+            anchor: if u.arbitrary()? && (!ids_given || (dirty && u.ratio(1, 4)?)) {
+                Anchor::Prefix
+            } else {
+                Anchor::Observation
+            },
         };
         Ok(Case { mask, offsets, rewards, scores, group_index, n_groups, turn_state_ids, token_ids, params })
     }
@@ -167,10 +195,11 @@ fn judge(c: &Case) -> (bool, bool) {
     let params_ok = p.gamma > 0.0 && p.gamma <= 1.0 && p.step_weight >= 0.0 && p.step_weight.is_finite() && p.eps > 0.0;
     let mask_ok = c.mask.iter().all(|&m| m <= 1);
     let n_turns: usize = turns(c).iter().map(Vec::len).sum();
+    // Exactly one source; `anchor = prefix` only with token ids.
     let anchors_ok = match (&c.turn_state_ids, &c.token_ids) {
-        (Some(ids), _) => ids.len() == n_turns && c.token_ids.as_ref().is_none_or(|t| t.len() == c.mask.len()),
+        (Some(ids), None) => ids.len() == n_turns && p.anchor == Anchor::Observation,
         (None, Some(t)) => t.len() == c.mask.len(),
-        (None, None) => false,
+        _ => false,
     };
     let groups_ok = c.group_index.iter().all(|&g| g >= 0 && (g as usize) < c.n_groups);
     let rewards_ok = match &c.scores {
@@ -343,5 +372,24 @@ mod tests {
         for class in ["gigpo-ok", "gigpo-refused"] {
             assert!(seen.contains(class), "{seen:?}");
         }
+    }
+
+    #[test]
+    fn the_colliding_pair_collides_and_is_two_states() {
+        assert_eq!(mpo_core::anchor_hash(&COLLIDING[..1]), mpo_core::anchor_hash(&COLLIDING[1..]));
+        // Two trajectories of one group whose observations are the pair: two step groups.
+        let c = Case {
+            mask: vec![0, 1, 0, 1],
+            offsets: vec![0, 2, 4],
+            rewards: vec![0.0, 1.0, 0.0, -1.0],
+            scores: None,
+            group_index: vec![0, 0],
+            n_groups: 1,
+            turn_state_ids: None,
+            token_ids: Some(vec![COLLIDING[0], 7, COLLIDING[1], 7]),
+            params: GigpoParams::default(),
+        };
+        assert_eq!(check_case(&c), Ok("gigpo-ok"));
+        assert_eq!(c.call().unwrap().step_groups, vec![0, 1]);
     }
 }

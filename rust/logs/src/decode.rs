@@ -94,9 +94,10 @@ pub(crate) fn read_anchors<'a>(
 }
 
 impl<'a> ListCol<'a, '_> {
-    /// An integer list's elements as int64 (borrowed when they are int64; uint64 ids keep
-    /// their bits, as the anchor ids are compared, not computed with; narrower integers are
-    /// widened).
+    /// An integer list's elements as int64 values (borrowed when they are int64; narrower
+    /// integers are widened). A uint64 beyond int64's range is refused, naming its row, as
+    /// the numpy path refuses it: ids compare by value, and no int64 holds it (taking its
+    /// bits would make 2^64 - 1 the id -1).
     fn ints(&self) -> Result<Cow<'a, [i64]>, DataError> {
         let span = self.offsets.span();
         let child = self.child;
@@ -104,7 +105,12 @@ impl<'a> ListCol<'a, '_> {
             return Ok(Cow::Borrowed(&p.values()[span]));
         }
         if let Some(p) = child.as_primitive_opt::<dt::UInt64Type>() {
-            return Ok(Cow::Owned(p.values()[span].iter().map(|&x| x as i64).collect()));
+            let values = &p.values()[span.clone()];
+            if let Some(k) = values.iter().position(|&x| i64::try_from(x).is_err()) {
+                let (row, index) = self.offsets.locate(span.start + k);
+                return Err(DataError::IdOutOfRange { column: self.name.into(), row, index, value: values[k] });
+            }
+            return Ok(Cow::Owned(values.iter().map(|&x| x as i64).collect()));
         }
         if !child.data_type().is_integer() {
             return Err(DataError::ColumnType {

@@ -85,6 +85,9 @@ pub enum DataError {
     #[error("row {row}, column `{column}`: the turn rewards sum to {sum}, but `{check_column}` is {score} (tolerance {tolerance} x max(1, |score|))")]
     TurnRewardSum { column: String, check_column: String, row: u64, sum: f64, score: f32, tolerance: f64 },
 
+    #[error("row {row}, column `{column}`: {value} at index {index} of the row is beyond int64's range (ids are int64 values, compared by value on every path)")]
+    IdOutOfRange { column: String, row: u64, index: u64, value: u64 },
+
     #[error(
         "row {row}, column `{column}`: group id not seen by the statistics pass (did the input change during the run?)"
     )]
@@ -100,6 +103,12 @@ pub enum DataError {
 
     #[error("{0}")]
     Capacity(String),
+
+    /// The files of one log that resolve their columns differently (when not named, each
+    /// file's columns are chosen alike; the log is refused rather than read by the first
+    /// file's choice).
+    #[error("{0}")]
+    ColumnsDiffer(String),
 
     /// Anything else the core refused (its message names the argument and trajectory).
     #[error("{0}")]
@@ -130,6 +139,7 @@ macro_rules! row_variants {
             | DataError::TurnIdCount { row: $row, .. }
             | DataError::TurnRewardSum { row: $row, .. }
             | DataError::UnknownGroup { row: $row, .. }
+            | DataError::IdOutOfRange { row: $row, .. }
     };
 }
 
@@ -178,12 +188,21 @@ impl DataError {
             | DataError::TurnRewardCount { column, .. }
             | DataError::TurnIdCount { column, .. }
             | DataError::TurnRewardSum { column, .. }
+            | DataError::IdOutOfRange { column, .. }
             | DataError::UnknownGroup { column, .. }
             | DataError::OutputColumnExists { column }
             | DataError::GroupIds { column, .. } => Some(column),
             DataError::NonFiniteOutput { output, .. } | DataError::NonFiniteOutputRow { output, .. } => Some(output),
             DataError::Estimator(e) => e.column(),
-            DataError::Capacity(_) => None,
+            DataError::Capacity(_) | DataError::ColumnsDiffer(_) => None,
+        }
+    }
+
+    /// The option a usage error is about ([`DataError::is_usage`]), if one is.
+    pub fn option(&self) -> Option<&str> {
+        match self {
+            DataError::Estimator(e) => e.option(),
+            _ => None,
         }
     }
 
@@ -276,9 +295,14 @@ impl LogError {
         LogError::Io { path: path.into(), action, source }
     }
 
-    /// True for errors that are the caller's choice of options rather than the data.
+    /// True for errors that are the caller's choice of options rather than the data (an
+    /// option the core refuses on reading a batch included).
     pub fn is_usage(&self) -> bool {
-        matches!(self, LogError::Usage(_) | LogError::Option(_))
+        match self {
+            LogError::Usage(_) | LogError::Option(_) => true,
+            LogError::Batch(e) | LogError::Data { error: e, .. } => e.is_usage(),
+            _ => false,
+        }
     }
 
     /// The batch error inside, for a file's data or an in-memory batch.
@@ -287,6 +311,17 @@ impl LogError {
             LogError::Data { error, .. } | LogError::Batch(error) => Some(error),
             _ => None,
         }
+    }
+}
+
+impl DataError {
+    /// An option or an input the estimator does not read, refused by the core when it read
+    /// a batch: the caller's choice, not the data.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            DataError::Estimator(MpoError::Parameter { .. } | MpoError::Option { .. } | MpoError::Inapplicable(_))
+        )
     }
 }
 

@@ -50,9 +50,17 @@ impl GroupStats {
         let phase = self.phase();
         let groups = self.scan_rows(group_col, batch, |row| x.episode_return[row])?;
         match self.steps.as_mut() {
-            Some(steps) => steps.scan(phase, &groups, &x, group_col),
+            Some(steps) => steps.scan(phase, &groups, &x, tokens(&r), group_col),
             None => Ok(()),
         }
+    }
+}
+
+/// The batch's token ids, when its anchor states are hashed from them.
+fn tokens<'a>(r: &'a Rollouts<'_>) -> Option<&'a [i64]> {
+    match r.anchors.as_ref()? {
+        AnchorData::Tokens(t) => Some(t),
+        AnchorData::TurnStates { .. } => None,
     }
 }
 
@@ -87,8 +95,11 @@ pub(crate) fn advantages(
     for (j, &g) in groups.iter().enumerate() {
         let m = stats.moments(g);
         episode.push(mpo_core::gigpo_centred(x.episode_return[j], m.count as usize, m.mean, m.sq_dev, params));
+        let mut prev = None;
         for t in x.turns.of_trajectory(j) {
-            let s = steps.moments(g, x.anchor[t]).ok_or_else(|| DataError::unknown_group(group_col, j))?;
+            let c = x.candidate(tokens(r), t, prev);
+            let (k, s) = steps.moments(g, x.anchor[t], &c).ok_or_else(|| DataError::unknown_group(group_col, j))?;
+            prev = Some(k);
             step[t] = mpo_core::gigpo_centred(x.step_return[t], s.count as usize, s.mean, s.sq_dev, params);
         }
     }

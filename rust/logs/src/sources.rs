@@ -17,7 +17,7 @@ use crate::groups::GroupStats;
 use crate::output::writer_properties;
 use crate::paths::Targets;
 use crate::row_group::contain;
-use crate::schema::{ColumnSpec, Columns};
+use crate::schema::{AnchorColumn, ColumnSpec, Columns};
 
 /// An input file, opened and checked, with what its output needs.
 pub(crate) struct Source {
@@ -109,15 +109,20 @@ pub(crate) fn open_sources(
             .and_then(|loaded| loaded.map_err(|e| e.to_string()))
             .map_err(|message| LogError::Corrupt { at: at.clone(), column: None, message })?;
         let schema = meta.schema();
-        let resolved = match &columns {
-            // Every file uses the columns chosen for the first one.
-            Some(c) => c.check_schema(schema).map(|_| c.clone()).map_err(LogError::Batch),
-            None => spec.resolve(schema, estimator.needs()),
-        }
-        .map_err(|e| match e {
-            LogError::Batch(error) => LogError::Data { at: at.clone(), error },
-            other => other,
-        })?;
+        // Each file's columns are chosen alike (names given, else the defaults present);
+        // files that choose differently are refused whatever their order, rather than
+        // read by the first file's choice (docs/reliability.md, "One input rule").
+        let resolved = spec
+            .resolve(schema, estimator.needs())
+            .and_then(|r| match &columns {
+                Some(c) if *c != r => Err(LogError::Batch(DataError::ColumnsDiffer(differ(c, &r, &sources[0])))),
+                Some(c) => c.check_schema(schema).map(|_| r).map_err(LogError::Batch),
+                None => Ok(r),
+            })
+            .map_err(|e| match e {
+                LogError::Batch(error) => LogError::Data { at: at.clone(), error },
+                other => other,
+            })?;
         let out_schema = output_schema(schema, &resolved);
         let props = writer_properties(meta.metadata(), &resolved.mask, &out_schema, max_row_group_bytes)
             .map_err(|e| LogError::Write { path: path.clone(), message: e.to_string() })?;
@@ -126,6 +131,26 @@ pub(crate) fn open_sources(
     }
     let columns = columns.ok_or_else(|| LogError::Usage("no input files".into()))?;
     Ok((columns, sources))
+}
+
+/// Why a file's columns (`other`) are not those of the first file (`first`, read as
+/// `columns`).
+fn differ(columns: &Columns, other: &Columns, first: &Source) -> String {
+    let first = first.path.display();
+    let anchors = |c: &Columns| match &c.anchors {
+        Some(AnchorColumn::TurnStates(n)) => format!("from `{n}` (one id per turn)"),
+        Some(AnchorColumn::Tokens(n)) => format!("from `{n}` (token ids, hashed)"),
+        None => "from no column".into(),
+    };
+    let detail = if columns.anchors != other.anchors {
+        format!("this file's anchor states come {}, {first}'s {}", anchors(other), anchors(columns))
+    } else {
+        format!("this file's columns are {other:?}, {first}'s {columns:?}")
+    };
+    format!(
+        "{detail}: the files of one log must read the same columns; name them (--turn-state-ids-col, \
+         --token-ids-col, --rewards-col, ...) or make the files agree"
+    )
 }
 
 /// The group-id rule across the Parquet files of `inputs` (each listed as [`crate::pipeline::run`] lists it),

@@ -155,6 +155,10 @@ pub fn log_error(e: LogError) -> PyErr {
     match e {
         LogError::Usage(_) => option_error(message, None),
         LogError::Option(e) => option_error(message, e.option()),
+        // An option, or an input the estimator does not read, refused while reading a batch.
+        LogError::Data { ref error, .. } | LogError::Batch(ref error) if error.is_usage() => {
+            option_error(message, error.option())
+        }
         LogError::Data { ref error, .. } | LogError::Batch(ref error) => batch_error(
             message,
             At {

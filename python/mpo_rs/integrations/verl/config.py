@@ -100,22 +100,7 @@ class MPOOptions:
     @classmethod
     def from_config(cls, config: Any) -> MPOOptions:
         """The section of ``config`` (the ``algorithm`` config); refuses an unknown key."""
-        section = config_get(config, "mpo", None)
-        if section is None:
-            return cls()
-        try:
-            given = dict(section.items())
-        except AttributeError:
-            raise InvalidConfigError(
-                f"`algorithm.mpo` must be a mapping of options, got {type(section).__name__}"
-            ) from None
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(given) - known, key=str)
-        if unknown:
-            raise InvalidOptionError(
-                f"unknown `algorithm.mpo` option(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
-            )
-        return cls(**given)
+        return cls(**config_section(config, "mpo", {f.name for f in fields(cls)}))
 
 
 @dataclass(frozen=True)
@@ -158,6 +143,10 @@ class _Reader:
             try:
                 Estimator(family, **{option: value})
             except InvalidOptionError as e:
+                # A value refused alone may be taken beside the others (gigpo's eps needs
+                # norm_std=True); if the whole is refused too, name this key.
+                if _accepted(family, given):
+                    continue
                 key = options[option][0]
                 raise InvalidOptionError(f"`{key}` (adv_estimator {self.name}): {e}") from None
         try:
@@ -200,6 +189,14 @@ class _Reader:
                 f"({why.get(option, 'it has no such option')}); it reads algorithm.mpo.{{{used}}}. "
                 f"Remove the key (or set it to its default, {table_default!r})"
             )
+
+
+def _accepted(family: str, options: dict[str, Any]) -> bool:
+    try:
+        Estimator(family, **options)
+    except InvalidOptionError:
+        return False
+    return True
 
 
 def estimator_options(name: str, config: Any) -> EstimatorOptions:
@@ -280,8 +277,8 @@ _GIGPO_MODES = {"mean_norm": False, "mean_std_norm": True}
 def _gigpo(read: _Reader, config: Any) -> Estimator:
     """GiGPO with verl-agent's keys (``algorithm.gigpo.step_advantage_w``, ``.mode``) beside
     ``algorithm.gamma`` and ``algorithm.mpo.eps`` / ``.anchor``."""
-    section = config_get(config, "gigpo", None)
-    mode = config_get(section, "mode", None)
+    section = config_section(config, "gigpo", {"step_advantage_w", "mode"})
+    mode = section.get("mode")
     if mode is not None and mode not in _GIGPO_MODES:
         raise InvalidOptionError(
             f"`algorithm.gigpo.mode` (adv_estimator {read.name}) must be one of "
@@ -291,7 +288,7 @@ def _gigpo(read: _Reader, config: Any) -> Estimator:
     return read.build(
         "gigpo",
         gamma=read.verl("gamma"),
-        step_weight=("algorithm.gigpo.step_advantage_w", config_get(section, "step_advantage_w", None)),
+        step_weight=("algorithm.gigpo.step_advantage_w", section.get("step_advantage_w")),
         norm_std=("algorithm.gigpo.mode", norm_std),
         eps=read.mpo("eps"),
         anchor=read.mpo("anchor"),
@@ -308,6 +305,27 @@ def _group(read: _Reader, leave_one_out: bool) -> Estimator:
     if not norm_std:
         return read.build("grpo", norm_std=(key, False))
     return read.build("grpo", norm_std=(key, True), eps=read.mpo("eps"))
+
+
+def config_section(config: Any, key: str, known: set[str]) -> dict[str, Any]:
+    """The section ``algorithm.<key>`` of ``config`` as a dict (empty when absent or null),
+    for every section the plug-in reads: a key it does not know is refused, naming it,
+    rather than silently leaving its option at the default."""
+    section = config_get(config, key, None)
+    if section is None:
+        return {}
+    try:
+        given = dict(section.items())
+    except AttributeError:
+        raise InvalidConfigError(
+            f"`algorithm.{key}` must be a mapping of options, got {type(section).__name__}"
+        ) from None
+    unknown = sorted(set(given) - known, key=str)
+    if unknown:
+        raise InvalidOptionError(
+            f"unknown `algorithm.{key}` option(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
+        )
+    return given
 
 
 def config_get(config: Any, key: str, default: Any) -> Any:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -257,14 +256,16 @@ def compute_mpo_gigpo_advantage(
 def observation_ids(anchor_obs: Any, response_mask: Tensor) -> list[list[int]]:
     """One int64 id per turn of each row from verl-agent's ``anchor_obs``: a row with one
     turn takes its observation as it is, a row with several a sequence of one per turn.
-    Equal observations get one id (a 64-bit BLAKE2b digest of the observation's type and
-    bytes: a string's UTF-8, an array's dtype, shape and buffer, else its ``repr``)."""
+    Ids are dense, in order of first appearance, and keyed by the observations' content
+    (:func:`observation_key`): equal observations get one id, distinct ones distinct ids
+    (no hash, no ``repr``, which numpy abbreviates for arrays over 1,000 elements)."""
     mask = response_mask.detach().cpu().numpy() != 0
     starts = mask.copy()
     starts[:, 1:] &= ~mask[:, :-1]
     counts = starts.sum(axis=1)
     if len(anchor_obs) != len(counts):
         raise InvalidBatchError(f"`anchor_obs` has {len(anchor_obs)} entries, expected {len(counts)} (one per row)")
+    table: dict[bytes, int] = {}
     out = []
     for row, (obs, turns) in enumerate(zip(anchor_obs, counts, strict=True)):
         many = isinstance(obs, (list, tuple)) or (isinstance(obs, np.ndarray) and obs.dtype == object)
@@ -274,22 +275,82 @@ def observation_ids(anchor_obs: Any, response_mask: Tensor) -> list[list[int]]:
                 f"row {row}: `anchor_obs` gives {len(per_turn)} observation(s) but the row has {turns} turns "
                 "(runs of response_mask == 1): one observation for a one-turn row, else one per turn"
             )
-        out.append([_observation_id(o) for o in per_turn])
+        ids = []
+        for turn, o in enumerate(per_turn):
+            key = observation_key(o, f"row {row}, turn {turn}")
+            ids.append(table.setdefault(key, len(table)))
+        out.append(ids)
     return out
 
 
-def _observation_id(obs: Any) -> int:
+def observation_key(obs: Any, where: str) -> bytes:
+    """An observation's content as bytes, equal exactly when the observations are equal:
+    each value tagged with its kind and length-prefixed, so no two contents share a key.
+    Strings (UTF-8), bytes, None, bools, ints and floats (by value, each of its kind);
+    numpy arrays and CPU tensors by dtype, shape and elements (an object array element by
+    element); lists, tuples and dicts (their items in sorted key order) by their elements.
+    Anything else raises ``InvalidBatchError`` naming ``where``: its ``repr`` or bytes may
+    hold an address, splitting equal observations."""
+    parts: list[bytes] = []
+    _encode(obs, parts, where)
+    return b"".join(parts)
+
+
+def _tagged(parts: list[bytes], tag: bytes, data: bytes) -> None:
+    parts += [tag, len(data).to_bytes(8, "little"), data]
+
+
+def _encode(obs: Any, parts: list[bytes], where: str) -> None:
     if isinstance(obs, Tensor):
         obs = obs.detach().cpu().numpy()
-    if isinstance(obs, np.ndarray):
-        data = b"a" + f"{obs.dtype.str}{obs.shape}".encode() + np.ascontiguousarray(obs).tobytes()
-    elif isinstance(obs, bytes):
-        data = b"b" + obs
+    if isinstance(obs, np.generic) and obs.dtype != object:
+        obs = obs.item()
+    if not _encode_scalar(obs, parts):
+        _encode_container(obs, parts, where)
+
+
+def _encode_scalar(obs: Any, parts: list[bytes]) -> bool:
+    """Encodes a scalar observation (None, str, bytes, bool, int, float); False otherwise."""
+    if obs is None:
+        parts.append(b"n")
     elif isinstance(obs, str):
-        data = b"s" + obs.encode("utf-8", "surrogatepass")
+        _tagged(parts, b"s", obs.encode("utf-8", "surrogatepass"))
+    elif isinstance(obs, (bytes, bytearray)):
+        _tagged(parts, b"b", bytes(obs))
+    elif isinstance(obs, bool):
+        parts.append(b"T" if obs else b"F")
+    elif isinstance(obs, int):
+        _tagged(parts, b"i", str(obs).encode())
+    elif isinstance(obs, float):
+        _tagged(parts, b"f", (obs + 0.0).hex().encode())  # -0.0 == 0.0
     else:
-        data = b"r" + repr(obs).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
+        return False
+    return True
+
+
+def _encode_container(obs: Any, parts: list[bytes], where: str) -> None:
+    if isinstance(obs, np.ndarray) and obs.dtype != object:
+        _tagged(parts, b"a", f"{obs.dtype.str}{obs.shape}".encode())
+        _tagged(parts, b"d", np.ascontiguousarray(obs).tobytes())
+    elif isinstance(obs, np.ndarray):
+        _tagged(parts, b"o", str(obs.shape).encode())
+        for x in obs.reshape(-1):
+            _encode(x, parts, where)
+    elif isinstance(obs, (list, tuple)):
+        _tagged(parts, b"l" if isinstance(obs, list) else b"t", str(len(obs)).encode())
+        for x in obs:
+            _encode(x, parts, where)
+    elif isinstance(obs, dict):
+        items = sorted((observation_key(k, where), v) for k, v in obs.items())
+        _tagged(parts, b"m", str(len(items)).encode())
+        for k, v in items:
+            _tagged(parts, b"k", k)
+            _encode(v, parts, where)
+    else:
+        raise InvalidBatchError(
+            f"`anchor_obs` at {where} is a {type(obs).__name__}: observations must be strings, bytes, numbers, "
+            "numpy arrays or tensors, or lists, tuples and dicts of them (compared by content)"
+        )
 
 
 def compute_gae_advantage_return(
