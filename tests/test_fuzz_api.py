@@ -421,7 +421,7 @@ def test_gigpo_states_and_groups_by_one_rule_for_every_container(data, n, contai
     """GiGPO (issue 42 items 1-3): group ids in any container number the step groups alike;
     token-id states over a vocabulary with a colliding pair equal the token-keyed reference;
     uint64 anchor ids are their values, or refused beyond int64's range."""
-    import reference_gigpo
+    from mpo_rs.testing import reference as reference_gigpo
 
     mask: list[int] = []
     tokens: list[int] = []
