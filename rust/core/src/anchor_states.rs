@@ -47,40 +47,39 @@ impl Candidate<'_> {
 pub struct AnchorStates<K> {
     /// The first state of each key; states sharing a key (a hash collision) are chained.
     first: HashMap<K, u32>,
-    next: Vec<u32>,
-    parent: Vec<u32>,
-    /// Each state's token count (its parent's included) and own segment in `arena`.
-    len: Vec<usize>,
-    seg: Vec<Range<usize>>,
+    states: Vec<State>,
     arena: Vec<i64>,
+}
+
+/// One state: the next with its key, its parent, its token count (its parent's included)
+/// and its own segment in the arena (one record, so a new state is one push).
+#[derive(Debug, Clone, Copy)]
+struct State {
+    next: u32,
+    parent: u32,
+    len: usize,
+    seg: (usize, usize),
 }
 
 impl<K> Default for AnchorStates<K> {
     fn default() -> Self {
-        AnchorStates {
-            first: HashMap::new(),
-            next: Vec::new(),
-            parent: Vec::new(),
-            len: Vec::new(),
-            seg: Vec::new(),
-            arena: Vec::new(),
-        }
+        AnchorStates { first: HashMap::new(), states: Vec::new(), arena: Vec::new() }
     }
 }
 
 impl<K: Hash + Eq> AnchorStates<K> {
     /// The number of states.
     pub fn len(&self) -> usize {
-        self.len.len()
+        self.states.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len.is_empty()
+        self.states.is_empty()
     }
 
     /// The state of `c` under `key`, and whether it is new (then numbered `len() - 1`).
     pub fn resolve(&mut self, key: K, c: &Candidate<'_>) -> (u32, bool) {
-        let fresh = self.len.len() as u32;
+        let fresh = self.states.len() as u32;
         let mut s = match self.first.entry(key) {
             Entry::Vacant(v) => {
                 v.insert(fresh);
@@ -93,9 +92,9 @@ impl<K: Hash + Eq> AnchorStates<K> {
             if self.holds(s, c) {
                 return (s, false);
             }
-            match self.next[s as usize] {
+            match self.states[s as usize].next {
                 NONE => {
-                    self.next[s as usize] = fresh;
+                    self.states[s as usize].next = fresh;
                     self.push(c);
                     return (fresh, true);
                 }
@@ -111,7 +110,7 @@ impl<K: Hash + Eq> AnchorStates<K> {
             if self.holds(s, c) {
                 return Some(s);
             }
-            match self.next[s as usize] {
+            match self.states[s as usize].next {
                 NONE => return None,
                 n => s = n,
             }
@@ -125,34 +124,38 @@ impl<K: Hash + Eq> AnchorStates<K> {
         };
         let at = self.arena.len();
         self.arena.extend_from_slice(own);
-        self.next.push(NONE);
-        self.parent.push(parent);
-        self.len.push(c.tokens.len());
-        self.seg.push(at..self.arena.len());
+        self.states.push(State { next: NONE, parent, len: c.tokens.len(), seg: (at, self.arena.len()) });
+    }
+
+    fn segment(&self, s: &State) -> &[i64] {
+        &self.arena[s.seg.0..s.seg.1]
     }
 
     /// Whether state `s` holds exactly the tokens of `c`.
     fn holds(&self, s: u32, c: &Candidate<'_>) -> bool {
-        let s = s as usize;
-        if self.len[s] != c.tokens.len() {
+        let state = &self.states[s as usize];
+        if state.len != c.tokens.len() {
             return false;
+        }
+        if state.len == 0 {
+            return true; // ids given per turn, or an empty observation
         }
         // Same parent and length: the tokens before the own segments are equal (states are
         // exact), so the segments decide.
-        if c.own > 0 && c.parent.is_some_and(|p| p == self.parent[s]) {
-            return self.arena[self.seg[s].clone()] == c.tokens[c.own..];
+        if c.own > 0 && c.parent.is_some_and(|p| p == state.parent) {
+            return self.segment(state) == &c.tokens[c.own..];
         }
         // Else the whole token sequence, the state's segments from its last.
-        let (mut rest, mut k) = (c.tokens, s);
+        let (mut rest, mut state) = (c.tokens, state);
         loop {
-            let seg = &self.arena[self.seg[k].clone()];
+            let seg = self.segment(state);
             if !rest.ends_with(seg) {
                 return false;
             }
             rest = &rest[..rest.len() - seg.len()];
-            match self.parent[k] {
+            match state.parent {
                 NONE => return rest.is_empty(),
-                p => k = p as usize,
+                p => state = &self.states[p as usize],
             }
         }
     }

@@ -60,9 +60,10 @@ fn anchors_from_token_ids() {
     // Prefix: their histories differ (B's first turn is another action).
     let prefix = run(tokens, &GigpoParams { anchor: Anchor::Prefix, ..p }).unwrap();
     assert_eq!(prefix.step_groups, vec![0, 1, 0, 2, 3]);
-    // Ids given per turn win over token ids.
+    // Both sources are refused: one would be left unread (issue 42 item 9).
     let both = Anchors { turn_state_ids: Some(TurnIds { ids: &[1, 2, 3, 4, 5], offsets: None }), ..tokens };
-    assert_eq!(run(both, &p).unwrap().step_groups, vec![0, 1, 2, 3, 4]);
+    let e = run(both, &p).unwrap_err().to_string();
+    assert!(e.contains("not both"), "{e}");
     // The hash is FNV-1a 64 over little-endian int64 bytes (fixed: logs may store it).
     assert_eq!(anchor_hash(&[]), 0xcbf2_9ce4_8422_2325);
     assert_ne!(anchor_hash(&[1, 2]), anchor_hash(&[2, 1]));
