@@ -17,13 +17,13 @@ from .budgets import BUDGETS, NAMED_CONFIGS
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "add_parser", "run"]
 
 DESCRIPTION = (
-    "Trains Table 1's arms (GRPO, GSPO, PPO, MPO w/ token IS, MPO) on five tasks (search, multi_hop and "
-    "frozen_lake, where MPO's premise holds; key_door and guess_number, the controls), MPO's public "
-    "relatives (AReaL's turn-level GAE, RAGEN's bi-level GAE), the β sweep and the (λ, λ_intra) grid "
-    "on search, each from a behaviour-cloned base policy, with equal budgets; writes results tables, "
-    "learning curves, final-success bars, the critics' value-structure diagnosis and "
-    "reproduction.md with a verdict per claim. With --env, the same protocol on your own "
-    "MultiTurnEnv (docs/reproduction.md, 'Does MPO help on my task?')."
+    "Trains the paper's arms (GRPO, PPO, MPO w/ token IS, MPO and their relatives) on toy multi-turn "
+    "tasks, each from a behaviour-cloned base policy with equal budgets, and writes the results tables, "
+    "figures and reproduction.md with a paired verdict per comparison. Without flags it runs the smoke "
+    "test (--budget quick: every arm a few updates, about a minute; its numbers are not evidence); "
+    "--config instrument is the committed page's run on the gated tasks (lab/docs/reproduction.md, 156 "
+    "min on 2 cores) and --budget full the paper configuration's. With --env, the same protocol on your "
+    "own MultiTurnEnv (lab/docs/reproduction.md, 'Does MPO help on my task?')."
 )
 
 
