@@ -8,8 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from test_output_rules import assert_no_direct_writes  # the library's tests/ (conftest.py)
+from test_optional_deps import _cli  # the library's tests/ (conftest.py)
+from test_output_rules import assert_no_direct_writes
 
+from mpo_lab._deps import INSTALL
 from mpo_rs.cli import main
 from mpo_rs.outputs import claim_output_dir
 
@@ -77,3 +79,15 @@ def test_overwrite_is_still_advised_where_it_helps(tmp_path, capsys):
 def test_no_reproduce_module_writes_a_path_itself():
     # Every file of reproduce goes through mpo_rs.outputs.write_file.
     assert_no_direct_writes(sorted((Path(__file__).resolve().parents[1] / "mpo_lab" / "reproduce").glob("*.py")))
+
+
+def test_reproduce_names_every_missing_dependency_in_one_line(tmp_path):
+    """All of a command's missing dependencies at once, one command installing them all
+    (not torch, then pyarrow, then matplotlib on three tries)."""
+    out = tmp_path / "out"
+    r = _cli(("torch", "pyarrow", "matplotlib"), "reproduce", "--quick", "--out", str(out))
+    assert r.returncode == 1, r
+    assert r.stderr == f"mpo-rs: error: `reproduce` needs torch, pyarrow, matplotlib: {INSTALL}\n", r.stderr
+    r = _cli(("matplotlib",), "reproduce", "--quick", "--out", str(out))
+    assert r.stderr == f"mpo-rs: error: `reproduce` needs matplotlib: {INSTALL}\n", r.stderr
+    assert not out.exists()
