@@ -11,11 +11,10 @@ Exit codes as ``mpo-rs``'s: 0 done, 1 failed, 2 usage, 128 + the signal when sto
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from mpo_rs.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser
+from mpo_rs.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser, leave_signal_stops
 from mpo_rs.exceptions import MissingDependencyError, MpoError
 
 __all__ = ["COMMANDS", "main", "reproduce_command"]
@@ -38,21 +37,21 @@ def reproduce_command(argv: Sequence[str], prog: str = f"{PROG} reproduce") -> i
     command.add_arguments(parser)
     args = parser.parse_args(list(argv))
 
+    tool = prog.split()[0]  # the console script's name, as its own messages give it
+
     def note(line: str) -> None:
-        sys.stderr.write(f"{prog.split()[0]}: {line}\n")
+        sys.stderr.write(f"{tool}: {line}\n")
 
     try:
         out = command.run(args, note=note)
     except MpoError as e:  # a bad flag, or a bad --env (InvalidConfigError)
-        return _fail(prog.split()[0], str(e), EXIT_USAGE)
+        return _fail(tool, str(e), EXIT_USAGE)
     except (MissingDependencyError, OSError) as e:
-        return _fail(prog.split()[0], str(e), EXIT_FAILED)
+        return _fail(tool, str(e), EXIT_FAILED)
     except KeyboardInterrupt as e:
-        # A stop by SIGTERM or SIGHUP before the runs started is the console script's to report.
-        if getattr(e, "signum", signal.SIGINT) != signal.SIGINT and not hasattr(e, "exit_code"):
-            raise
+        leave_signal_stops(e)  # a SIGTERM or SIGHUP before the runs started: the console script's
         # A stop of the runs (reproduce.run.RunsStopped) says what was kept, and its signal.
-        return _fail(prog.split()[0], str(e) or "interrupted", getattr(e, "exit_code", EXIT_INTERRUPTED))
+        return _fail(tool, str(e) or "interrupted", getattr(e, "exit_code", EXIT_INTERRUPTED))
     print(f"wrote {out / 'reproduction.md'}")
     return EXIT_OK
 

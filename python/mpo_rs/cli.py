@@ -181,10 +181,11 @@ def _distribution(entry: metadata.EntryPoint) -> str:
     return entry.dist.name if entry.dist is not None else entry.value.partition(":")[0]
 
 
-def _run_added(name: str, argv: list[str]) -> int:
-    """Runs the added command ``name`` on ``argv`` (the arguments after its name); one that
-    is not installed is one line naming the package that provides it (exit 1)."""
-    entry = added_commands().get(name)
+def _run_added(name: str, argv: list[str], added: dict[str, metadata.EntryPoint]) -> int:
+    """Runs the added command ``name`` (of ``added``, :func:`added_commands`) on ``argv`` (the
+    arguments after its name); one that is not installed is one line naming the package that
+    provides it (exit 1)."""
+    entry = added.get(name)
     if entry is None:
         return _fail(f"`{PROG} {name}` is not installed: it comes with {PROVIDERS[name]}", EXIT_FAILED)
     try:
@@ -303,7 +304,7 @@ def _fail(message: str, code: int) -> int:
 _EXPECTED = (MpoError, MissingDependencyError, OSError, KeyboardInterrupt)
 
 
-def _leave_signal_stops(e: BaseException) -> None:
+def leave_signal_stops(e: BaseException) -> None:
     """Re-raises a stop by SIGTERM or SIGHUP (a KeyboardInterrupt whose ``signum`` is not
     SIGINT's, raised by the console script's handler): the console script reports it, with
     128 + the signal, while it ignores further signals."""
@@ -314,7 +315,7 @@ def _leave_signal_stops(e: BaseException) -> None:
 def _failed(e: BaseException) -> int:
     """Prints the one-line message of an expected error and returns its exit code: a usage
     problem 2, bad data, a missing dependency or the operating system 1, Ctrl-C 130."""
-    _leave_signal_stops(e)
+    leave_signal_stops(e)
     if isinstance(e, InvalidOptionError):
         return _fail(str(e), EXIT_USAGE)
     if isinstance(e, KeyboardInterrupt):
@@ -383,8 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     through ``mpo_rs_cli.main``, which first makes SIGTERM and SIGHUP stop a run the way
     Ctrl-C does."""
     words = sys.argv[1:] if argv is None else list(argv)
-    if words and words[0] not in BUILT_IN and (words[0] in PROVIDERS or words[0] in added_commands()):
-        return _run_added(words[0], words[1:])
+    if words and words[0] not in BUILT_IN and not words[0].startswith("-"):
+        added = added_commands()
+        if words[0] in added or words[0] in PROVIDERS:
+            return _run_added(words[0], words[1:], added)
     args = _parser().parse_args(words)
     if args.command == "advantages":
         return _advantages(args)
@@ -392,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _diagnose(args)
     if args.command == "check":
         return check.run(args, note=_note)
-    return _run_added(args.command, [])  # an added command named with nothing after it
+    return _fail(f"unknown command {args.command!r}", EXIT_USAGE)  # argparse prevents this
 
 
 if __name__ == "__main__":
